@@ -1,0 +1,334 @@
+//! Topics: names, configs (with validation and defaults) and per-partition state.
+
+use crate::error::{Error, Result};
+use crate::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Longest topic name Kafka accepts (249: room for a partition suffix in a 255-byte file name).
+pub const TOPIC_NAME_MAX_CHARS: usize = 249;
+/// Most partitions one topic may have. Bounded so one request cannot exhaust metadata memory.
+pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
+
+/// What a client asks for when it creates a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    /// Kept for describe output: in Oxbow durability comes from the WAL replicas and S3, not
+    /// from per-topic replicas, so this does not change where data is stored.
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The state of one partition that is changed only by compare-and-swap on `version`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub partition: PartitionId,
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    /// First offset still readable; raised by retention and DeleteRecords.
+    pub log_start_offset: Offset,
+    /// Bumped on every change; the compare in compare-and-swap.
+    pub version: u64,
+}
+
+/// A topic as the metadata service knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub topic_id: TopicId,
+    pub replication_factor: i16,
+    pub configs: TopicConfigs,
+    pub partitions: Vec<PartitionState>,
+    pub created_at_ms: i64,
+}
+
+impl TopicMetadata {
+    pub fn partition(&self, partition: PartitionId) -> Option<&PartitionState> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+/// A documented topic config Oxbow understands: name, default, and the check a value passes.
+struct ConfigDef {
+    name: &'static str,
+    default: &'static str,
+    check: fn(&str) -> std::result::Result<(), String>,
+}
+
+fn check_long_min_minus_one(v: &str) -> std::result::Result<(), String> {
+    match v.parse::<i64>() {
+        Ok(n) if n >= -1 => Ok(()),
+        Ok(_) => Err("must be -1 (unlimited) or a non-negative number".into()),
+        Err(_) => Err("must be an integer".into()),
+    }
+}
+
+fn check_positive_int(v: &str) -> std::result::Result<(), String> {
+    match v.parse::<i32>() {
+        Ok(n) if n >= 1 => Ok(()),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => Err("must be an integer".into()),
+    }
+}
+
+fn check_non_negative_int(v: &str) -> std::result::Result<(), String> {
+    match v.parse::<i32>() {
+        Ok(n) if n >= 0 => Ok(()),
+        Ok(_) => Err("must not be negative".into()),
+        Err(_) => Err("must be an integer".into()),
+    }
+}
+
+fn check_cleanup_policy(v: &str) -> std::result::Result<(), String> {
+    let ok = v
+        .split(',')
+        .map(str::trim)
+        .all(|p| p == "delete" || p == "compact");
+    if ok && !v.trim().is_empty() {
+        Ok(())
+    } else {
+        Err("must be 'delete', 'compact' or 'compact,delete'".into())
+    }
+}
+
+fn check_timestamp_type(v: &str) -> std::result::Result<(), String> {
+    match v {
+        "CreateTime" | "LogAppendTime" => Ok(()),
+        _ => Err("must be 'CreateTime' or 'LogAppendTime'".into()),
+    }
+}
+
+fn check_compression_type(v: &str) -> std::result::Result<(), String> {
+    // Batches are stored exactly as the producer sent them; the broker never recompresses.
+    match v {
+        "producer" => Ok(()),
+        _ => Err(
+            "only 'producer' is supported: Oxbow stores batches as the producer compressed them"
+                .into(),
+        ),
+    }
+}
+
+const CONFIG_DEFS: &[ConfigDef] = &[
+    ConfigDef {
+        name: "cleanup.policy",
+        default: "delete",
+        check: check_cleanup_policy,
+    },
+    ConfigDef {
+        name: "compression.type",
+        default: "producer",
+        check: check_compression_type,
+    },
+    ConfigDef {
+        name: "max.message.bytes",
+        default: "1048588",
+        check: check_non_negative_int,
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        default: "CreateTime",
+        check: check_timestamp_type,
+    },
+    ConfigDef {
+        name: "min.insync.replicas",
+        default: "1",
+        check: check_positive_int,
+    },
+    ConfigDef {
+        name: "retention.bytes",
+        default: "-1",
+        check: check_long_min_minus_one,
+    },
+    ConfigDef {
+        name: "retention.ms",
+        default: "604800000",
+        check: check_long_min_minus_one,
+    },
+    ConfigDef {
+        name: "segment.bytes",
+        default: "536870912",
+        check: check_positive_int,
+    },
+];
+
+/// A topic's configs: only the values set explicitly are stored; the rest read as defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigs {
+    pub overrides: BTreeMap<String, String>,
+}
+
+/// One config as described to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigValue {
+    pub name: &'static str,
+    pub value: String,
+    pub is_default: bool,
+}
+
+impl TopicConfigs {
+    /// Validates every key and value; unknown keys are rejected like Kafka does, so a typo
+    /// never silently leaves a default in place.
+    pub fn validated(overrides: BTreeMap<String, String>) -> Result<Self> {
+        for (key, value) in &overrides {
+            let def =
+                CONFIG_DEFS
+                    .iter()
+                    .find(|d| d.name == key)
+                    .ok_or_else(|| Error::InvalidConfig {
+                        key: key.clone(),
+                        value: value.clone(),
+                        reason: "unknown topic config".into(),
+                    })?;
+            (def.check)(value).map_err(|reason| Error::InvalidConfig {
+                key: key.clone(),
+                value: value.clone(),
+                reason,
+            })?;
+        }
+        Ok(TopicConfigs { overrides })
+    }
+
+    fn get(&self, name: &str) -> &str {
+        if let Some(v) = self.overrides.get(name) {
+            return v;
+        }
+        CONFIG_DEFS
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.default)
+            .unwrap_or("")
+    }
+
+    /// Every known config with its effective value, sorted by name.
+    pub fn describe(&self) -> Vec<ConfigValue> {
+        CONFIG_DEFS
+            .iter()
+            .map(|d| match self.overrides.get(d.name) {
+                Some(v) => ConfigValue {
+                    name: d.name,
+                    value: v.clone(),
+                    is_default: false,
+                },
+                None => ConfigValue {
+                    name: d.name,
+                    value: d.default.to_string(),
+                    is_default: true,
+                },
+            })
+            .collect()
+    }
+
+    /// Largest record batch (as sent, compressed) a producer may append.
+    pub fn max_message_bytes(&self) -> usize {
+        self.get("max.message.bytes").parse().unwrap_or(1_048_588)
+    }
+
+    /// Whether the broker stamps batches with its own clock (`LogAppendTime`).
+    pub fn log_append_time(&self) -> bool {
+        self.get("message.timestamp.type") == "LogAppendTime"
+    }
+
+    pub fn min_insync_replicas(&self) -> i32 {
+        self.get("min.insync.replicas").parse().unwrap_or(1)
+    }
+
+    pub fn retention_ms(&self) -> i64 {
+        self.get("retention.ms").parse().unwrap_or(604_800_000)
+    }
+
+    pub fn retention_bytes(&self) -> i64 {
+        self.get("retention.bytes").parse().unwrap_or(-1)
+    }
+}
+
+/// Checks a topic name against Kafka's rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.`
+/// or `..`.
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    let invalid = |reason: &str| {
+        Err(Error::InvalidTopicName {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if name.is_empty() {
+        return invalid("must not be empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("must not be '.' or '..'");
+    }
+    if name.chars().count() > TOPIC_NAME_MAX_CHARS {
+        return invalid("longer than 249 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+/// Checks a requested partition count.
+pub fn validate_partition_count(count: i32) -> Result<()> {
+    if count < 1 {
+        return Err(Error::InvalidPartitions {
+            count,
+            reason: "must be at least 1".into(),
+        });
+    }
+    if count > TOPIC_PARTITIONS_MAX {
+        return Err(Error::InvalidPartitions {
+            count,
+            reason: format!("at most {TOPIC_PARTITIONS_MAX} partitions per topic"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name(".").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("bad/name").is_err());
+        assert!(validate_topic_name("spaces no").is_err());
+        assert!(validate_topic_name(&"a".repeat(249)).is_ok());
+        assert!(validate_topic_name(&"a".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn configs_are_validated_and_defaulted() {
+        let mut m = BTreeMap::new();
+        m.insert("max.message.bytes".to_string(), "1000".to_string());
+        let c = TopicConfigs::validated(m).expect("valid");
+        assert_eq!(c.max_message_bytes(), 1000);
+        assert_eq!(c.retention_ms(), 604_800_000);
+        assert!(!c.log_append_time());
+
+        let mut bad = BTreeMap::new();
+        bad.insert("retention.ms".to_string(), "soon".to_string());
+        assert!(TopicConfigs::validated(bad).is_err());
+        let mut unknown = BTreeMap::new();
+        unknown.insert("no.such.config".to_string(), "1".to_string());
+        assert!(TopicConfigs::validated(unknown).is_err());
+        let described = TopicConfigs::default().describe();
+        assert!(described.iter().all(|c| c.is_default));
+    }
+
+    #[test]
+    fn partition_counts_are_bounded() {
+        assert!(validate_partition_count(0).is_err());
+        assert!(validate_partition_count(1).is_ok());
+        assert!(validate_partition_count(TOPIC_PARTITIONS_MAX + 1).is_err());
+    }
+}
