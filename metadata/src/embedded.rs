@@ -10,6 +10,7 @@
 //! - `catalog`: topic id (16 bytes) ‖ partition (4 bytes BE) ‖ base offset (8 bytes BE) →
 //!   [`CatalogEntry`]; big-endian so a range scan walks a partition in offset order.
 //! - `brokers`: broker id → [`BrokerRegistration`]
+//! - `counters`: name → u64 (`next_producer_id`)
 //!
 //! redb calls block, so each operation runs on tokio's blocking pool.
 
@@ -31,6 +32,8 @@ const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 const TOPIC_IDS: TableDefinition<&[u8], &str> = TableDefinition::new("topic_ids");
 const CATALOG: TableDefinition<&[u8], &[u8]> = TableDefinition::new("catalog");
 const BROKERS: TableDefinition<i32, &[u8]> = TableDefinition::new("brokers");
+const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+const NEXT_PRODUCER_ID: &str = "next_producer_id";
 
 /// The encoding version written into every value. A reader refuses any other version with an
 /// error naming the key, instead of guessing.
@@ -151,6 +154,7 @@ impl EmbeddedStore {
             txn.open_table(TOPIC_IDS).map_err(storage)?;
             txn.open_table(CATALOG).map_err(storage)?;
             txn.open_table(BROKERS).map_err(storage)?;
+            txn.open_table(COUNTERS).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         Ok(EmbeddedStore { db: Arc::new(db) })
@@ -422,6 +426,26 @@ impl MetadataStore for EmbeddedStore {
             };
             txn.commit().map_err(storage)?;
             Ok(updated)
+        })
+        .await
+    }
+
+    async fn allocate_producer_ids(&self, count: u32) -> Result<i64> {
+        self.run(move |db| {
+            let txn = db.begin_write().map_err(storage)?;
+            let first = {
+                let mut t = txn.open_table(COUNTERS).map_err(storage)?;
+                let first = t
+                    .get(NEXT_PRODUCER_ID)
+                    .map_err(storage)?
+                    .map(|v| v.value())
+                    .unwrap_or(0);
+                t.insert(NEXT_PRODUCER_ID, first + u64::from(count))
+                    .map_err(storage)?;
+                first
+            };
+            txn.commit().map_err(storage)?;
+            i64::try_from(first).map_err(|_| Error::Storage("producer ids exhausted".into()))
         })
         .await
     }

@@ -55,6 +55,10 @@ pub trait MetadataStore: Send + Sync + 'static {
         new: PartitionState,
     ) -> Result<PartitionState>;
 
+    /// Reserves `count` producer ids for idempotent producers; returns the first. Ids are
+    /// never handed out twice, across restarts and brokers.
+    async fn allocate_producer_ids(&self, count: u32) -> Result<i64>;
+
     /// Appends catalog entries atomically, fenced by leader epoch.
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()>;
     /// Entries of a partition whose ranges end at or after `from_offset`, in offset order,

@@ -231,7 +231,14 @@ async fn brokers(store: &dyn MetadataStore) {
     assert_eq!(store.list_brokers().await.expect("list"), vec![b]);
 }
 
+async fn producer_ids(store: &dyn MetadataStore) {
+    let a = store.allocate_producer_ids(100).await.expect("alloc");
+    let b = store.allocate_producer_ids(100).await.expect("alloc");
+    assert!(b >= a + 100, "blocks never overlap: {a} then {b}");
+}
+
 async fn run_all(store: &dyn MetadataStore) {
+    producer_ids(store).await;
     topics_lifecycle(store).await;
     partition_cas(store).await;
     catalog_fencing_and_lookup(store).await;

@@ -1,0 +1,115 @@
+//! Errors of the write and read paths.
+//!
+//! [`Error`] carries the detail; [`ErrorKind`] tells the caller what to do, and the gateway
+//! maps it to a Kafka error code and an HTTP status in one place.
+
+use oxbow_metadata::ErrorKind as MetadataErrorKind;
+
+/// What the caller should do about an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The batch is malformed or fails its checksum (`CORRUPT_MESSAGE`).
+    Corrupt,
+    /// The batch is well-formed but not acceptable (`INVALID_RECORD`).
+    InvalidRecord,
+    /// The batch exceeds `max.message.bytes` (`MESSAGE_TOO_LARGE`).
+    TooLarge,
+    /// The requested offset is outside the log (`OFFSET_OUT_OF_RANGE`).
+    OffsetOutOfRange,
+    /// The partition or topic is gone (`UNKNOWN_TOPIC_OR_PARTITION`).
+    UnknownPartition,
+    /// This broker no longer leads the partition (`NOT_LEADER_OR_FOLLOWER`).
+    NotLeader,
+    /// An idempotent producer's sequence is out of order (`OUT_OF_ORDER_SEQUENCE_NUMBER`).
+    OutOfOrderSequence,
+    /// An idempotent producer's epoch is older than the one seen (`INVALID_PRODUCER_EPOCH`).
+    ProducerFenced,
+    /// Transient: retry (storage busy, WAL budget full, metadata unavailable).
+    Retriable,
+    /// Stored data failed its checksum on read; it is not served.
+    DataCorruption,
+    /// The broker is shutting down or its durability is compromised (fsync failed).
+    Unavailable,
+    /// A bug or unexpected local failure.
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("corrupt record batch: {0}")]
+    CorruptBatch(String),
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    BatchTooLarge { size: usize, max: usize },
+    #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("unknown partition {0}")]
+    UnknownPartition(String),
+    #[error("not the leader of {0}")]
+    NotLeader(String),
+    #[error("out of order sequence for producer {producer_id}: expected {expected}, got {got}")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
+    #[error("producer {producer_id} epoch {got} is older than {current}")]
+    ProducerFenced {
+        producer_id: i64,
+        current: i16,
+        got: i16,
+    },
+    #[error("WAL is over its budget of {budget_bytes} bytes; waiting for uploads")]
+    WalFull { budget_bytes: u64 },
+    #[error("WAL write failed; the broker no longer acknowledges writes: {0}")]
+    WalFailed(String),
+    #[error("object {key} failed its checksum at bytes {start}..{end}")]
+    ChecksumMismatch { key: String, start: u64, end: u64 },
+    #[error("object store: {0}")]
+    ObjectStore(String),
+    #[error("metadata: {0}")]
+    Metadata(#[from] oxbow_metadata::Error),
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::CorruptBatch(_) => ErrorKind::Corrupt,
+            Error::InvalidRecord(_) => ErrorKind::InvalidRecord,
+            Error::BatchTooLarge { .. } => ErrorKind::TooLarge,
+            Error::OffsetOutOfRange { .. } => ErrorKind::OffsetOutOfRange,
+            Error::UnknownPartition(_) => ErrorKind::UnknownPartition,
+            Error::NotLeader(_) => ErrorKind::NotLeader,
+            Error::OutOfOrderSequence { .. } => ErrorKind::OutOfOrderSequence,
+            Error::ProducerFenced { .. } => ErrorKind::ProducerFenced,
+            Error::WalFull { .. } | Error::ObjectStore(_) => ErrorKind::Retriable,
+            Error::WalFailed(_) | Error::ShuttingDown => ErrorKind::Unavailable,
+            Error::ChecksumMismatch { .. } => ErrorKind::DataCorruption,
+            Error::Metadata(e) => match e.kind() {
+                MetadataErrorKind::Unavailable | MetadataErrorKind::Conflict => {
+                    ErrorKind::Retriable
+                }
+                MetadataErrorKind::Fenced => ErrorKind::NotLeader,
+                MetadataErrorKind::NotFound => ErrorKind::UnknownPartition,
+                MetadataErrorKind::Invalid
+                | MetadataErrorKind::AlreadyExists
+                | MetadataErrorKind::Data
+                | MetadataErrorKind::Internal => ErrorKind::Internal,
+            },
+            Error::Io(_) | Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

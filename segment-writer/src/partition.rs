@@ -1,0 +1,506 @@
+//! The in-memory state of one partition this broker leads: offsets, recent batches, and
+//! idempotent-producer sequence state. Pure: no I/O, no clocks; `log.rs` drives it.
+//!
+//! Invariants (checked by the tests below):
+//! - `log_start_offset <= sealed_end <= high_watermark <= log_end_offset`;
+//! - `batches` are contiguous in offset order and end at `log_end_offset`;
+//! - only batches wholly below the high watermark are ever returned to readers;
+//! - a batch is sealed only after it is durable, and evicted from memory only once sealed.
+
+use crate::batch::BatchHeader;
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use oxbow_metadata::{LeaderEpoch, Offset};
+use std::collections::{HashMap, VecDeque};
+
+/// How many recent batches per producer are remembered for deduplication (Kafka's
+/// `max.in.flight.requests.per.connection` limit for idempotence is 5).
+const PRODUCER_RECENT_BATCHES: usize = 5;
+
+/// One batch held in memory.
+#[derive(Clone, Debug)]
+pub struct MemBatch {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub max_timestamp_ms: i64,
+    pub bytes: Bytes,
+    /// WAL sequence, once the batch is durable in the WAL.
+    pub wal_sequence: Option<u64>,
+    pub durable: bool,
+    pub sealed: bool,
+}
+
+#[derive(Clone, Debug)]
+struct ProducerEntry {
+    epoch: i16,
+    last_sequence: i32,
+    /// (first sequence, last sequence, base offset) of the latest batches.
+    recent: VecDeque<(i32, i32, Offset)>,
+}
+
+/// What to do with a produced batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Append it.
+    Append,
+    /// It is a retry of a batch already appended at this base offset: answer with that.
+    Duplicate(Offset),
+}
+
+/// Where a read at some offset must go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadPlan {
+    /// Served from memory: these batches (possibly none, at the high watermark).
+    Memory(Vec<Bytes>),
+    /// The offset is below what memory holds: read sealed objects, up to `sealed_end`.
+    Objects,
+}
+
+/// The in-memory state of one partition.
+#[derive(Debug)]
+pub struct PartitionLogState {
+    pub leader_epoch: LeaderEpoch,
+    pub log_start_offset: Offset,
+    /// Next offset to assign.
+    pub log_end_offset: Offset,
+    /// Everything below is durable and visible to consumers.
+    pub high_watermark: Offset,
+    /// Everything below is in the object store and the catalog.
+    pub sealed_end: Offset,
+    batches: VecDeque<MemBatch>,
+    memory_bytes: usize,
+    unsealed_bytes: usize,
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl PartitionLogState {
+    /// State of a partition whose catalog ends at `log_end_offset`.
+    pub fn new(
+        leader_epoch: LeaderEpoch,
+        log_start_offset: Offset,
+        log_end_offset: Offset,
+    ) -> Self {
+        PartitionLogState {
+            leader_epoch,
+            log_start_offset,
+            log_end_offset,
+            high_watermark: log_end_offset,
+            sealed_end: log_end_offset,
+            batches: VecDeque::new(),
+            memory_bytes: 0,
+            unsealed_bytes: 0,
+            producers: HashMap::new(),
+        }
+    }
+
+    /// Bytes held in memory, sealed or not.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
+    /// Bytes not yet in the object store.
+    pub fn unsealed_bytes(&self) -> usize {
+        self.unsealed_bytes
+    }
+
+    /// Idempotent-producer check (Kafka's `ProducerStateManager` rules, simplified): a
+    /// batch from a known producer must carry the next sequence, a retry of one of its last
+    /// five batches is a duplicate, an older epoch is fenced.
+    pub fn check_sequence(&self, h: &BatchHeader) -> Result<SequenceCheck> {
+        if h.producer_id < 0 || h.base_sequence < 0 {
+            return Ok(SequenceCheck::Append);
+        }
+        let Some(entry) = self.producers.get(&h.producer_id) else {
+            // Unknown producer (new, or its state predates this broker's memory): accept.
+            return Ok(SequenceCheck::Append);
+        };
+        if h.producer_epoch < entry.epoch {
+            return Err(Error::ProducerFenced {
+                producer_id: h.producer_id,
+                current: entry.epoch,
+                got: h.producer_epoch,
+            });
+        }
+        if h.producer_epoch > entry.epoch {
+            return if h.base_sequence == 0 {
+                Ok(SequenceCheck::Append)
+            } else {
+                Err(Error::OutOfOrderSequence {
+                    producer_id: h.producer_id,
+                    expected: 0,
+                    got: h.base_sequence,
+                })
+            };
+        }
+        if let Some((_, _, base)) = entry
+            .recent
+            .iter()
+            .find(|(first, last, _)| *first == h.base_sequence && *last == h.last_sequence())
+        {
+            return Ok(SequenceCheck::Duplicate(*base));
+        }
+        let expected = if entry.last_sequence == i32::MAX {
+            0
+        } else {
+            entry.last_sequence + 1
+        };
+        if h.base_sequence != expected {
+            return Err(Error::OutOfOrderSequence {
+                producer_id: h.producer_id,
+                expected,
+                got: h.base_sequence,
+            });
+        }
+        Ok(SequenceCheck::Append)
+    }
+
+    fn record_producer(&mut self, h: &BatchHeader, base_offset: Offset) {
+        if h.producer_id < 0 || h.base_sequence < 0 {
+            return;
+        }
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: h.producer_epoch,
+                last_sequence: -1,
+                recent: VecDeque::new(),
+            });
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.recent.clear();
+        }
+        entry.last_sequence = h.last_sequence();
+        entry
+            .recent
+            .push_back((h.base_sequence, h.last_sequence(), base_offset));
+        while entry.recent.len() > PRODUCER_RECENT_BATCHES {
+            entry.recent.pop_front();
+        }
+    }
+
+    /// Assigns offsets to a validated batch and holds it (not yet durable). Returns its base
+    /// offset. `bytes` must already carry that base offset (see [`crate::batch::stamp`]).
+    pub fn append(&mut self, h: &BatchHeader, bytes: Bytes) -> Offset {
+        let base = self.log_end_offset;
+        let last = base + i64::from(h.last_offset_delta);
+        self.record_producer(h, base);
+        self.memory_bytes += bytes.len();
+        self.unsealed_bytes += bytes.len();
+        self.batches.push_back(MemBatch {
+            base_offset: base,
+            last_offset: last,
+            max_timestamp_ms: h.max_timestamp,
+            bytes,
+            wal_sequence: None,
+            durable: false,
+            sealed: false,
+        });
+        self.log_end_offset = last + 1;
+        base
+    }
+
+    /// The next offset [`Self::append`] will assign.
+    pub fn next_offset(&self) -> Offset {
+        self.log_end_offset
+    }
+
+    /// Undoes the latest append (its WAL write could not even be queued).
+    pub fn undo_last_append(&mut self, base_offset: Offset) {
+        if let Some(b) = self.batches.back() {
+            if b.base_offset == base_offset && !b.durable {
+                self.memory_bytes -= b.bytes.len();
+                self.unsealed_bytes -= b.bytes.len();
+                self.log_end_offset = b.base_offset;
+                self.batches.pop_back();
+                // Sequence state may now be ahead; the producer's retry is then treated as a
+                // duplicate of nothing and refused as out of order, which makes it reset —
+                // never a silent loss.
+            }
+        }
+    }
+
+    fn index_of(&self, base_offset: Offset) -> Option<usize> {
+        let i = self
+            .batches
+            .partition_point(|b| b.base_offset < base_offset);
+        (self.batches.get(i)?.base_offset == base_offset).then_some(i)
+    }
+
+    /// Marks the batch at `base_offset` durable; returns whether the high watermark moved.
+    pub fn mark_durable(&mut self, base_offset: Offset, wal_sequence: Option<u64>) -> bool {
+        if let Some(i) = self.index_of(base_offset) {
+            self.batches[i].durable = true;
+            self.batches[i].wal_sequence = wal_sequence;
+        }
+        let before = self.high_watermark;
+        let start = self
+            .batches
+            .partition_point(|b| b.last_offset < self.high_watermark);
+        for b in self.batches.iter().skip(start) {
+            if !b.durable || b.base_offset != self.high_watermark {
+                break;
+            }
+            self.high_watermark = b.last_offset + 1;
+        }
+        self.high_watermark != before
+    }
+
+    /// Re-holds a batch recovered from the WAL at its recorded offset: durable, unsealed.
+    /// Batches at or below what is already held (catalogued) are skipped.
+    pub fn replay(&mut self, h: &BatchHeader, bytes: Bytes, wal_sequence: u64) -> Result<bool> {
+        if h.last_offset() < self.log_end_offset {
+            return Ok(false);
+        }
+        if h.base_offset != self.log_end_offset {
+            return Err(Error::Internal(format!(
+                "WAL replay gap: log ends at {} but the next WAL batch starts at {}",
+                self.log_end_offset, h.base_offset
+            )));
+        }
+        let base = self.append(h, bytes);
+        self.mark_durable(base, Some(wal_sequence));
+        Ok(true)
+    }
+
+    /// Plans a read at `offset`: from memory if it holds the offset, else from objects.
+    /// Returns at most `max_bytes`, but always the first batch if `min_one` (KIP-74).
+    pub fn plan_read(&self, offset: Offset, max_bytes: usize, min_one: bool) -> Result<ReadPlan> {
+        if offset < self.log_start_offset || offset > self.log_end_offset {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        if offset >= self.high_watermark {
+            return Ok(ReadPlan::Memory(Vec::new()));
+        }
+        match self.batches.front() {
+            Some(first) if first.base_offset <= offset => {}
+            _ => return Ok(ReadPlan::Objects),
+        }
+        let start = self.batches.partition_point(|b| b.last_offset < offset);
+        Ok(ReadPlan::Memory(
+            self.collect_from(start, max_bytes, min_one),
+        ))
+    }
+
+    fn collect_from(&self, start: usize, max_bytes: usize, min_one: bool) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        for b in self.batches.iter().skip(start) {
+            if b.last_offset >= self.high_watermark {
+                break;
+            }
+            if total + b.bytes.len() > max_bytes && !(min_one && out.is_empty()) {
+                break;
+            }
+            total += b.bytes.len();
+            out.push(b.bytes.clone());
+        }
+        out
+    }
+
+    /// Batches from memory starting at `offset` (for a read that began in objects and
+    /// reached the memory tail). Empty if memory does not hold `offset`.
+    pub fn read_memory_from(&self, offset: Offset, max_bytes: usize) -> Vec<Bytes> {
+        match self.batches.front() {
+            Some(first) if first.base_offset <= offset => {}
+            _ => return Vec::new(),
+        }
+        let start = self.batches.partition_point(|b| b.last_offset < offset);
+        self.collect_from(start, max_bytes, false)
+    }
+
+    /// First durable batch (in memory) whose max timestamp is at or after `timestamp_ms`.
+    pub fn find_timestamp_in_memory(&self, timestamp_ms: i64) -> Option<Bytes> {
+        self.batches
+            .iter()
+            .filter(|b| b.last_offset < self.high_watermark)
+            .find(|b| b.max_timestamp_ms >= timestamp_ms)
+            .map(|b| b.bytes.clone())
+    }
+
+    /// Durable batches not yet sealed, in offset order.
+    pub fn unsealed(&self) -> Vec<MemBatch> {
+        self.batches
+            .iter()
+            .filter(|b| !b.sealed && b.last_offset < self.high_watermark)
+            .cloned()
+            .collect()
+    }
+
+    /// Records that everything up to and including `last_offset` is catalogued.
+    pub fn mark_sealed(&mut self, last_offset: Offset) {
+        for b in self.batches.iter_mut() {
+            if b.last_offset > last_offset {
+                break;
+            }
+            if !b.sealed {
+                b.sealed = true;
+                self.unsealed_bytes -= b.bytes.len();
+            }
+        }
+        self.sealed_end = self.sealed_end.max(last_offset + 1);
+    }
+
+    /// Lowest WAL sequence of a batch that is not yet sealed (the WAL must keep it).
+    pub fn min_unsealed_wal_sequence(&self) -> Option<u64> {
+        self.batches
+            .iter()
+            .filter(|b| !b.sealed)
+            .filter_map(|b| b.wal_sequence)
+            .min()
+    }
+
+    /// Whether a batch is held that is not yet durable (its WAL sequence still unknown).
+    pub fn has_pending_durability(&self) -> bool {
+        self.batches.iter().any(|b| !b.durable)
+    }
+
+    /// Drops sealed batches from the front until memory is within `keep_bytes`. Readers of
+    /// older offsets go to the object store (through the read cache).
+    pub fn evict(&mut self, keep_bytes: usize) {
+        while self.memory_bytes > keep_bytes {
+            match self.batches.front() {
+                Some(b) if b.sealed => {
+                    self.memory_bytes -= b.bytes.len();
+                    self.batches.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{peek_header, stamp, tests::make_batch};
+
+    fn add(state: &mut PartitionLogState, count: i32) -> Offset {
+        let raw = make_batch(count, 1000);
+        let h = peek_header(&raw).expect("ok").expect("whole");
+        let bytes = stamp(&raw, state.next_offset(), 0, None);
+        state.append(&h, bytes)
+    }
+
+    #[test]
+    fn offsets_are_dense_and_visibility_follows_durability() {
+        let mut s = PartitionLogState::new(0, 0, 0);
+        assert_eq!(add(&mut s, 3), 0);
+        assert_eq!(add(&mut s, 2), 3);
+        assert_eq!(s.log_end_offset, 5);
+        assert_eq!(s.high_watermark, 0);
+        assert_eq!(
+            s.plan_read(0, 1 << 20, true).expect("ok"),
+            ReadPlan::Memory(vec![])
+        );
+        // The second batch becomes durable first: the watermark waits for the first.
+        assert!(!s.mark_durable(3, Some(1)));
+        assert_eq!(s.high_watermark, 0);
+        assert!(s.mark_durable(0, Some(0)));
+        assert_eq!(s.high_watermark, 5);
+        match s.plan_read(4, 1 << 20, true).expect("ok") {
+            ReadPlan::Memory(b) => assert_eq!(b.len(), 1),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            s.plan_read(6, 1 << 20, true),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn max_bytes_returns_at_least_one_batch() {
+        let mut s = PartitionLogState::new(0, 0, 0);
+        for _ in 0..3 {
+            let b = add(&mut s, 1);
+            s.mark_durable(b, Some(b as u64));
+        }
+        match s.plan_read(0, 1, true).expect("ok") {
+            ReadPlan::Memory(b) => assert_eq!(b.len(), 1),
+            other => panic!("unexpected {other:?}"),
+        }
+        match s.plan_read(0, 1, false).expect("ok") {
+            ReadPlan::Memory(b) => assert!(b.is_empty()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sealing_and_eviction_move_reads_to_objects() {
+        let mut s = PartitionLogState::new(0, 0, 0);
+        for _ in 0..4 {
+            let b = add(&mut s, 2);
+            s.mark_durable(b, Some(b as u64));
+        }
+        assert_eq!(s.unsealed().len(), 4);
+        assert_eq!(s.min_unsealed_wal_sequence(), Some(0));
+        s.mark_sealed(3);
+        assert_eq!(s.sealed_end, 4);
+        assert_eq!(s.unsealed().len(), 2);
+        assert_eq!(s.min_unsealed_wal_sequence(), Some(4));
+        s.evict(0);
+        assert_eq!(
+            s.plan_read(0, 1 << 20, true).expect("ok"),
+            ReadPlan::Objects
+        );
+        assert!(matches!(s.plan_read(4, 1 << 20, true), Ok(ReadPlan::Memory(b)) if b.len() == 2));
+        assert!(s.read_memory_from(2, 1 << 20).is_empty());
+    }
+
+    #[test]
+    fn idempotent_producer_dedup_and_ordering() {
+        let mut s = PartitionLogState::new(0, 0, 0);
+        let mut h = peek_header(&make_batch(2, 0)).expect("ok").expect("whole");
+        h.producer_id = 9;
+        h.producer_epoch = 0;
+        h.base_sequence = 0;
+        assert_eq!(s.check_sequence(&h).expect("ok"), SequenceCheck::Append);
+        let base = s.append(&h, Bytes::from_static(b"x"));
+        assert_eq!(
+            s.check_sequence(&h).expect("ok"),
+            SequenceCheck::Duplicate(base)
+        );
+        let mut next = h;
+        next.base_sequence = 2;
+        assert_eq!(s.check_sequence(&next).expect("ok"), SequenceCheck::Append);
+        let mut gap = h;
+        gap.base_sequence = 5;
+        assert!(matches!(
+            s.check_sequence(&gap),
+            Err(Error::OutOfOrderSequence { .. })
+        ));
+        let mut old = h;
+        old.producer_epoch = -1;
+        old.base_sequence = 2;
+        assert!(matches!(
+            s.check_sequence(&old),
+            Err(Error::ProducerFenced { .. })
+        ));
+        let mut bumped = h;
+        bumped.producer_epoch = 1;
+        assert_eq!(
+            s.check_sequence(&bumped).expect("ok"),
+            SequenceCheck::Append
+        );
+    }
+
+    #[test]
+    fn replay_skips_catalogued_and_refuses_gaps() {
+        let mut s = PartitionLogState::new(0, 0, 2);
+        let raw = make_batch(2, 0);
+        let at0 = stamp(&raw, 0, 0, None);
+        let h0 = peek_header(&at0).expect("ok").expect("whole");
+        assert!(!s.replay(&h0, at0.clone(), 0).expect("skip"));
+        let at2 = stamp(&raw, 2, 0, None);
+        let h2 = peek_header(&at2).expect("ok").expect("whole");
+        assert!(s.replay(&h2, at2, 1).expect("applied"));
+        assert_eq!(s.high_watermark, 4);
+        let at9 = stamp(&raw, 9, 0, None);
+        let h9 = peek_header(&at9).expect("ok").expect("whole");
+        assert!(s.replay(&h9, at9, 2).is_err());
+    }
+}

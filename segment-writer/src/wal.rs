@@ -1,0 +1,522 @@
+//! The broker's write-ahead log: one per broker, shared by all its partitions, fsynced by
+//! group commit.
+//!
+//! Lifecycle: [`Wal::open`] replays every whole entry on disk (dropping a torn tail of the
+//! last file), then a dedicated writer thread appends entries in the order they were queued
+//! and fsyncs once per group: every entry that arrived while the previous fsync ran shares
+//! the next one. Entries get a sequence number in write order, so "fsynced up to sequence S"
+//! is a prefix of the log. [`Wal::trim`] deletes whole files once everything in them is in
+//! the object store.
+//!
+//! On-disk naming: `{dir}/{first_sequence:020}.wal`. Entry framing (big-endian):
+//! `len u32 | crc32c(payload) u32 | payload`, payload = `sequence u64 | topic id [16] |
+//! partition i32 | leader epoch i32 | record batch bytes`.
+//!
+//! An fsync error is fatal for acknowledgement: after one, every pending and future append
+//! fails with [`Error::WalFailed`] and the broker says so loudly; it never acks after one.
+
+use crate::error::{Error, Result};
+use bytes::{Buf, Bytes};
+use oxbow_metadata::{LeaderEpoch, TopicId, TopicPartition};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+const ENTRY_HEADER_BYTES: usize = 8;
+const PAYLOAD_FIXED_BYTES: usize = 8 + 16 + 4 + 4;
+/// Largest entry a reader accepts: bounds the allocation a corrupt length can cause.
+const ENTRY_MAX_BYTES: usize = 256 << 20;
+/// Most queued appends; a full queue makes appenders wait (backpressure, not memory growth).
+const QUEUE_DEPTH: usize = 4096;
+
+/// Settings of the WAL.
+#[derive(Clone, Debug)]
+pub struct WalSettings {
+    pub dir: PathBuf,
+    /// A new file starts when the current one passes this size. Smaller files are trimmed
+    /// sooner after upload (less disk) at the cost of more files.
+    pub file_bytes_max: u64,
+    /// Appends fail with a retriable error while the WAL holds more than this: the bound on
+    /// local disk (and on data at risk) while object storage is slow or down.
+    pub budget_bytes: u64,
+}
+
+/// One entry read back from the WAL.
+#[derive(Clone, Debug)]
+pub struct WalEntry {
+    pub sequence: u64,
+    pub topic_partition: TopicPartition,
+    pub leader_epoch: LeaderEpoch,
+    pub batch: Bytes,
+}
+
+/// Called by the writer thread, in sequence order, once an entry is durable — before
+/// `durable_sequence` is published — so a reader of `durable_sequence` sees every entry up
+/// to it already applied.
+pub type OnDurable = Box<dyn FnOnce(Result<u64>) + Send>;
+
+struct Append {
+    payload: Vec<u8>,
+    on_durable: OnDurable,
+}
+
+struct WalFile {
+    first_sequence: u64,
+    path: PathBuf,
+    bytes: u64,
+}
+
+struct Shared {
+    dir: PathBuf,
+    files: Mutex<Vec<WalFile>>,
+    durable_sequence: AtomicU64,
+    failed: AtomicBool,
+    total_bytes: AtomicU64,
+}
+
+/// Handle to the WAL; cheap to clone.
+#[derive(Clone)]
+pub struct Wal {
+    tx: mpsc::Sender<Append>,
+    shared: Arc<Shared>,
+    settings: Arc<WalSettings>,
+}
+
+fn file_path(dir: &Path, first_sequence: u64) -> PathBuf {
+    dir.join(format!("{first_sequence:020}.wal"))
+}
+
+fn encode_payload(sequence: u64, tp: TopicPartition, epoch: LeaderEpoch, batch: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + batch.len());
+    p.extend_from_slice(&[0u8; ENTRY_HEADER_BYTES]);
+    p.extend_from_slice(&sequence.to_be_bytes());
+    p.extend_from_slice(tp.topic_id.as_bytes());
+    p.extend_from_slice(&tp.partition.to_be_bytes());
+    p.extend_from_slice(&epoch.to_be_bytes());
+    p.extend_from_slice(batch);
+    let len = (p.len() - ENTRY_HEADER_BYTES) as u32;
+    let crc = crc32c::crc32c(&p[ENTRY_HEADER_BYTES..]);
+    p[0..4].copy_from_slice(&len.to_be_bytes());
+    p[4..8].copy_from_slice(&crc.to_be_bytes());
+    p
+}
+
+/// Parses the entries of one file. Returns the entries and the length of the valid prefix;
+/// anything after it is a torn or corrupt tail.
+fn parse_file(data: &[u8]) -> (Vec<WalEntry>, usize) {
+    let mut entries = Vec::new();
+    let mut pos = 0usize;
+    while data.len() - pos >= ENTRY_HEADER_BYTES {
+        let mut h = &data[pos..pos + ENTRY_HEADER_BYTES];
+        let len = h.get_u32() as usize;
+        let crc = h.get_u32();
+        if !(PAYLOAD_FIXED_BYTES..=ENTRY_MAX_BYTES).contains(&len) {
+            break;
+        }
+        let start = pos + ENTRY_HEADER_BYTES;
+        let Some(payload) = data.get(start..start + len) else {
+            break;
+        };
+        if crc32c::crc32c(payload) != crc {
+            break;
+        }
+        let mut p = payload;
+        let sequence = p.get_u64();
+        let mut id = [0u8; 16];
+        p.copy_to_slice(&mut id);
+        let partition = p.get_i32();
+        let leader_epoch = p.get_i32();
+        entries.push(WalEntry {
+            sequence,
+            topic_partition: TopicPartition::new(TopicId(uuid::Uuid::from_bytes(id)), partition),
+            leader_epoch,
+            batch: Bytes::copy_from_slice(p),
+        });
+        pos = start + len;
+    }
+    (entries, pos)
+}
+
+impl Wal {
+    /// Opens the WAL in `settings.dir`, returning it with every whole entry found on disk, in
+    /// sequence order. A torn tail of the newest file is cut off; damage anywhere else is an
+    /// error, because entries after it would be lost silently.
+    pub fn open(settings: WalSettings) -> Result<(Wal, Vec<WalEntry>)> {
+        std::fs::create_dir_all(&settings.dir)?;
+        let mut firsts = Vec::new();
+        for dirent in std::fs::read_dir(&settings.dir)? {
+            let dirent = dirent?;
+            let name = dirent.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else {
+                continue;
+            };
+            match stem.parse::<u64>() {
+                Ok(first) => firsts.push(first),
+                Err(_) => {
+                    tracing::warn!(file = ?dirent.path(), "ignoring unexpected file in WAL directory")
+                }
+            }
+        }
+        firsts.sort_unstable();
+        let mut entries = Vec::new();
+        let mut files = Vec::new();
+        let mut next_sequence = 0u64;
+        for (i, first) in firsts.iter().copied().enumerate() {
+            let path = file_path(&settings.dir, first);
+            let mut data = Vec::new();
+            File::open(&path)?.read_to_end(&mut data)?;
+            let (found, valid) = parse_file(&data);
+            if valid < data.len() {
+                if i + 1 == firsts.len() {
+                    tracing::warn!(file = %path.display(), dropped_bytes = data.len() - valid,
+                        "dropping a torn tail of the WAL (an append that never completed)");
+                    let f = OpenOptions::new().write(true).open(&path)?;
+                    f.set_len(valid as u64)?;
+                    f.sync_all()?;
+                } else {
+                    return Err(Error::Internal(format!(
+                        "WAL file {} is corrupt at byte {valid} and is not the newest file",
+                        path.display()
+                    )));
+                }
+            }
+            if let Some(last) = found.last() {
+                next_sequence = next_sequence.max(last.sequence + 1);
+            }
+            next_sequence = next_sequence.max(first);
+            entries.extend(found);
+            files.push(WalFile {
+                first_sequence: first,
+                path,
+                bytes: valid as u64,
+            });
+        }
+        let total: u64 = files.iter().map(|f| f.bytes).sum();
+        let shared = Arc::new(Shared {
+            dir: settings.dir.clone(),
+            files: Mutex::new(files),
+            durable_sequence: AtomicU64::new(next_sequence),
+            failed: AtomicBool::new(false),
+            total_bytes: AtomicU64::new(total),
+        });
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let settings = Arc::new(settings);
+        let writer = Writer {
+            shared: shared.clone(),
+            settings: settings.clone(),
+            next_sequence,
+            current: None,
+        };
+        std::thread::Builder::new()
+            .name("oxbow-wal".into())
+            .spawn(move || writer.run(rx))?;
+        Ok((
+            Wal {
+                tx,
+                shared,
+                settings,
+            },
+            entries,
+        ))
+    }
+
+    /// Queues a batch for the WAL; `on_durable` runs on the writer thread once it is fsynced
+    /// (or with the error if it cannot be). Waits only while the queue is full.
+    pub async fn append(
+        &self,
+        tp: TopicPartition,
+        leader_epoch: LeaderEpoch,
+        batch: &[u8],
+        on_durable: OnDurable,
+    ) -> Result<()> {
+        self.check_accepting()?;
+        // The sequence is filled in by the writer, which alone knows the write order.
+        let payload = encode_payload(0, tp, leader_epoch, batch);
+        self.tx
+            .send(Append {
+                payload,
+                on_durable,
+            })
+            .await
+            .map_err(|_| Error::ShuttingDown)
+    }
+
+    /// Whether an append would be accepted now (not failed, within budget).
+    pub fn check_accepting(&self) -> Result<()> {
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Err(Error::WalFailed("an earlier write or fsync failed".into()));
+        }
+        if self.shared.total_bytes.load(Ordering::Acquire) >= self.settings.budget_bytes {
+            return Err(Error::WalFull {
+                budget_bytes: self.settings.budget_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// One past the highest sequence that is fsynced.
+    pub fn durable_sequence(&self) -> u64 {
+        self.shared.durable_sequence.load(Ordering::Acquire)
+    }
+
+    /// Bytes the WAL holds on disk.
+    pub fn bytes(&self) -> u64 {
+        self.shared.total_bytes.load(Ordering::Acquire)
+    }
+
+    /// Deletes every file all of whose entries have sequence `< keep_from`.
+    pub fn trim(&self, keep_from: u64) -> Result<()> {
+        let mut files = self
+            .shared
+            .files
+            .lock()
+            .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?;
+        // A file's entries all precede the next file's first sequence; the newest file is
+        // never deleted (the writer is appending to it).
+        let mut remove = 0;
+        while remove + 1 < files.len() && files[remove + 1].first_sequence <= keep_from {
+            remove += 1;
+        }
+        for f in files.drain(..remove) {
+            std::fs::remove_file(&f.path)?;
+            self.shared.total_bytes.fetch_sub(f.bytes, Ordering::AcqRel);
+            tracing::debug!(file = %f.path.display(), "trimmed WAL file");
+        }
+        Ok(())
+    }
+
+    /// The directory the WAL lives in.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    settings: Arc<WalSettings>,
+    next_sequence: u64,
+    current: Option<File>,
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<Append>) {
+        // Ends when every `Wal` handle is dropped: the queue drains first, so every queued
+        // append is written and answered before the thread exits.
+        while let Some(first) = rx.blocking_recv() {
+            let mut group = vec![first];
+            let mut group_bytes = group[0].payload.len();
+            while group_bytes < (8 << 20) {
+                match rx.try_recv() {
+                    Ok(a) => {
+                        group_bytes += a.payload.len();
+                        group.push(a);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.write_group(group);
+        }
+        tracing::debug!("WAL writer stopped");
+    }
+
+    fn write_group(&mut self, group: Vec<Append>) {
+        if self.shared.failed.load(Ordering::Acquire) {
+            for a in group {
+                (a.on_durable)(Err(Error::WalFailed(
+                    "an earlier write or fsync failed".into(),
+                )));
+            }
+            return;
+        }
+        let first_sequence = self.next_sequence;
+        let mut buf = Vec::new();
+        let mut callbacks = Vec::with_capacity(group.len());
+        for mut a in group {
+            let sequence = self.next_sequence;
+            self.next_sequence += 1;
+            a.payload[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + 8]
+                .copy_from_slice(&sequence.to_be_bytes());
+            let crc = crc32c::crc32c(&a.payload[ENTRY_HEADER_BYTES..]);
+            a.payload[4..8].copy_from_slice(&crc.to_be_bytes());
+            buf.extend_from_slice(&a.payload);
+            callbacks.push((sequence, a.on_durable));
+        }
+        match self.write_and_sync(first_sequence, &buf) {
+            Ok(()) => {
+                for (sequence, cb) in callbacks {
+                    cb(Ok(sequence));
+                }
+                self.shared
+                    .durable_sequence
+                    .store(self.next_sequence, Ordering::Release);
+            }
+            Err(e) => {
+                self.shared.failed.store(true, Ordering::Release);
+                tracing::error!(error = %e, "WAL write or fsync failed: this broker will acknowledge no more writes; restart it on a healthy disk");
+                for (_, cb) in callbacks {
+                    cb(Err(Error::WalFailed(e.to_string())));
+                }
+            }
+        }
+    }
+
+    fn write_and_sync(&mut self, first_sequence: u64, buf: &[u8]) -> std::io::Result<()> {
+        let roll = {
+            let files = self
+                .shared
+                .files
+                .lock()
+                .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
+            self.current.is_none()
+                || files
+                    .last()
+                    .is_none_or(|f| f.bytes >= self.settings.file_bytes_max)
+        };
+        if roll {
+            let path = file_path(&self.settings.dir, first_sequence);
+            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            // The new name must be durable too, or a crash could lose the whole file.
+            File::open(&self.settings.dir)?.sync_all()?;
+            self.current = Some(file);
+            let mut files = self
+                .shared
+                .files
+                .lock()
+                .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
+            files.push(WalFile {
+                first_sequence,
+                path,
+                bytes: 0,
+            });
+        }
+        let file = self
+            .current
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no open WAL file"))?;
+        file.write_all(buf)?;
+        file.sync_data()?;
+        let mut files = self
+            .shared
+            .files
+            .lock()
+            .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
+        if let Some(last) = files.last_mut() {
+            last.bytes += buf.len() as u64;
+        }
+        self.shared
+            .total_bytes
+            .fetch_add(buf.len() as u64, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    fn settings(dir: &Path) -> WalSettings {
+        WalSettings {
+            dir: dir.to_path_buf(),
+            file_bytes_max: 1 << 20,
+            budget_bytes: 1 << 30,
+        }
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new(TopicId(uuid::Uuid::from_u128(7)), 3)
+    }
+
+    async fn append_wait(wal: &Wal, data: &[u8]) -> u64 {
+        let (tx, rx) = oneshot::channel();
+        wal.append(
+            tp(),
+            1,
+            data,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .await
+        .expect("queued");
+        rx.await.expect("answered").expect("durable")
+    }
+
+    #[tokio::test]
+    async fn entries_survive_reopen_in_order() {
+        let dir = tempfile::tempdir().expect("tmp");
+        {
+            let (wal, found) = Wal::open(settings(dir.path())).expect("open");
+            assert!(found.is_empty());
+            for i in 0..10u8 {
+                let seq = append_wait(&wal, &[i; 100]).await;
+                assert_eq!(seq, u64::from(i));
+            }
+        }
+        let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
+        assert_eq!(wal.durable_sequence(), 10);
+        assert_eq!(found.len(), 10);
+        assert!(found.iter().enumerate().all(|(i, e)| e.sequence == i as u64
+            && e.batch[0] == i as u8
+            && e.topic_partition == tp()
+            && e.leader_epoch == 1));
+        assert_eq!(append_wait(&wal, b"next").await, 10);
+    }
+
+    #[tokio::test]
+    async fn torn_tail_is_dropped() {
+        let dir = tempfile::tempdir().expect("tmp");
+        {
+            let (wal, _) = Wal::open(settings(dir.path())).expect("open");
+            append_wait(&wal, &[1; 50]).await;
+            append_wait(&wal, &[2; 50]).await;
+        }
+        let path = file_path(dir.path(), 0);
+        let len = std::fs::metadata(&path).expect("meta").len();
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(len - 10)
+            .expect("truncate");
+        let (_, found) = Wal::open(settings(dir.path())).expect("reopen");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].batch[0], 1);
+    }
+
+    #[tokio::test]
+    async fn trim_deletes_only_fully_uploaded_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut s = settings(dir.path());
+        s.file_bytes_max = 200;
+        let (wal, _) = Wal::open(s.clone()).expect("open");
+        for _ in 0..6 {
+            append_wait(&wal, &[0; 150]).await;
+        }
+        let before = std::fs::read_dir(dir.path()).expect("ls").count();
+        assert!(before >= 3, "rolled into several files: {before}");
+        wal.trim(3).expect("trim");
+        drop(wal);
+        let (_, found) = Wal::open(s).expect("reopen");
+        assert!(
+            found.iter().all(|e| e.sequence >= 2),
+            "kept what is not uploaded"
+        );
+        assert!(found.iter().any(|e| e.sequence == 3));
+        assert!(found.len() < 6);
+    }
+
+    #[tokio::test]
+    async fn budget_refuses_appends() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut s = settings(dir.path());
+        s.budget_bytes = 100;
+        let (wal, _) = Wal::open(s).expect("open");
+        append_wait(&wal, &[0; 150]).await;
+        let err = wal.check_accepting().expect_err("full");
+        assert!(matches!(err, Error::WalFull { .. }));
+    }
+}
