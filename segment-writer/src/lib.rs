@@ -22,7 +22,7 @@ pub mod seal;
 pub mod wal;
 
 pub use error::{Error, ErrorKind, Result};
-pub use log::{Acks, Appended, LogManager, LogSettings, Partition};
+pub use log::{Acks, Appended, LogManager, LogSettings, Partition, PendingAppend};
 pub use read::ReadResult;
 pub use seal::run_sealer;
 pub use wal::WalSettings;

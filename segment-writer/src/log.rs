@@ -59,6 +59,27 @@ pub struct Appended {
     pub duplicate: bool,
 }
 
+/// An append whose batch is queued for the WAL; [`PendingAppend::wait`] resolves once it
+/// is as durable as the producer's `acks` asked.
+pub struct PendingAppend {
+    pub appended: Appended,
+    durable: Option<oneshot::Receiver<Result<u64>>>,
+}
+
+impl PendingAppend {
+    /// Waits for durability (for [`Acks::All`]); immediate otherwise.
+    pub async fn wait(self) -> Result<Appended> {
+        if let Some(rx) = self.durable {
+            match rx.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::ShuttingDown),
+            }
+        }
+        Ok(self.appended)
+    }
+}
+
 /// A partition this broker leads.
 pub struct Partition {
     pub topic_partition: TopicPartition,
@@ -273,8 +294,7 @@ impl LogManager {
         }
     }
 
-    /// Appends one producer batch: validate, check sequence, assign offsets, write the WAL,
-    /// and (for [`Acks::All`]) wait until it is durable.
+    /// Appends one producer batch and waits as long as `acks` asks (see [`Self::enqueue`]).
     pub async fn append(
         &self,
         partition: &Arc<Partition>,
@@ -283,6 +303,23 @@ impl LogManager {
         log_append_time: bool,
         acks: Acks,
     ) -> Result<Appended> {
+        self.enqueue(partition, raw, max_message_bytes, log_append_time, acks)
+            .await?
+            .wait()
+            .await
+    }
+
+    /// Appends one producer batch: validate, check sequence, assign offsets and queue the
+    /// WAL write. Returns once the batch has its offsets, so a connection can go on to its
+    /// next request (keeping per-connection order) while this one becomes durable.
+    pub async fn enqueue(
+        &self,
+        partition: &Arc<Partition>,
+        raw: &[u8],
+        max_message_bytes: usize,
+        log_append_time: bool,
+        acks: Acks,
+    ) -> Result<PendingAppend> {
         let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
         let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
         let (base_offset, durable_rx) = {
@@ -292,11 +329,15 @@ impl LogManager {
                 let mut s = partition.lock()?;
                 match s.check_sequence(&header)? {
                     SequenceCheck::Duplicate(base_offset) => {
-                        return Ok(Appended {
-                            base_offset,
-                            log_append_time_ms,
-                            duplicate: true,
-                        })
+                        // The original is at least queued; a retry waits for nothing more.
+                        return Ok(PendingAppend {
+                            appended: Appended {
+                                base_offset,
+                                log_append_time_ms,
+                                duplicate: true,
+                            },
+                            durable: None,
+                        });
                     }
                     SequenceCheck::Append => {}
                 }
@@ -345,18 +386,34 @@ impl LogManager {
         if unsealed >= self.settings.flush_bytes {
             self.seal_wanted.notify_one();
         }
-        if acks == Acks::All {
-            match durable_rx.await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Error::ShuttingDown),
-            }
-        }
-        Ok(Appended {
-            base_offset,
-            log_append_time_ms,
-            duplicate: false,
+        Ok(PendingAppend {
+            appended: Appended {
+                base_offset,
+                log_append_time_ms,
+                duplicate: false,
+            },
+            durable: (acks == Acks::All).then_some(durable_rx),
         })
+    }
+
+    /// Waits until every batch appended so far is durable in the WAL (or `timeout`
+    /// passes); used on shutdown so `acks=1` writes still queued are not dropped.
+    pub async fn wait_durable(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let pending = self.open_partitions().iter().any(|p| {
+                p.lock()
+                    .map(|s| s.has_pending_durability())
+                    .unwrap_or(false)
+            });
+            if !pending {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline || self.wal.check_accepting().is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Bytes the WAL holds on disk.

@@ -1,0 +1,311 @@
+//! `oxbow topics create|list|describe|delete`, after Kafka's `kafka-topics.sh`.
+//!
+//! Output follows kafka-topics.sh so scripts written against Kafka keep working:
+//! `Created topic NAME.` on create, one name per line on list, and tab-separated
+//! `Topic: NAME\tTopicId: ...\tPartitionCount: N\tReplicationFactor: N\tConfigs: k=v,...`
+//! lines (plus one indented line per partition) on describe. Describe adds the leader
+//! epoch, which Kafka's tool does not show.
+
+use std::io::Write;
+
+use anyhow::Context;
+use base64::Engine;
+
+use super::ConnectArgs;
+use crate::client::{Client, ConfigEntry, TopicMetadata, BROKER_DEFAULT};
+
+/// `oxbow topics ...`
+#[derive(Debug, clap::Args)]
+pub struct TopicsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+
+    #[command(subcommand)]
+    pub command: TopicsCommand,
+}
+
+/// What to do with topics.
+#[derive(Debug, clap::Subcommand)]
+pub enum TopicsCommand {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List topic names, one per line.
+    List(ListArgs),
+    /// Show partitions, leaders, leader epochs, replicas and non-default configs.
+    Describe(DescribeArgs),
+    /// Delete a topic.
+    Delete(DeleteArgs),
+}
+
+/// `oxbow topics create NAME`
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Name of the topic to create.
+    pub name: String,
+
+    /// Number of partitions [default: the broker's `num.partitions`].
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub partitions: Option<i32>,
+
+    /// Copies of each partition [default: the broker's `default.replication.factor`].
+    #[arg(long, value_parser = clap::value_parser!(i16).range(1..))]
+    pub replication_factor: Option<i16>,
+
+    /// Topic config override as key=value, e.g. `--config cleanup.policy=compact`; repeatable.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub configs: Vec<(String, String)>,
+}
+
+/// `oxbow topics list`
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Leave out internal topics such as `__consumer_offsets`.
+    #[arg(long)]
+    pub exclude_internal: bool,
+}
+
+/// `oxbow topics describe [NAME]`
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// Topic to describe [default: all topics].
+    pub name: Option<String>,
+
+    /// Leave out internal topics such as `__consumer_offsets` (when describing all).
+    #[arg(long)]
+    pub exclude_internal: bool,
+}
+
+/// `oxbow topics delete NAME`
+#[derive(Debug, clap::Args)]
+pub struct DeleteArgs {
+    /// Name of the topic to delete.
+    pub name: String,
+}
+
+/// Parses `key=value` for `--config`.
+pub fn parse_config(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!("invalid config \"{s}\": expected key=value")),
+    }
+}
+
+/// Runs `oxbow topics ...`.
+pub async fn run(args: TopicsArgs) -> anyhow::Result<()> {
+    let mut client = args.connect.connect().await?;
+    // `Stdout`, not a held `StdoutLock`: the lock is not `Send` and this future may be
+    // spawned.
+    let mut out = std::io::stdout();
+    match args.command {
+        TopicsCommand::Create(create) => {
+            client
+                .create_topic(
+                    &create.name,
+                    create.partitions.unwrap_or(BROKER_DEFAULT),
+                    create.replication_factor.unwrap_or(BROKER_DEFAULT as i16),
+                    &create.configs,
+                )
+                .await?;
+            writeln!(out, "Created topic {}.", create.name)?;
+        }
+        TopicsCommand::List(list) => {
+            let metadata = client.metadata(None).await?;
+            let mut names: Vec<&str> = metadata
+                .topics
+                .iter()
+                .filter(|t| !(list.exclude_internal && t.is_internal))
+                .map(|t| t.name.as_str())
+                .collect();
+            names.sort_unstable();
+            for name in names {
+                writeln!(out, "{name}")?;
+            }
+        }
+        TopicsCommand::Describe(describe) => {
+            let topics = match describe.name {
+                Some(name) => vec![client.topic_metadata(&name).await?],
+                None => {
+                    let mut all: Vec<TopicMetadata> = client
+                        .metadata(None)
+                        .await?
+                        .topics
+                        .into_iter()
+                        .filter(|t| !(describe.exclude_internal && t.is_internal))
+                        .collect();
+                    all.sort_by(|a, b| a.name.cmp(&b.name));
+                    all
+                }
+            };
+            for topic in &topics {
+                let configs = describe_configs(&mut client, &topic.name).await?;
+                out.write_all(format_description(topic, &configs).as_bytes())?;
+            }
+        }
+        TopicsCommand::Delete(delete) => {
+            client.delete_topic(&delete.name).await?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn describe_configs(client: &mut Client, topic: &str) -> anyhow::Result<Vec<ConfigEntry>> {
+    client
+        .describe_configs(topic)
+        .await
+        .with_context(|| format!("describing configs of topic \"{topic}\""))
+}
+
+/// Kafka prints topic ids as URL-safe base64 without padding (`Uuid.toString()`).
+fn format_topic_id(id: &uuid::Uuid) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+fn join_ids(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The kafka-topics.sh `--describe` block for one topic.
+pub fn format_description(topic: &TopicMetadata, configs: &[ConfigEntry]) -> String {
+    let configs = configs
+        .iter()
+        .filter(|c| !c.is_default())
+        .map(|c| format!("{}={}", c.name, c.value.as_deref().unwrap_or("null")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut text = format!(
+        "Topic: {}\tTopicId: {}\tPartitionCount: {}\tReplicationFactor: {}\tConfigs: {}\n",
+        topic.name,
+        format_topic_id(&topic.topic_id),
+        topic.partitions.len(),
+        topic.replication_factor(),
+        configs
+    );
+    for p in &topic.partitions {
+        let leader = p
+            .leader
+            .map_or_else(|| "none".to_string(), |l| l.to_string());
+        text.push_str(&format!(
+            "\tTopic: {}\tPartition: {}\tLeader: {}\tLeaderEpoch: {}\tReplicas: {}\tIsr: {}",
+            topic.name,
+            p.partition,
+            leader,
+            p.leader_epoch,
+            join_ids(&p.replicas),
+            join_ids(&p.isr)
+        ));
+        if !p.offline_replicas.is_empty() {
+            text.push_str(&format!("\tOffline: {}", join_ids(&p.offline_replicas)));
+        }
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{ConfigSource, PartitionMetadata};
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        topics: TopicsArgs,
+    }
+
+    #[test]
+    fn parses_create_with_configs() {
+        let cli = Cli::try_parse_from([
+            "topics",
+            "create",
+            "orders",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "cleanup.policy=compact",
+            "--config",
+            "retention.ms=1000",
+            "-b",
+            "h:1",
+        ])
+        .expect("parses");
+        assert_eq!(cli.topics.connect.bootstrap, "h:1");
+        let TopicsCommand::Create(create) = cli.topics.command else {
+            panic!("expected create");
+        };
+        assert_eq!(create.partitions, Some(3));
+        assert_eq!(create.configs.len(), 2);
+        assert_eq!(
+            create.configs[1],
+            ("retention.ms".to_string(), "1000".to_string())
+        );
+        assert!(Cli::try_parse_from(["topics", "create", "x", "--partitions", "0"]).is_err());
+        assert!(Cli::try_parse_from(["topics", "create", "x", "--config", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn config_values_may_contain_equals() {
+        assert_eq!(
+            parse_config("a=b=c"),
+            Ok(("a".to_string(), "b=c".to_string()))
+        );
+        assert!(parse_config("=x").is_err());
+    }
+
+    #[test]
+    fn describe_output_matches_kafka_topics_layout() {
+        let topic = TopicMetadata {
+            name: "orders".to_string(),
+            topic_id: uuid::Uuid::nil(),
+            is_internal: false,
+            error: None,
+            partitions: vec![
+                PartitionMetadata {
+                    partition: 0,
+                    leader: Some(1),
+                    leader_epoch: 4,
+                    replicas: vec![1, 2],
+                    isr: vec![1, 2],
+                    offline_replicas: vec![],
+                    error: None,
+                },
+                PartitionMetadata {
+                    partition: 1,
+                    leader: None,
+                    leader_epoch: 0,
+                    replicas: vec![2, 1],
+                    isr: vec![],
+                    offline_replicas: vec![2],
+                    error: None,
+                },
+            ],
+        };
+        let configs = vec![
+            ConfigEntry {
+                name: "cleanup.policy".to_string(),
+                value: Some("compact".to_string()),
+                source: ConfigSource::DynamicTopic,
+                read_only: false,
+                is_sensitive: false,
+            },
+            ConfigEntry {
+                name: "retention.ms".to_string(),
+                value: Some("604800000".to_string()),
+                source: ConfigSource::Default,
+                read_only: false,
+                is_sensitive: false,
+            },
+        ];
+        assert_eq!(
+            format_description(&topic, &configs),
+            "Topic: orders\tTopicId: AAAAAAAAAAAAAAAAAAAAAA\tPartitionCount: 2\tReplicationFactor: 2\tConfigs: cleanup.policy=compact\n\
+             \tTopic: orders\tPartition: 0\tLeader: 1\tLeaderEpoch: 4\tReplicas: 1,2\tIsr: 1,2\n\
+             \tTopic: orders\tPartition: 1\tLeader: none\tLeaderEpoch: 0\tReplicas: 2,1\tIsr: \tOffline: 2\n"
+        );
+    }
+}

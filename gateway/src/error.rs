@@ -1,0 +1,129 @@
+//! The one place where errors become Kafka error codes and HTTP statuses.
+//!
+//! Every lower-layer [`ErrorKind`](oxbow_segment_writer::ErrorKind) is matched exhaustively
+//! (no `_ =>` arm), so a new kind forces a decision here. Detail goes in the message; the
+//! code is the contract with clients.
+
+use kafka_protocol::error::ResponseError;
+use oxbow_metadata::ErrorKind as MetaKind;
+use oxbow_segment_writer::ErrorKind as LogKind;
+
+/// An error from handling a client's request.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error(transparent)]
+    Metadata(#[from] oxbow_metadata::Error),
+    #[error(transparent)]
+    Log(#[from] oxbow_segment_writer::Error),
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    #[error("partition {partition} of topic '{topic}' does not exist")]
+    UnknownPartition { topic: String, partition: i32 },
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+/// A Kafka error code and the HTTP status plus REST Proxy error code for the same failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapped {
+    pub kafka: ResponseError,
+    pub http_status: u16,
+    /// Confluent REST Proxy `error_code` (HTTP status × 100 + detail).
+    pub rest_code: u32,
+}
+
+const fn mapped(kafka: ResponseError, http_status: u16, rest_code: u32) -> Mapped {
+    Mapped {
+        kafka,
+        http_status,
+        rest_code,
+    }
+}
+
+impl BrokerError {
+    /// How this error is reported to Kafka and HTTP clients.
+    pub fn mapped(&self) -> Mapped {
+        match self {
+            BrokerError::Metadata(e) => map_metadata(e),
+            BrokerError::Log(e) => map_log(e),
+            BrokerError::UnknownTopic(_) => {
+                mapped(ResponseError::UnknownTopicOrPartition, 404, 40401)
+            }
+            BrokerError::UnknownPartition { .. } => {
+                mapped(ResponseError::UnknownTopicOrPartition, 404, 40402)
+            }
+            BrokerError::InvalidRequest(_) => mapped(ResponseError::InvalidRequest, 400, 40000),
+        }
+    }
+
+    /// The Kafka error code.
+    pub fn code(&self) -> i16 {
+        self.mapped().kafka.code()
+    }
+}
+
+fn map_metadata(e: &oxbow_metadata::Error) -> Mapped {
+    use oxbow_metadata::Error as E;
+    match e {
+        E::InvalidTopicName { .. } => mapped(ResponseError::InvalidTopicException, 422, 42202),
+        E::InvalidConfig { .. } => mapped(ResponseError::InvalidConfig, 422, 42205),
+        E::InvalidPartitions { .. } => mapped(ResponseError::InvalidPartitions, 422, 42206),
+        E::TopicExists(_) => mapped(ResponseError::TopicAlreadyExists, 409, 40902),
+        E::UnknownTopic(_) => mapped(ResponseError::UnknownTopicOrPartition, 404, 40401),
+        E::UnknownPartition { .. } => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
+        _ => match e.kind() {
+            MetaKind::Unavailable | MetaKind::Conflict => {
+                mapped(ResponseError::RequestTimedOut, 503, 50301)
+            }
+            MetaKind::Fenced => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
+            MetaKind::NotFound => mapped(ResponseError::UnknownTopicOrPartition, 404, 40401),
+            MetaKind::AlreadyExists => mapped(ResponseError::TopicAlreadyExists, 409, 40902),
+            MetaKind::Invalid => mapped(ResponseError::InvalidRequest, 422, 42200),
+            MetaKind::Data | MetaKind::Internal => {
+                mapped(ResponseError::UnknownServerError, 500, 50001)
+            }
+        },
+    }
+}
+
+fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
+    match e.kind() {
+        LogKind::Corrupt => mapped(ResponseError::CorruptMessage, 422, 42207),
+        LogKind::InvalidRecord => mapped(ResponseError::InvalidRecord, 422, 42208),
+        LogKind::TooLarge => mapped(ResponseError::MessageTooLarge, 413, 41301),
+        LogKind::OffsetOutOfRange => mapped(ResponseError::OffsetOutOfRange, 416, 41601),
+        LogKind::UnknownPartition => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
+        LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
+        LogKind::OutOfOrderSequence => mapped(ResponseError::OutOfOrderSequenceNumber, 409, 40903),
+        LogKind::ProducerFenced => mapped(ResponseError::InvalidProducerEpoch, 409, 40904),
+        LogKind::Retriable => mapped(ResponseError::KafkaStorageError, 503, 50303),
+        LogKind::DataCorruption => mapped(ResponseError::KafkaStorageError, 500, 50002),
+        LogKind::Unavailable => mapped(ResponseError::KafkaStorageError, 503, 50304),
+        LogKind::Internal => mapped(ResponseError::UnknownServerError, 500, 50001),
+    }
+}
+
+pub type Result<T, E = BrokerError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_kafka() {
+        let corrupt = BrokerError::Log(oxbow_segment_writer::Error::CorruptBatch("x".into()));
+        assert_eq!(corrupt.code(), 2);
+        let large =
+            BrokerError::Log(oxbow_segment_writer::Error::BatchTooLarge { size: 2, max: 1 });
+        assert_eq!(large.code(), 10);
+        assert_eq!(BrokerError::UnknownTopic("t".into()).code(), 3);
+        let name = BrokerError::Metadata(oxbow_metadata::Error::InvalidTopicName {
+            name: "a/b".into(),
+            reason: "r".into(),
+        });
+        assert_eq!(name.code(), 17);
+        assert_eq!(name.mapped().http_status, 422);
+        let exists = BrokerError::Metadata(oxbow_metadata::Error::TopicExists("t".into()));
+        assert_eq!(exists.code(), 36);
+    }
+}

@@ -1,0 +1,251 @@
+//! A minimal Confluent REST v3 admin API: the cluster and its topics.
+//!
+//! - `GET /v3/clusters`, `GET /v3/clusters/{c}`
+//! - `GET /v3/clusters/{c}/topics`, `POST /v3/clusters/{c}/topics` (201 with the topic)
+//! - `GET /v3/clusters/{c}/topics/{t}`, `DELETE /v3/clusters/{c}/topics/{t}` (204)
+//!
+//! Resources carry `kind`, `metadata.self` and their fields, like the REST Proxy's; `self`
+//! links are paths relative to this server (it does not know the address clients use).
+//! A cluster id other than this broker's is 404/40404. Request and response bodies are
+//! plain `application/json`.
+
+use super::body::{json, parse_json, require_json};
+use super::error::ApiError;
+use super::extract::{ApiPath, Body};
+use super::topics::existing_topic;
+use super::AppState;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use oxbow_metadata::{TopicMetadata, TopicSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Serialize)]
+struct ResourceMetadata {
+    #[serde(rename = "self")]
+    self_path: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ListMetadata {
+    #[serde(rename = "self")]
+    self_path: String,
+    next: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct List<T> {
+    kind: &'static str,
+    metadata: ListMetadata,
+    data: Vec<T>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterView {
+    kind: &'static str,
+    metadata: ResourceMetadata,
+    cluster_id: String,
+}
+
+#[derive(Debug, Serialize)]
+struct TopicView {
+    kind: &'static str,
+    metadata: ResourceMetadata,
+    cluster_id: String,
+    topic_name: String,
+    is_internal: bool,
+    replication_factor: i16,
+    partitions_count: usize,
+}
+
+/// `POST /v3/clusters/{c}/topics`.
+#[derive(Debug, Deserialize)]
+struct CreateTopicRequest {
+    topic_name: String,
+    /// Absent or -1: the broker's `default_partitions`.
+    #[serde(default)]
+    partitions_count: Option<i32>,
+    /// Absent or -1: 1. Kept for describe output only (see `TopicSpec`).
+    #[serde(default)]
+    replication_factor: Option<i16>,
+    #[serde(default)]
+    configs: Vec<ConfigEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ConfigEntry {
+    name: String,
+    /// `null` means "the default", so the entry is dropped.
+    value: Option<String>,
+}
+
+fn cluster_view(cluster_id: &str) -> ClusterView {
+    ClusterView {
+        kind: "KafkaCluster",
+        metadata: ResourceMetadata {
+            self_path: format!("/v3/clusters/{cluster_id}"),
+        },
+        cluster_id: cluster_id.to_string(),
+    }
+}
+
+fn topic_view(cluster_id: &str, t: &TopicMetadata) -> TopicView {
+    TopicView {
+        kind: "KafkaTopic",
+        metadata: ResourceMetadata {
+            self_path: format!("/v3/clusters/{cluster_id}/topics/{}", t.name),
+        },
+        cluster_id: cluster_id.to_string(),
+        topic_name: t.name.clone(),
+        is_internal: false,
+        replication_factor: t.replication_factor,
+        partitions_count: t.partitions.len(),
+    }
+}
+
+/// This broker's cluster id, if `cluster_id` is it.
+fn check_cluster<'a>(app: &'a AppState, cluster_id: &str) -> Result<&'a str, ApiError> {
+    let ours = app.http.broker.settings.cluster_id.as_str();
+    if cluster_id == ours {
+        Ok(ours)
+    } else {
+        Err(ApiError::unknown_cluster(cluster_id))
+    }
+}
+
+/// The topic spec a create request asks for, defaults filled in.
+fn topic_spec(request: CreateTopicRequest, default_partitions: i32) -> TopicSpec {
+    TopicSpec {
+        name: request.topic_name,
+        partitions: match request.partitions_count {
+            None | Some(-1) => default_partitions,
+            Some(n) => n,
+        },
+        replication_factor: match request.replication_factor {
+            None | Some(-1) => 1,
+            Some(n) => n,
+        },
+        configs: request
+            .configs
+            .into_iter()
+            .filter_map(|c| Some((c.name, c.value?)))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// `GET /v3/clusters`.
+pub(crate) async fn clusters(State(app): State<AppState>) -> Response {
+    let id = &app.http.broker.settings.cluster_id;
+    json(
+        StatusCode::OK,
+        &List {
+            kind: "KafkaClusterList",
+            metadata: ListMetadata {
+                self_path: "/v3/clusters".into(),
+                next: None,
+            },
+            data: vec![cluster_view(id)],
+        },
+    )
+}
+
+/// `GET /v3/clusters/{c}`.
+pub(crate) async fn cluster(
+    State(app): State<AppState>,
+    ApiPath(cluster_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    Ok(json(StatusCode::OK, &cluster_view(id)))
+}
+
+/// `GET /v3/clusters/{c}/topics`.
+pub(crate) async fn list_topics(
+    State(app): State<AppState>,
+    ApiPath(cluster_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    let data = app
+        .http
+        .broker
+        .topics()
+        .iter()
+        .map(|t| topic_view(id, t))
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &List {
+            kind: "KafkaTopicList",
+            metadata: ListMetadata {
+                self_path: format!("/v3/clusters/{id}/topics"),
+                next: None,
+            },
+            data,
+        },
+    ))
+}
+
+/// `POST /v3/clusters/{c}/topics`: 201 with the topic; 409/40902 if it exists.
+pub(crate) async fn create_topic(
+    State(app): State<AppState>,
+    ApiPath(cluster_id): ApiPath<String>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    require_json(&headers)?;
+    let request: CreateTopicRequest = parse_json(&body)?;
+    let broker = &app.http.broker;
+    let spec = topic_spec(request, broker.settings.default_partitions);
+    let created = broker.create_topic(spec).await?;
+    Ok(json(StatusCode::CREATED, &topic_view(id, &created)))
+}
+
+/// `GET /v3/clusters/{c}/topics/{t}`.
+pub(crate) async fn get_topic(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    let t = existing_topic(&app, &topic)?;
+    Ok(json(StatusCode::OK, &topic_view(id, &t)))
+}
+
+/// `DELETE /v3/clusters/{c}/topics/{t}`: 204; 404/40401 if there is no such topic.
+pub(crate) async fn delete_topic(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    check_cluster(&app, &cluster_id)?;
+    app.http.broker.delete_topic(&topic).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_request_defaults() {
+        let r: CreateTopicRequest = parse_json(br#"{"topic_name":"t"}"#).expect("parse");
+        let spec = topic_spec(r, 3);
+        assert_eq!((spec.partitions, spec.replication_factor), (3, 1));
+        assert!(spec.configs.is_empty());
+
+        let r: CreateTopicRequest = parse_json(
+            br#"{"topic_name":"t","partitions_count":6,"replication_factor":-1,
+                "configs":[{"name":"retention.ms","value":"1000"},{"name":"x","value":null}]}"#,
+        )
+        .expect("parse");
+        let spec = topic_spec(r, 3);
+        assert_eq!((spec.partitions, spec.replication_factor), (6, 1));
+        assert_eq!(
+            spec.configs.into_iter().collect::<Vec<_>>(),
+            vec![("retention.ms".to_string(), "1000".to_string())]
+        );
+
+        let e =
+            parse_json::<CreateTopicRequest>(br#"{"partitions_count":1}"#).expect_err("no name");
+        assert_eq!(e.error_code(), 42201);
+    }
+}

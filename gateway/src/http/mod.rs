@@ -1,0 +1,176 @@
+//! The HTTP/JSON API: Confluent REST Proxy v2 compatible topics, produce and simple reads,
+//! a minimal v3 admin API, and `/healthz`, `/readyz`, `/metrics`.
+//!
+//! [`router`] builds the whole API over a shared [`Broker`]; the server binds and serves
+//! it (and owns its shutdown). Handlers are thin: they parse, call the broker, and shape
+//! the answer; everything they share is in [`body`], [`extract`] and [`error`].
+//!
+//! # Endpoints
+//! - [`topics`]: `GET /topics`, `GET /topics/{t}`, `GET /topics/{t}/partitions[/{p}]`
+//! - [`produce`]: `POST /topics/{t}`, `POST /topics/{t}/partitions/{p}`
+//! - [`records`]: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`
+//! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`
+//! - [`health`]: `/healthz`, `/readyz`, `/metrics`
+//!
+//! # Errors
+//! Every error is `{"error_code": N, "message": "..."}` (`application/json`), where `N` is
+//! the HTTP status × 100 plus a detail, as in the REST Proxy. Broker failures use the one
+//! mapping in `crate::error` (e.g. 404/40401 unknown topic, 404/40402 unknown partition,
+//! 416/41601 offset out of range, 409/40902 topic exists, 422/42202 invalid topic name).
+//! The errors only HTTP has:
+//!
+//! | status | code  | when |
+//! |--------|-------|------|
+//! | 400    | 40001 | body is not JSON (syntax error, truncated, empty) |
+//! | 400    | 40002 | body could not be read |
+//! | 400    | 40003 | path is not UTF-8 after percent-decoding |
+//! | 404    | 40400 | no such endpoint |
+//! | 404    | 40402 | partition path segment is not a partition number |
+//! | 404    | 40404 | v3 cluster id is not this cluster's |
+//! | 405    | 40500 | method not allowed on this endpoint |
+//! | 406    | 40601 | `Accept` names no format this endpoint produces |
+//! | 413    | 41301 | body larger than [`BODY_BYTES_MAX`] |
+//! | 415    | 41501 | `Content-Type` missing or unsupported |
+//! | 422    | 42201 | JSON of the wrong shape (missing field, wrong type, empty `records`) |
+//! | 422    | 42203 | binary-format key or value is not base64 |
+//! | 422    | 42204 | query parameter missing or invalid |
+//! | 422    | 42209 | more than [`produce::RECORDS_PER_REQUEST_MAX`] records |
+//!
+//! Handlers reject through their own extractors ([`extract`]), and a last middleware turns
+//! any remaining non-JSON error (e.g. axum's own 405) into this shape, so a client never
+//! sees a plain-text error.
+
+pub mod admin_v3;
+pub mod body;
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod produce;
+pub mod records;
+pub mod topics;
+
+use crate::broker::Broker;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use error::ApiError;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Largest request body. Bounds the memory one request pins; a produce request of this
+/// size is already far more than one round trip should carry.
+pub const BODY_BYTES_MAX: usize = 32 << 20;
+
+/// How much of a non-JSON error body is kept as the message when it is rewritten as JSON.
+const ERROR_TEXT_BYTES_MAX: usize = 4 << 10;
+
+/// What the HTTP API needs from the server.
+#[derive(Clone)]
+pub struct HttpState {
+    pub broker: Arc<Broker>,
+    /// Raised once the broker serves traffic, lowered when shutdown begins (`/readyz`).
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The state handlers see: the server's plus what the API itself keeps.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) http: HttpState,
+    /// Rotates the partition unkeyed records of successive produce requests go to.
+    pub(crate) next_partition: Arc<AtomicU32>,
+}
+
+/// The whole HTTP API, ready for `axum::serve`.
+pub fn router(state: HttpState) -> Router {
+    let app = AppState {
+        http: state,
+        next_partition: Arc::new(AtomicU32::new(0)),
+    };
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/topics", get(topics::list))
+        .route(
+            "/topics/{topic}",
+            get(topics::describe).post(produce::to_topic),
+        )
+        .route("/topics/{topic}/partitions", get(topics::partitions))
+        .route(
+            "/topics/{topic}/partitions/{partition}",
+            get(topics::partition).post(produce::to_partition),
+        )
+        .route(
+            "/topics/{topic}/partitions/{partition}/records",
+            get(records::read),
+        )
+        .route("/v3/clusters", get(admin_v3::clusters))
+        .route("/v3/clusters/{cluster}", get(admin_v3::cluster))
+        .route(
+            "/v3/clusters/{cluster}/topics",
+            get(admin_v3::list_topics).post(admin_v3::create_topic),
+        )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}",
+            get(admin_v3::get_topic).delete(admin_v3::delete_topic),
+        )
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+async fn no_route(uri: Uri) -> ApiError {
+    ApiError::no_route(uri.path())
+}
+
+/// Counts every request and makes sure every error leaves as JSON.
+async fn observe(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    app.http
+        .broker
+        .metrics
+        .http_requests
+        .fetch_add(1, Ordering::Relaxed);
+    let response = next.run(request).await;
+    if !is_unshaped_error(&response) {
+        return response;
+    }
+    // An error from axum itself (405, or a rejection no extractor of ours wraps): keep its
+    // status, headers (e.g. `Allow`) and text, in the error JSON.
+    let status = response.status();
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, ERROR_TEXT_BYTES_MAX)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string()
+    } else {
+        text
+    };
+    let shaped = ApiError::from_status(status, message).into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let (shaped_parts, shaped_body) = shaped.into_parts();
+    parts.headers.extend(shaped_parts.headers);
+    Response::from_parts(parts, shaped_body)
+}
+
+/// An error response that is not JSON.
+fn is_unshaped_error(response: &Response) -> bool {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return false;
+    }
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    !json
+}

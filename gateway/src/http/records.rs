@@ -1,0 +1,232 @@
+//! Simple reads: `GET /topics/{t}/partitions/{p}/records?offset=N&max_bytes=M&timeout=MS`.
+//!
+//! Returns the records at or after `offset` (required: a reader always knows where it
+//! is), as `[{"topic","key","value","partition","offset"}]`, in the embedded format the
+//! `Accept` header asks for (see [`super::body::read_format`]):
+//! - binary: keys and values as base64 strings;
+//! - JSON: a stored key or value that is valid JSON is returned as that JSON value;
+//!   anything else (bytes written by a non-JSON producer) as a JSON string of its UTF-8
+//!   text, invalid sequences replaced by U+FFFD. Reading never fails on content.
+//!
+//! `max_bytes` (default 1 MiB, at most [`READ_BYTES_MAX`]) bounds, as in Confluent's REST
+//! Proxy, the unencoded key and value bytes returned; the first record is always returned
+//! so a reader never gets stuck on a large one.
+//! `timeout` (default 1 s, at most [`READ_TIMEOUT_MAX`]) is how long to wait at the end of
+//! the log for records to arrive (a long poll); an empty array means none came. An offset
+//! outside the log is 416/41601.
+
+use super::body::{json_response, read_format, EmbeddedFormat};
+use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery};
+use super::topics::{existing_partition, existing_topic};
+use super::AppState;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use base64::prelude::{Engine, BASE64_STANDARD};
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Default `max_bytes`.
+pub const READ_BYTES_DEFAULT: usize = 1 << 20;
+/// Largest `max_bytes`: bounds the memory and response size of one read.
+pub const READ_BYTES_MAX: usize = 64 << 20;
+/// Default `timeout`.
+pub const READ_TIMEOUT_DEFAULT: Duration = Duration::from_millis(1000);
+/// Longest `timeout`: longer polls hold a connection and a task for little gain.
+pub const READ_TIMEOUT_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Serialize)]
+struct RecordView<'a> {
+    topic: &'a str,
+    key: Option<Box<RawValue>>,
+    value: Option<Box<RawValue>>,
+    partition: i32,
+    offset: i64,
+}
+
+/// The parsed query of a read.
+#[derive(Debug, PartialEq, Eq)]
+struct ReadParams {
+    offset: i64,
+    max_bytes: usize,
+    timeout: Duration,
+}
+
+fn parse_u64(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+    query
+        .get(name)
+        .map(|raw| {
+            raw.trim().parse::<u64>().map_err(|_| {
+                ApiError::invalid_parameter(format!(
+                    "query parameter '{name}' must be a non-negative integer, got '{raw}'"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError> {
+    let offset = parse_u64(query, "offset")?
+        .ok_or_else(|| ApiError::invalid_parameter("query parameter 'offset' is required"))?;
+    let offset = i64::try_from(offset)
+        .map_err(|_| ApiError::invalid_parameter(format!("offset {offset} is too large")))?;
+    let max_bytes = match parse_u64(query, "max_bytes")? {
+        None => READ_BYTES_DEFAULT,
+        Some(0) => return Err(ApiError::invalid_parameter("max_bytes must be at least 1")),
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(READ_BYTES_MAX),
+    };
+    let timeout = parse_u64(query, "timeout")?
+        .map_or(READ_TIMEOUT_DEFAULT, Duration::from_millis)
+        .min(READ_TIMEOUT_MAX);
+    Ok(ReadParams {
+        offset,
+        max_bytes,
+        timeout,
+    })
+}
+
+/// One stored key or value as the response embeds it.
+fn embed(format: EmbeddedFormat, data: Option<&Bytes>) -> Result<Option<Box<RawValue>>, ApiError> {
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    let raw = match format {
+        EmbeddedFormat::Binary => serde_json::value::to_raw_value(&BASE64_STANDARD.encode(data)),
+        EmbeddedFormat::Json => match std::str::from_utf8(data)
+            .ok()
+            .and_then(|s| serde_json::from_str::<Box<RawValue>>(s).ok())
+        {
+            // Re-embedded as stored: no re-ordering or re-spelling of what the producer sent.
+            Some(raw) => Ok(raw),
+            None => serde_json::value::to_raw_value(&String::from_utf8_lossy(data)),
+        },
+    };
+    raw.map(Some)
+        .map_err(|e| ApiError::internal(format!("could not embed a record: {e}")))
+}
+
+/// `GET /topics/{t}/partitions/{p}/records`.
+pub(crate) async fn read(
+    State(app): State<AppState>,
+    ApiPath((topic, partition)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let format = read_format(&headers)?;
+    let params = parse_params(&query)?;
+    let topic = existing_topic(&app, &topic)?;
+    let partition = existing_partition(&topic, &partition)?.partition;
+    let result = app
+        .http
+        .broker
+        .read(
+            &topic,
+            partition,
+            params.offset,
+            params.max_bytes,
+            true,
+            params.timeout,
+        )
+        .await?;
+    let records = crate::records::decode(&result.batches, params.offset).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            50002,
+            format!(
+                "could not decode stored records of {}-{partition}: {e}",
+                topic.name
+            ),
+        )
+    })?;
+    let mut budget = params.max_bytes;
+    let within_budget = records.iter().enumerate().take_while(|(i, r)| {
+        let size = r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len());
+        let fits = *i == 0 || size <= budget;
+        budget = budget.saturating_sub(size);
+        fits
+    });
+    let views = within_budget
+        .map(|(_, r)| {
+            Ok(RecordView {
+                topic: &topic.name,
+                key: embed(format, r.key.as_ref())?,
+                value: embed(format, r.value.as_ref())?,
+                partition,
+                offset: r.offset,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(json_response(StatusCode::OK, format.content_type(), &views))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn params_defaults_and_caps() {
+        assert_eq!(
+            parse_params(&query(&[("offset", "5")])),
+            Ok(ReadParams {
+                offset: 5,
+                max_bytes: READ_BYTES_DEFAULT,
+                timeout: READ_TIMEOUT_DEFAULT
+            })
+        );
+        let p = parse_params(&query(&[
+            ("offset", "0"),
+            ("max_bytes", "999999999999"),
+            ("timeout", "99999999"),
+        ]))
+        .expect("params");
+        assert_eq!((p.max_bytes, p.timeout), (READ_BYTES_MAX, READ_TIMEOUT_MAX));
+        for bad in [
+            query(&[]),
+            query(&[("offset", "-1")]),
+            query(&[("offset", "x")]),
+            query(&[("offset", "0"), ("max_bytes", "0")]),
+            query(&[("offset", "0"), ("timeout", "soon")]),
+        ] {
+            let e = parse_params(&bad).expect_err("invalid");
+            assert_eq!(
+                (e.status(), e.error_code()),
+                (StatusCode::UNPROCESSABLE_ENTITY, 42204)
+            );
+        }
+    }
+
+    #[test]
+    fn embedding() {
+        let b = |s: &[u8]| Bytes::from(s.to_vec());
+        let get = |f, d: &[u8]| {
+            embed(f, Some(&b(d)))
+                .expect("embed")
+                .map(|r| r.get().to_string())
+        };
+        assert_eq!(get(EmbeddedFormat::Binary, b"key"), Some("\"a2V5\"".into()));
+        assert_eq!(
+            get(EmbeddedFormat::Json, br#"{"b":1,"a":2}"#),
+            Some(r#"{"b":1,"a":2}"#.into())
+        );
+        assert_eq!(
+            get(EmbeddedFormat::Json, b"plain text"),
+            Some("\"plain text\"".into())
+        );
+        assert_eq!(
+            get(EmbeddedFormat::Json, b"\xff"),
+            Some("\"\u{fffd}\"".into())
+        );
+        assert!(embed(EmbeddedFormat::Json, None).expect("null").is_none());
+    }
+}

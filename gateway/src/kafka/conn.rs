@@ -1,0 +1,137 @@
+//! One client connection: read frames, run each request's ordered part in turn, and write
+//! responses in request order while their waiting parts complete concurrently.
+//!
+//! Lifecycle: runs until the client closes, a frame is malformed or oversized (the
+//! connection is closed, as Kafka does; other connections are untouched), or shutdown —
+//! then it stops reading, answers every request already read, and closes.
+
+use super::frame::{self, FrameError};
+use super::handlers::{self, Reply};
+use super::versions;
+use crate::broker::Broker;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
+use futures::FutureExt;
+use kafka_protocol::messages::{ApiKey, RequestKind};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+
+/// Most requests of one connection being worked on at once; past it, reading pauses
+/// (backpressure to the client instead of unbounded memory).
+const IN_FLIGHT_MAX: usize = 128;
+
+/// What a finished request puts on the wire.
+enum Outgoing {
+    Send(Bytes),
+    /// Nothing (`acks=0`).
+    Nothing,
+    /// The response could not be encoded: close rather than leave the client waiting.
+    Close,
+}
+
+type Pending = BoxFuture<'static, Outgoing>;
+
+pub async fn run(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (read_half, mut write_half) = stream.into_split();
+    let codec = LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(broker.settings.max_request_bytes)
+        .new_codec();
+    // `FramedRead::next` is cancel-safe, so it can sit in the select below.
+    let mut frames = FramedRead::new(read_half, codec);
+    let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
+    let mut closing = false;
+    let mut result = Ok(());
+    loop {
+        if closing && pending.is_empty() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            Some(response) = pending.next(), if !pending.is_empty() => match response {
+                Outgoing::Send(bytes) => {
+                    broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    write_half.write_all(&bytes).await?;
+                }
+                Outgoing::Nothing => {}
+                Outgoing::Close => {
+                    result = Err(anyhow::anyhow!("a response could not be encoded"));
+                    break;
+                }
+            },
+            frame = frames.next(), if !closing && pending.len() < IN_FLIGHT_MAX => match frame {
+                None => closing = true,
+                Some(Err(e)) => {
+                    broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "closing connection: bad frame");
+                    result = Err(e.into());
+                    closing = true;
+                }
+                Some(Ok(frame)) => {
+                    broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
+                    match dispatch(&broker, frame.freeze()).await {
+                        Ok(p) => pending.push_back(p),
+                        Err(e) => {
+                            broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(error = %e, "closing connection: request cannot be served");
+                            result = Err(e.into());
+                            closing = true;
+                        }
+                    }
+                }
+            },
+            _ = shutdown.cancelled(), if !closing => closing = true,
+        }
+    }
+    let _ = write_half.shutdown().await;
+    result
+}
+
+/// Runs the ordered part of one request and returns its response-to-be.
+async fn dispatch(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Pending, FrameError> {
+    let p = frame::prelude(&frame)?;
+    broker.metrics.count_request(p.api_key);
+    let key = ApiKey::try_from(p.api_key).map_err(|_| FrameError::UnknownApiKey(p.api_key))?;
+    if key == ApiKey::ApiVersions && !versions::supports(key, p.api_version) {
+        // KIP-511: answer in the v0 layout with the versions we do support, so the client
+        // can retry with one of them.
+        let bytes = handlers::api_versions::unsupported_version_response(p.correlation_id);
+        return Ok(async move { Outgoing::Send(bytes) }.boxed());
+    }
+    if !versions::supports(key, p.api_version) {
+        return Err(FrameError::UnsupportedVersion {
+            key,
+            version: p.api_version,
+        });
+    }
+    let version = p.api_version;
+    let header = frame::decode_header(key, version, &mut frame)?;
+    let request = RequestKind::decode(key, &mut frame, version)
+        .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+    let correlation_id = header.correlation_id;
+    let reply = handlers::handle(broker, &header, request).await;
+    let encode = move |body| match frame::encode_response(key, version, correlation_id, &body) {
+        Ok(b) => Outgoing::Send(b),
+        Err(e) => {
+            tracing::error!(error = %e, ?key, version, "cannot encode response; closing the connection");
+            Outgoing::Close
+        }
+    };
+    Ok(match reply {
+        Reply::Now(body) => {
+            let bytes = encode(*body);
+            async move { bytes }.boxed()
+        }
+        Reply::Later(fut) => async move { encode(fut.await) }.boxed(),
+        Reply::NoResponse => async { Outgoing::Nothing }.boxed(),
+    })
+}

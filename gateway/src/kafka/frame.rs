@@ -1,0 +1,142 @@
+//! Sans-I/O framing: a Kafka frame is a 4-byte big-endian length and that many bytes; a
+//! request frame starts with the request header.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+/// Why a frame cannot be served; every case closes the connection (as Kafka does), since the
+/// stream can no longer be trusted to be in sync.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {size} bytes exceeds --max-request-bytes {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("negative frame length {0}")]
+    NegativeLength(i32),
+    #[error("frame too short for a request header ({0} bytes)")]
+    TooShort(usize),
+    #[error("unknown API key {0}")]
+    UnknownApiKey(i16),
+    #[error("{key:?} version {version} is not supported")]
+    UnsupportedVersion { key: ApiKey, version: i16 },
+    #[error("malformed request: {0}")]
+    Malformed(String),
+}
+
+/// Checks a frame length prefix against the limit.
+pub fn check_length(length: i32, max: usize) -> Result<usize, FrameError> {
+    let size = usize::try_from(length).map_err(|_| FrameError::NegativeLength(length))?;
+    if size > max {
+        return Err(FrameError::TooLarge { size, max });
+    }
+    Ok(size)
+}
+
+/// The first fields of every request header, readable before knowing the header version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prelude {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+}
+
+pub fn prelude(frame: &[u8]) -> Result<Prelude, FrameError> {
+    if frame.len() < 8 {
+        return Err(FrameError::TooShort(frame.len()));
+    }
+    let mut b = frame;
+    Ok(Prelude {
+        api_key: b.get_i16(),
+        api_version: b.get_i16(),
+        correlation_id: b.get_i32(),
+    })
+}
+
+/// Decodes the request header (its version follows from the API and version), leaving
+/// `frame` at the request body.
+pub fn decode_header(
+    key: ApiKey,
+    version: i16,
+    frame: &mut Bytes,
+) -> Result<RequestHeader, FrameError> {
+    let header_version = key.request_header_version(version);
+    RequestHeader::decode(frame, header_version).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Encodes a whole response frame: length, header, body.
+pub fn encode_response(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> anyhow::Result<Bytes> {
+    encode_with(key, version, correlation_id, |buf| {
+        body.encode(buf, version)
+    })
+}
+
+/// Encodes a whole response frame whose body is written by `body`.
+pub fn encode_with(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+) -> anyhow::Result<Bytes> {
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = key.response_header_version(version);
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, header_version)?;
+    body(&mut buf)?;
+    let len = i32::try_from(buf.len() - 4)?;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::ApiVersionsRequest;
+
+    #[test]
+    fn lengths_are_bounded() {
+        assert!(check_length(10, 100).is_ok());
+        assert!(matches!(
+            check_length(101, 100),
+            Err(FrameError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            check_length(-1, 100),
+            Err(FrameError::NegativeLength(-1))
+        ));
+    }
+
+    #[test]
+    fn header_round_trip() {
+        let mut buf = BytesMut::new();
+        let header = RequestHeader::default()
+            .with_request_api_key(18)
+            .with_request_api_version(3)
+            .with_correlation_id(42);
+        header
+            .encode(&mut buf, ApiKey::ApiVersions.request_header_version(3))
+            .expect("encode");
+        ApiVersionsRequest::default()
+            .encode(&mut buf, 3)
+            .expect("encode");
+        let p = prelude(&buf).expect("prelude");
+        assert_eq!(
+            p,
+            Prelude {
+                api_key: 18,
+                api_version: 3,
+                correlation_id: 42
+            }
+        );
+        let mut frame = buf.freeze();
+        let h = decode_header(ApiKey::ApiVersions, 3, &mut frame).expect("header");
+        assert_eq!(h.correlation_id, 42);
+        assert!(ApiVersionsRequest::decode(&mut frame, 3).is_ok());
+        assert!(prelude(&[0, 1]).is_err());
+    }
+}

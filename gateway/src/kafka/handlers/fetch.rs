@@ -1,0 +1,161 @@
+//! Fetch: whole batches below the high watermark, honouring `max_bytes` (at least one batch,
+//! KIP-74), `partition_max_bytes`, and the long poll: the response waits until `min_bytes`
+//! are available or `max_wait_ms` passes. Fetch sessions (KIP-227) are not kept: the
+//! response's session id 0 tells clients to send full requests.
+
+use super::{topic_name, Reply};
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
+use oxbow_segment_writer::Partition;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest long poll honoured, whatever the client asks.
+const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
+
+struct Wanted {
+    topic: String,
+    partition: i32,
+    fetch_offset: i64,
+    partition_max_bytes: usize,
+    current_leader_epoch: i32,
+}
+
+enum Source {
+    Ready(Arc<Partition>),
+    Failed(i16),
+}
+
+pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(async move { ResponseKind::Fetch(fetch(broker, req, version).await) }.boxed())
+}
+
+async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    let mut wanted = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            wanted.push(Wanted {
+                topic: t.topic.0.to_string(),
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                partition_max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                current_leader_epoch: p.current_leader_epoch,
+            });
+        }
+    }
+    let mut sources = Vec::with_capacity(wanted.len());
+    let mut watches = Vec::new();
+    for w in &wanted {
+        let source = match broker.topic(&w.topic) {
+            None => Source::Failed(ResponseError::UnknownTopicOrPartition.code()),
+            Some(topic) => match broker.partition(&topic, w.partition).await {
+                Err(e) => Source::Failed(e.code()),
+                Ok(p) => match p.leader_epoch() {
+                    Ok(epoch) if w.current_leader_epoch >= 0 && w.current_leader_epoch < epoch => {
+                        Source::Failed(ResponseError::FencedLeaderEpoch.code())
+                    }
+                    Ok(epoch) if w.current_leader_epoch > epoch => {
+                        Source::Failed(ResponseError::UnknownLeaderEpoch.code())
+                    }
+                    _ => {
+                        // Subscribed before the first read, so no append in between is missed.
+                        watches.push(p.subscribe());
+                        Source::Ready(p)
+                    }
+                },
+            },
+        };
+        sources.push(source);
+    }
+    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
+    let max_wait =
+        Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT_CAP);
+    let deadline = tokio::time::Instant::now() + max_wait;
+    loop {
+        let (partitions, total) = read_all(&broker, &wanted, &sources, max_bytes, version).await;
+        let errors = partitions.iter().any(|(_, d)| d.error_code != 0);
+        if total >= min_bytes
+            || errors
+            || tokio::time::Instant::now() >= deadline
+            || watches.is_empty()
+        {
+            return respond(partitions);
+        }
+        let changed = futures::future::select_all(watches.iter_mut().map(|w| w.changed().boxed()));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            let (partitions, _) = read_all(&broker, &wanted, &sources, max_bytes, version).await;
+            return respond(partitions);
+        }
+    }
+}
+
+async fn read_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    sources: &[Source],
+    max_bytes: usize,
+    version: i16,
+) -> (Vec<(String, PartitionData)>, usize) {
+    // log_start_offset exists from v5.
+    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(wanted.len());
+    for (w, source) in wanted.iter().zip(sources) {
+        let data = PartitionData::default().with_partition_index(w.partition);
+        let data = match source {
+            Source::Failed(code) => data.with_error_code(*code).with_high_watermark(-1),
+            Source::Ready(p) => {
+                let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(total));
+                // KIP-74: the first batch of the response is returned even if it exceeds the
+                // limits, so a large batch can never stall a consumer.
+                let min_one = total == 0;
+                match broker.log.read(p, w.fetch_offset, budget, min_one).await {
+                    Ok(r) => {
+                        let size = r.bytes();
+                        total += size;
+                        let mut records = BytesMut::with_capacity(size);
+                        for b in &r.batches {
+                            records.extend_from_slice(b);
+                        }
+                        data.with_high_watermark(r.high_watermark)
+                            .with_last_stable_offset(r.high_watermark)
+                            .with_log_start_offset(log_start(r.log_start_offset))
+                            .with_records(Some(records.freeze()))
+                    }
+                    Err(e) => {
+                        let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
+                        data.with_error_code(BrokerError::from(e).code())
+                            .with_high_watermark(hw)
+                            .with_last_stable_offset(hw)
+                            .with_log_start_offset(log_start(start))
+                            .with_records(Some(Bytes::new()))
+                    }
+                }
+            }
+        };
+        out.push((w.topic.clone(), data));
+    }
+    (out, total)
+}
+
+fn respond(partitions: Vec<(String, PartitionData)>) -> FetchResponse {
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    for (name, data) in partitions {
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == name => t.partitions.push(data),
+            _ => topics.push(
+                FetchableTopicResponse::default()
+                    .with_topic(topic_name(&name))
+                    .with_partitions(vec![data]),
+            ),
+        }
+    }
+    FetchResponse::default().with_responses(topics)
+}

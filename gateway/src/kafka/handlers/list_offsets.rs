@@ -1,0 +1,74 @@
+//! ListOffsets: earliest (-2), latest (-1, the high watermark) or the first offset at or
+//! after a timestamp.
+
+use super::topic_name;
+use crate::broker::Broker;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use std::sync::Arc;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let topic = broker.topic(&name);
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            let Some(topic) = &topic else {
+                partitions.push(
+                    r.with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                );
+                continue;
+            };
+            let epoch = topic
+                .partition(p.partition_index)
+                .map(|s| s.leader_epoch)
+                .unwrap_or(-1);
+            if p.current_leader_epoch >= 0 && p.current_leader_epoch != epoch {
+                let code = if p.current_leader_epoch < epoch {
+                    ResponseError::FencedLeaderEpoch
+                } else {
+                    ResponseError::UnknownLeaderEpoch
+                };
+                partitions.push(
+                    r.with_error_code(code.code())
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                );
+                continue;
+            }
+            partitions.push(
+                match broker
+                    .list_offset(topic, p.partition_index, p.timestamp)
+                    .await
+                {
+                    Ok((offset, timestamp)) => r
+                        .with_offset(offset)
+                        .with_timestamp(timestamp)
+                        // The field exists from v4; older versions must leave it unset.
+                        .with_leader_epoch(if version >= 4 { epoch } else { -1 }),
+                    Err(e) => r
+                        .with_error_code(e.code())
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                },
+            );
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}

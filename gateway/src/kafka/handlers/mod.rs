@@ -1,0 +1,82 @@
+//! One module per Kafka API. Each takes the decoded request and returns the response body;
+//! APIs that wait (produce durability, fetch long-poll) return the waiting part as a future.
+
+pub mod api_versions;
+mod cluster;
+mod configs;
+mod fetch;
+mod leader_epoch;
+mod list_offsets;
+mod metadata;
+mod produce;
+mod producer_id;
+mod topics;
+
+use crate::broker::Broker;
+use futures::future::BoxFuture;
+use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::sync::Arc;
+
+/// A handler's answer.
+pub enum Reply {
+    /// The response, ready now.
+    Now(Box<ResponseKind>),
+    /// The response, once the future completes (responses still go out in request order).
+    Later(BoxFuture<'static, ResponseKind>),
+    /// No response at all (`acks=0` produce).
+    NoResponse,
+}
+
+/// Runs the ordered part of a request. Only versions in [`super::versions::SUPPORTED`]
+/// reach here.
+pub async fn handle(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKind) -> Reply {
+    let v = header.request_api_version;
+    let response = match request {
+        RequestKind::Produce(r) => return produce::handle(broker, r, v).await,
+        RequestKind::Fetch(r) => return fetch::handle(broker, r, v),
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(topics::create(broker, r, v).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(topics::delete(broker, r, v).await)
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(topics::create_partitions(broker, r).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(configs::describe(broker, r, v))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(cluster::describe(broker, r))
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(cluster::find_coordinator(broker, r, v))
+        }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(producer_id::init(broker, r).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)
+        }
+        other => {
+            // Unreachable: the connection refuses versions not in SUPPORTED before decoding.
+            tracing::error!(request = ?std::mem::discriminant(&other), "request of an unadvertised API reached a handler");
+            return Reply::NoResponse;
+        }
+    };
+    Reply::Now(Box::new(response))
+}
+
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}

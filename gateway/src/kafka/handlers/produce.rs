@@ -1,0 +1,153 @@
+//! Produce: every partition's batch is appended in request order (the ordered part); the
+//! response waits until each is as durable as `acks` asks, or the request's timeout.
+
+use super::{str_bytes, topic_name, Reply};
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use futures::FutureExt;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use oxbow_segment_writer::{Acks, PendingAppend};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Used when a client sends no positive timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+enum Outcome {
+    Pending {
+        pending: PendingAppend,
+        log_start_offset: i64,
+    },
+    Failed(i16, String),
+}
+
+fn error_response(
+    version: i16,
+    index: i32,
+    code: i16,
+    message: String,
+) -> PartitionProduceResponse {
+    // error_message exists from v8.
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1)
+        .with_error_message((version >= 8).then(|| str_bytes(&message)))
+}
+
+pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
+    let acks = if req.acks == -1 {
+        Acks::All
+    } else {
+        Acks::Leader
+    };
+    let acks_invalid = !(-1..=1).contains(&req.acks);
+    let transactional = req.transactional_id.is_some();
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for t in req.topic_data {
+        let name = t.name.0.to_string();
+        let topic = broker.topic(&name);
+        let mut partitions = Vec::with_capacity(t.partition_data.len());
+        for p in t.partition_data {
+            let outcome = if acks_invalid {
+                Outcome::Failed(
+                    ResponseError::InvalidRequiredAcks.code(),
+                    format!("acks must be 0, 1 or -1, not {}", req.acks),
+                )
+            } else if transactional {
+                Outcome::Failed(
+                    ResponseError::InvalidRequest.code(),
+                    "transactional produce is not supported yet".into(),
+                )
+            } else {
+                match (&topic, p.records) {
+                    (None, _) => Outcome::Failed(
+                        ResponseError::UnknownTopicOrPartition.code(),
+                        format!("topic '{name}' does not exist"),
+                    ),
+                    (Some(_), None) => Outcome::Failed(
+                        ResponseError::CorruptMessage.code(),
+                        "no record batch".into(),
+                    ),
+                    (Some(topic), Some(records)) => {
+                        match broker.produce_pending(topic, p.index, &records, acks).await {
+                            Ok(pending) => Outcome::Pending {
+                                pending,
+                                log_start_offset: topic
+                                    .partition(p.index)
+                                    .map(|s| s.log_start_offset)
+                                    .unwrap_or(0),
+                            },
+                            Err(e) => {
+                                log_rejection(&name, p.index, &e);
+                                Outcome::Failed(e.code(), e.to_string())
+                            }
+                        }
+                    }
+                }
+            };
+            partitions.push((p.index, outcome));
+        }
+        topics.push((name, partitions));
+    }
+    if req.acks == 0 {
+        return Reply::NoResponse;
+    }
+    let timeout = u64::try_from(req.timeout_ms)
+        .ok()
+        .filter(|t| *t > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_TIMEOUT);
+    Reply::Later(
+        async move {
+            let mut responses = Vec::with_capacity(topics.len());
+            for (name, partitions) in topics {
+                let mut out = Vec::with_capacity(partitions.len());
+                for (index, outcome) in partitions {
+                    out.push(match outcome {
+                        Outcome::Failed(code, message) => {
+                            error_response(version, index, code, message)
+                        }
+                        Outcome::Pending {
+                            pending,
+                            log_start_offset,
+                        } => match tokio::time::timeout(timeout, pending.wait()).await {
+                            Ok(Ok(a)) => PartitionProduceResponse::default()
+                                .with_index(index)
+                                .with_base_offset(a.base_offset)
+                                .with_log_append_time_ms(a.log_append_time_ms)
+                                .with_log_start_offset(if version >= 5 {
+                                    log_start_offset
+                                } else {
+                                    -1
+                                }),
+                            Ok(Err(e)) => {
+                                let e = BrokerError::from(e);
+                                error_response(version, index, e.code(), e.to_string())
+                            }
+                            Err(_) => error_response(
+                                version,
+                                index,
+                                ResponseError::RequestTimedOut.code(),
+                                "not durable within the request timeout".into(),
+                            ),
+                        },
+                    });
+                }
+                responses.push(
+                    TopicProduceResponse::default()
+                        .with_name(topic_name(&name))
+                        .with_partition_responses(out),
+                );
+            }
+            ResponseKind::Produce(ProduceResponse::default().with_responses(responses))
+        }
+        .boxed(),
+    )
+}
+
+fn log_rejection(topic: &str, partition: i32, e: &BrokerError) {
+    tracing::debug!(topic, partition, error = %e, "produce rejected");
+}

@@ -1,0 +1,54 @@
+//! The Kafka API versions this broker implements fully, and only those are advertised.
+
+use kafka_protocol::messages::ApiKey;
+
+/// (API, min version, max version) implemented. Lower bounds follow what Kafka 4 still
+/// accepts (KIP-896); upper bounds stop before versions whose semantics are not built yet
+/// (e.g. Fetch 13+ by topic id is supported through names only up to 12).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The supported range of `key`, if any.
+pub fn range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (*min, *max))
+}
+
+/// Whether `version` of `key` is implemented.
+pub fn supports(key: ApiKey, version: i16) -> bool {
+    range(key).is_some_and(|(min, max)| (min..=max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_versions_are_within_the_codec() {
+        for (key, min, max) in SUPPORTED {
+            let codec = key.valid_versions();
+            assert!(
+                codec.min <= *min && *max <= codec.max,
+                "{key:?} {min}..={max} outside codec {codec}"
+            );
+        }
+        assert!(supports(ApiKey::ApiVersions, 3));
+        assert!(!supports(ApiKey::ApiVersions, 4));
+        assert!(!supports(ApiKey::JoinGroup, 0));
+    }
+}

@@ -1,0 +1,20 @@
+//! The Oxbow broker edge: the Kafka wire protocol server, the HTTP/JSON API and the admin CLI.
+//!
+//! # Layout
+//! - [`broker`]: the operations both front ends share, over metadata and the log.
+//! - [`kafka`]: the Kafka protocol server (framing, pipelining, one handler per API).
+//! - [`http`]: the HTTP/JSON API (Confluent REST Proxy v2 compatible) and health/metrics.
+//! - [`error`]: the one mapping from internal errors to Kafka codes and HTTP statuses.
+//! - [`server`]: `oxbow serve`: settings, start-up, graceful shutdown.
+//! - [`client`], [`cli`]: a small Kafka client and the CLI subcommands built on it.
+
+pub mod broker;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod kafka;
+pub mod metrics;
+pub mod records;
+pub mod server;

@@ -1,0 +1,74 @@
+//! `oxbow`: the broker (`oxbow serve`) and the CLI that talks to one.
+
+use clap::{Parser, Subcommand};
+use oxbow_gateway::cli;
+use oxbow_gateway::server::{self, LogFormat, ServeArgs};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "oxbow",
+    version,
+    about = "Oxbow: a Kafka-compatible log on object storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker.
+    Serve(ServeArgs),
+    /// Create, list, describe and delete topics.
+    Topics(cli::TopicsArgs),
+    /// Produce lines from stdin to a topic.
+    Produce(cli::ProduceArgs),
+    /// Print a topic's records to stdout.
+    Consume(cli::ConsumeArgs),
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OXBOW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => {
+                init_tracing(args.log_format);
+                server::serve(args).await
+            }
+            Command::Topics(args) => cli::topics::run(args).await,
+            Command::Produce(args) => cli::produce::run(args).await,
+            Command::Consume(args) => cli::consume::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

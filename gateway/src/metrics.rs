@@ -1,0 +1,228 @@
+//! Counters exported on `/metrics` in the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Number of Kafka API keys tracked (keys above are counted as the last slot).
+const API_KEYS: usize = 100;
+
+/// Broker-level counters. Cheap atomics, written on every request.
+pub struct Metrics {
+    pub connections_open: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub requests: [AtomicU64; API_KEYS],
+    pub request_errors: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub http_requests: AtomicU64,
+    pub produced_records_http: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connections_open: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            request_errors: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            http_requests: AtomicU64::new(0),
+            produced_records_http: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count_request(&self, api_key: i16) {
+        let slot = usize::try_from(api_key).unwrap_or(0).min(API_KEYS - 1);
+        self.requests[slot].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Appends one metric in Prometheus text format.
+pub fn write_metric(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(String, f64)],
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
+/// Renders every broker metric.
+pub fn render(broker: &crate::broker::Broker) -> String {
+    let m = &broker.metrics;
+    let l = &broker.log.metrics;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+    let one = |v: f64| vec![(String::new(), v)];
+    let mut out = String::new();
+    write_metric(
+        &mut out,
+        "oxbow_connections_open",
+        "gauge",
+        "Open Kafka connections.",
+        &one(get(&m.connections_open)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_connections_total",
+        "counter",
+        "Kafka connections accepted.",
+        &one(get(&m.connections_total)),
+    );
+    let per_api: Vec<(String, f64)> = m
+        .requests
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.load(Ordering::Relaxed) > 0)
+        .map(|(k, c)| (format!("api_key=\"{k}\""), get(c)))
+        .collect();
+    write_metric(
+        &mut out,
+        "oxbow_kafka_requests_total",
+        "counter",
+        "Kafka requests by API key.",
+        &per_api,
+    );
+    write_metric(
+        &mut out,
+        "oxbow_kafka_request_errors_total",
+        "counter",
+        "Kafka requests that closed the connection.",
+        &one(get(&m.request_errors)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_kafka_bytes_in_total",
+        "counter",
+        "Kafka request bytes received.",
+        &one(get(&m.bytes_in)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_kafka_bytes_out_total",
+        "counter",
+        "Kafka response bytes sent.",
+        &one(get(&m.bytes_out)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_http_requests_total",
+        "counter",
+        "HTTP requests served.",
+        &one(get(&m.http_requests)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_appended_batches_total",
+        "counter",
+        "Record batches appended.",
+        &one(get(&l.appended_batches)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_appended_records_total",
+        "counter",
+        "Records appended.",
+        &one(get(&l.appended_records)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_appended_bytes_total",
+        "counter",
+        "Record batch bytes appended.",
+        &one(get(&l.appended_bytes)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_objects_uploaded_total",
+        "counter",
+        "Sealed objects uploaded.",
+        &one(get(&l.objects_uploaded)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_object_bytes_uploaded_total",
+        "counter",
+        "Bytes of sealed objects uploaded.",
+        &one(get(&l.object_bytes_uploaded)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_upload_failures_total",
+        "counter",
+        "Failed uploads or catalog commits (retried).",
+        &one(get(&l.upload_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_object_reads_total",
+        "counter",
+        "Ranged GETs from the object store.",
+        &one(get(&l.object_reads)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_read_cache_hits_total",
+        "counter",
+        "Object reads served by the read cache.",
+        &one(get(&l.cache_hits)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_checksum_failures_total",
+        "counter",
+        "Object ranges that failed their checksum.",
+        &one(get(&l.checksum_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_wal_bytes",
+        "gauge",
+        "Bytes held in the WAL on disk.",
+        &one(broker.log.wal_bytes() as f64),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_unsealed_bytes",
+        "gauge",
+        "Bytes durable in the WAL, not yet in the object store.",
+        &one(broker.log.unsealed_bytes() as f64),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_read_cache_bytes",
+        "gauge",
+        "Bytes held in the read cache.",
+        &one(broker.log.cache_usage_bytes() as f64),
+    );
+    let mut hw = Vec::new();
+    for p in broker.log.open_partitions() {
+        if let Ok((start, high, _)) = p.offsets() {
+            let labels = format!(
+                "topic=\"{}\",partition=\"{}\"",
+                p.topic_name, p.topic_partition.partition
+            );
+            hw.push((labels.clone(), high as f64));
+            let _ = start;
+        }
+    }
+    write_metric(
+        &mut out,
+        "oxbow_partition_high_watermark",
+        "gauge",
+        "High watermark per partition.",
+        &hw,
+    );
+    out
+}

@@ -1,0 +1,269 @@
+//! `oxbow serve`: settings, start-up and graceful shutdown.
+//!
+//! Start-up: open the embedded metadata store and the local object store under
+//! `--data-dir`, replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or
+//! SIGTERM): stop accepting, let connections finish their in-flight requests, wait until
+//! everything acknowledged is durable, seal it into the object store, exit 0.
+//!
+//! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
+//! `objects/` (the local object store), `cluster_id`.
+
+use crate::broker::{Broker, BrokerSettings};
+use crate::config::ByteSize;
+use crate::http::{self, HttpState};
+use crate::kafka;
+use anyhow::Context;
+use oxbow_cache::ReadCache;
+use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore};
+use oxbow_segment_writer::{objects, run_sealer, LogManager, LogSettings, WalSettings};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (colored on a terminal).
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Flags of `oxbow serve`; each also reads from the `OXBOW_*` variable named in its help.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address the Kafka protocol listens on.
+    #[arg(long, env = "OXBOW_KAFKA_ADDR", default_value = "127.0.0.1:9092")]
+    pub kafka_addr: SocketAddr,
+    /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
+    #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+    /// Directory for the embedded metadata, the WAL and the local object store.
+    #[arg(long, env = "OXBOW_DATA_DIR", default_value = "./oxbow-data")]
+    pub data_dir: PathBuf,
+    /// host:port clients are told to connect to (default: the Kafka listen address).
+    #[arg(long, env = "OXBOW_ADVERTISED_KAFKA_ADDR")]
+    pub advertised_kafka_addr: Option<String>,
+    /// This broker's id (Kafka's node.id).
+    #[arg(long, env = "OXBOW_BROKER_ID", default_value_t = 1)]
+    pub broker_id: i32,
+    /// Create unknown topics on first use by a producer's or consumer's metadata request.
+    #[arg(long, env = "OXBOW_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic (and of CreateTopics asking for -1).
+    #[arg(long, env = "OXBOW_DEFAULT_PARTITIONS", default_value_t = 1,
+          value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    pub default_partitions: i32,
+    /// Largest request frame accepted; larger ones close the connection.
+    #[arg(long, env = "OXBOW_MAX_REQUEST_BYTES", default_value = "100MiB")]
+    pub max_request_bytes: ByteSize,
+    /// Seal and upload at least this often: shorter means smaller WAL and fresher objects,
+    /// but more PUT requests (billed per request) and smaller objects.
+    #[arg(long, env = "OXBOW_FLUSH_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub flush_interval: Duration,
+    /// Seal early once this much unsealed data is held (bounds memory and object size).
+    #[arg(long, env = "OXBOW_FLUSH_BYTES", default_value = "16MiB")]
+    pub flush_bytes: ByteSize,
+    /// Most bytes the WAL may hold while uploads lag; producers get retriable errors past it.
+    #[arg(long, env = "OXBOW_WAL_MAX_BYTES", default_value = "2GiB")]
+    pub wal_max_bytes: ByteSize,
+    /// Memory for cached object ranges (reads of data no longer in a partition's tail).
+    #[arg(long, env = "OXBOW_CACHE_BYTES", default_value = "256MiB")]
+    pub cache_bytes: ByteSize,
+    /// Recent, already uploaded data kept in memory per partition for tail reads.
+    #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
+    pub partition_tail_bytes: ByteSize,
+    /// Log line format.
+    #[arg(long, env = "OXBOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Reads the cluster id from the data dir, creating it on first start.
+fn cluster_id(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join("cluster_id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        _ => {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
+            Ok(id)
+        }
+    }
+}
+
+fn advertised(args: &ServeArgs, bound: SocketAddr) -> anyhow::Result<(String, i32)> {
+    match &args.advertised_kafka_addr {
+        Some(a) => {
+            let (host, port) = a.rsplit_once(':').with_context(|| {
+                format!("--advertised-kafka-addr '{a}' must be host:port")
+            })?;
+            let port: i32 = port.parse().with_context(|| {
+                format!("--advertised-kafka-addr '{a}': port '{port}' is not a number")
+            })?;
+            Ok((host.trim_matches(['[', ']']).to_string(), port))
+        }
+        None if bound.ip().is_unspecified() => anyhow::bail!(
+            "--kafka-addr {} listens on every interface; set --advertised-kafka-addr to the host:port clients should use",
+            args.kafka_addr
+        ),
+        None => Ok((bound.ip().to_string(), i32::from(bound.port()))),
+    }
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still works");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Runs the broker until a shutdown signal.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating --data-dir {}", args.data_dir.display()))?;
+    if args.max_request_bytes.as_u64() < 1024 {
+        anyhow::bail!(
+            "--max-request-bytes {} is too small (at least 1024)",
+            args.max_request_bytes
+        );
+    }
+    // Bind first: a port conflict should fail fast, before any recovery work.
+    let kafka_listener = TcpListener::bind(args.kafka_addr)
+        .await
+        .with_context(|| format!("binding --kafka-addr {}", args.kafka_addr))?;
+    let http_listener = TcpListener::bind(args.http_addr)
+        .await
+        .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
+    let kafka_bound = kafka_listener.local_addr()?;
+    let http_bound = http_listener.local_addr()?;
+    let (advertised_host, advertised_port) = advertised(&args, kafka_bound)?;
+
+    let metadata_path = args.data_dir.join("metadata.redb");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&metadata_path).with_context(|| {
+            format!(
+                "opening metadata at {} (is another broker using this --data-dir?)",
+                metadata_path.display()
+            )
+        })?);
+    metadata
+        .register_broker(BrokerRegistration {
+            broker_id: args.broker_id,
+            az: None,
+            kafka_addr: format!("{advertised_host}:{advertised_port}"),
+            http_addr: http_bound.to_string(),
+        })
+        .await?;
+    let object_store = objects::local(&args.data_dir.join("objects"))?;
+    let log = LogManager::open(
+        LogSettings {
+            broker_id: args.broker_id,
+            wal: WalSettings {
+                dir: args.data_dir.join("wal"),
+                file_bytes_max: 64 << 20,
+                budget_bytes: args.wal_max_bytes.as_u64(),
+            },
+            flush_interval: args.flush_interval,
+            flush_bytes: args.flush_bytes.as_u64(),
+            partition_tail_bytes: args.partition_tail_bytes.as_usize(),
+        },
+        metadata.clone(),
+        object_store,
+        ReadCache::new(args.cache_bytes.as_usize()),
+    )
+    .await
+    .context("recovering the log")?;
+    let broker = Broker::new(
+        BrokerSettings {
+            broker_id: args.broker_id,
+            advertised_host,
+            advertised_port,
+            auto_create_topics: args.auto_create_topics,
+            default_partitions: args.default_partitions,
+            max_request_bytes: args.max_request_bytes.as_usize(),
+            cluster_id: cluster_id(&args.data_dir)?,
+        },
+        metadata,
+        log.clone(),
+    )
+    .await?;
+
+    let stop_serving = CancellationToken::new();
+    let stop_sealing = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let background = TaskTracker::new();
+    let ready = Arc::new(AtomicBool::new(false));
+
+    background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
+    background.spawn(kafka::serve(
+        kafka_listener,
+        broker.clone(),
+        stop_serving.clone(),
+        connections.clone(),
+    ));
+    let router = http::router(HttpState {
+        broker: broker.clone(),
+        ready: ready.clone(),
+    });
+    let http_stop = stop_serving.clone();
+    background.spawn(async move {
+        if let Err(e) = axum::serve(http_listener, router)
+            .with_graceful_shutdown(http_stop.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    ready.store(true, Ordering::Release);
+    tracing::info!(
+        kafka = %kafka_bound, http = %http_bound, data_dir = %args.data_dir.display(),
+        broker_id = args.broker_id, "oxbow is serving"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    ready.store(false, Ordering::Release);
+    stop_serving.cancel();
+    connections.close();
+    if tokio::time::timeout(Duration::from_secs(15), connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections did not finish within 15 s; closing them");
+    }
+    if !log.wait_durable(Duration::from_secs(10)).await {
+        tracing::warn!("some acks=1 writes were not durable before shutdown");
+    }
+    stop_sealing.cancel();
+    background.close();
+    if tokio::time::timeout(Duration::from_secs(30), background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("background tasks did not stop within 30 s; the WAL keeps unsealed data for the next start");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,153 @@
+"""Apache Kafka's own Java client and CLI tools, run unchanged through their main classes
+(what bin/kafka-topics.sh, kafka-console-producer.sh, kafka-console-consumer.sh and
+kafka-producer-perf-test.sh run) from the jars in .tools/kafka/libs.
+
+Unchanged means default client settings: Java producers default to enable.idempotence=true
+(KIP-679), so the broker must serve InitProducerId and producer-id sequence numbers."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from brokers import KAFKA_LIBS
+from helpers import consume_partitions, create_topic, run, topic_names, unique, wait_until
+
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    if shutil.which("java") is None:
+        pytest.fail("java not found (scripts/test.sh installs it)")
+    if not any(KAFKA_LIBS.glob("kafka-tools-*.jar")):
+        pytest.fail(f"no Kafka tool jars in {KAFKA_LIBS}: run `scripts/test.sh setup`")
+    log4j = tmp_path_factory.mktemp("java") / "tools-log4j2.properties"
+    log4j.write_text(
+        "status = error\n"
+        "appender.err.type = Console\n"
+        "appender.err.name = STDERR\n"
+        "appender.err.target = SYSTEM_ERR\n"
+        "appender.err.layout.type = PatternLayout\n"
+        "appender.err.layout.pattern = [%d] %p %m (%c)%n\n"
+        "rootLogger.level = WARN\n"
+        "rootLogger.appenderRef.err.ref = STDERR\n"
+    )
+
+    def run_java(main: str, *args: str, input: str | None = None, timeout: float = 120, check: bool = True):
+        cmd = [
+            "java",
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",  # short-lived tools: start fast
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            f"{KAFKA_LIBS}/*",
+            main,
+            *args,
+        ]
+        return run(cmd, input=input, timeout=timeout, check=check)
+
+    return run_java
+
+
+def test_topic_command_create_list_describe_delete(shared_broker, java):
+    b = shared_broker.bootstrap
+    name = unique("jtopics")
+    # No --replication-factor: the tool sends -1 ("broker default"), as most users do.
+    out = java(TOPIC_COMMAND, "--bootstrap-server", b, "--create", "--topic", name, "--partitions", "3").stdout
+    assert f"Created topic {name}." in out, out
+
+    listed = java(TOPIC_COMMAND, "--bootstrap-server", b, "--list").stdout.split()
+    assert name in listed
+
+    desc = java(TOPIC_COMMAND, "--bootstrap-server", b, "--describe", "--topic", name).stdout
+    assert re.search(rf"Topic:\s*{re.escape(name)}\b.*PartitionCount:\s*3\b", desc), desc
+    partitions = re.findall(r"Partition:\s*(\d+)\s+Leader:\s*(-?\d+)", desc)
+    assert sorted(int(p) for p, _ in partitions) == [0, 1, 2], desc
+    assert all(int(leader) >= 0 for _, leader in partitions), desc
+
+    # Creating it again is refused with a clear message and a non-zero exit.
+    again = java(TOPIC_COMMAND, "--bootstrap-server", b, "--create", "--topic", name, "--partitions", "3", check=False)
+    assert again.returncode != 0
+    assert "already exists" in (again.stdout + again.stderr)
+
+    java(TOPIC_COMMAND, "--bootstrap-server", b, "--delete", "--topic", name)
+    wait_until(lambda: name not in topic_names(b), timeout=30, what=f"{name} deleted")
+
+
+def test_console_producer_then_console_consumer(shared_broker, java):
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("jconsole"), 1)
+    lines = [f"key-{i}:value number {i}" for i in range(200)]
+    java(
+        CONSOLE_PRODUCER,
+        "--bootstrap-server", b,
+        "--topic", topic,
+        "--property", "parse.key=true",
+        "--property", "key.separator=:",
+        input="\n".join(lines) + "\n",
+    )  # fmt: skip
+
+    got = consume_partitions(b, topic, [0])[0]
+    assert [(r.key, r.value) for r in got] == [(f"key-{i}".encode(), f"value number {i}".encode()) for i in range(200)]
+
+    out = java(
+        CONSOLE_CONSUMER,
+        "--bootstrap-server", b,
+        "--topic", topic,
+        "--partition", "0",
+        "--offset", "earliest",
+        "--max-messages", "200",
+        "--timeout-ms", "30000",
+        "--property", "print.key=true",
+        "--property", "key.separator=:",
+    ).stdout  # fmt: skip
+    assert out.splitlines() == lines
+
+
+def test_console_consumer_reads_from_offset(shared_broker, java):
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("jconsole-off"), 2)
+    java(CONSOLE_PRODUCER, "--bootstrap-server", b, "--topic", topic, input="".join(f"m{i}\n" for i in range(50)))
+    total = sum(len(v) for v in consume_partitions(b, topic, [0, 1]).values())
+    assert total == 50
+    part0 = [r.value.decode() for r in consume_partitions(b, topic, [0])[0]]
+    if len(part0) < 3:
+        part0 = [r.value.decode() for r in consume_partitions(b, topic, [1])[1]]
+        partition = "1"
+    else:
+        partition = "0"
+    out = java(
+        CONSOLE_CONSUMER,
+        "--bootstrap-server", b,
+        "--topic", topic,
+        "--partition", partition,
+        "--offset", "2",
+        "--max-messages", str(len(part0) - 2),
+        "--timeout-ms", "30000",
+    ).stdout  # fmt: skip
+    assert out.splitlines() == part0[2:]
+
+
+def test_producer_performance_completes_without_errors(shared_broker, java):
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("jperf"), 3)
+    n = 20_000
+    proc = java(
+        PRODUCER_PERFORMANCE,
+        "--topic", topic,
+        "--num-records", str(n),
+        "--record-size", "256",
+        "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={b}", "acks=all", "linger.ms=5",
+        timeout=180,
+    )  # fmt: skip
+    assert re.search(rf"^{n} records sent", proc.stdout, re.M), proc.stdout
+    assert "ERROR" not in proc.stderr and "Exception" not in proc.stderr, proc.stderr[-3000:]
+    got = consume_partitions(b, topic, range(3), timeout=120)
+    assert sum(len(v) for v in got.values()) == n
