@@ -1,88 +1,38 @@
 //! Record-level views of stored batches, for the few places the broker must look inside
-//! them (HTTP reads and produces, ListOffsets by timestamp). Decoding (and decompressing) is
-//! done by the `kafka-protocol` crate; the Kafka produce and fetch paths never come here.
+//! them (HTTP reads and produces, ListOffsets by timestamp). Encoding and decoding (and
+//! decompressing) are the client's, over the `kafka-protocol` crate; the Kafka produce and
+//! fetch paths never come here.
 
+use crate::client::records::{decode_fetched, encode_batch};
+use crate::client::{Compression, ConsumedRecord, ProduceRecord};
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-
-/// A record as the HTTP API sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimpleRecord {
-    pub offset: i64,
-    pub timestamp: i64,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
-}
 
 /// Decodes the user records of whole batches (control records skipped), at or after
 /// `from_offset`.
-pub fn decode(batches: &[Bytes], from_offset: i64) -> anyhow::Result<Vec<SimpleRecord>> {
-    let mut out = Vec::new();
+pub fn decode(batches: &[Bytes], from_offset: i64) -> anyhow::Result<Vec<ConsumedRecord>> {
+    let mut data = BytesMut::with_capacity(batches.iter().map(|b| b.len()).sum());
     for b in batches {
-        let mut buf = b.clone();
-        let sets = RecordBatchDecoder::decode_all(&mut buf)?;
-        for set in sets {
-            for r in set.records {
-                if r.control || r.offset < from_offset {
-                    continue;
-                }
-                out.push(SimpleRecord {
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: r.key,
-                    value: r.value,
-                    headers: r
-                        .headers
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect(),
-                });
-            }
-        }
+        data.extend_from_slice(b);
     }
-    Ok(out)
+    Ok(decode_fetched(data.freeze(), from_offset)?.records)
 }
 
-/// Encodes records into one uncompressed RecordBatch v2 (offsets from 0; the log assigns
-/// the real ones).
+/// Encodes (key, value) records into one uncompressed RecordBatch v2 stamped with
+/// `timestamp_ms` (offsets from 0; the log assigns the real ones).
 pub fn encode(
     records: &[(Option<Bytes>, Option<Bytes>)],
     timestamp_ms: i64,
 ) -> anyhow::Result<Bytes> {
-    let records: Vec<Record> = records
+    let records: Vec<ProduceRecord> = records
         .iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder starts a new batch whenever offset − sequence changes; i − 1 keeps
-            // one batch with base sequence −1 (no idempotent producer).
-            sequence: i as i32 - 1,
-            timestamp: timestamp_ms,
+        .map(|(key, value)| ProduceRecord {
             key: key.clone(),
             value: value.clone(),
-            headers: Default::default(),
+            headers: Vec::new(),
+            timestamp_ms: Some(timestamp_ms),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )?;
-    Ok(buf.freeze())
+    Ok(encode_batch(&records, Compression::None, timestamp_ms)?)
 }
 
 /// The first record in `batch` with timestamp ≥ `timestamp` and offset ≥ `min_offset`:
@@ -91,8 +41,8 @@ pub fn first_at_or_after(batch: &Bytes, timestamp: i64, min_offset: i64) -> Opti
     let records = decode(std::slice::from_ref(batch), min_offset).ok()?;
     records
         .iter()
-        .find(|r| r.timestamp >= timestamp)
-        .map(|r| (r.offset, r.timestamp))
+        .find(|r| r.timestamp_ms >= timestamp)
+        .map(|r| (r.offset, r.timestamp_ms))
 }
 
 #[cfg(test)]

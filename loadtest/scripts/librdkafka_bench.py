@@ -5,6 +5,8 @@ Measures what a real client sees against any Kafka-compatible broker:
   - produce: records/s, MB/s, and per-record produce latency (librdkafka's own
     Message.latency(): from produce() to the delivery report), p50/p99/max;
   - consume: MB/s reading the same topic from the beginning with assign().
+With --rate R the producer is paced at R records/s (open loop), so latency is measured at
+a known load instead of at saturation, where it only shows the client's own queue.
 
 Usage (venv from scripts/test.sh setup):
   .venv/bin/python loadtest/scripts/librdkafka_bench.py --bootstrap 127.0.0.1:9092 \
@@ -39,6 +41,7 @@ def main():
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--batch-bytes", type=int, default=65536)
     ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--rate", type=float, default=0, help="records/s to pace at (0 = as fast as possible)")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
 
@@ -64,9 +67,20 @@ def main():
         "queue.buffering.max.kbytes": 1048576,
     })
     value = b"x" * args.record_size
+    # Warm-up outside the timed run: metadata, connections, the idempotent producer id. Without
+    # it the first few hundred ms of records carry start-up latency that is not the broker's.
+    for p in range(args.partitions):
+        producer.produce(topic, value=value, partition=p)
+    if producer.flush(30) != 0:
+        sys.exit("warm-up produce did not complete")
+    latencies.clear()
     deadline = time.monotonic() + args.timeout_s
     start = time.monotonic()
     for i in range(args.records):
+        if args.rate > 0:
+            due = start + i / args.rate
+            while time.monotonic() < due:
+                producer.poll(min(0.001, max(0.0, due - time.monotonic())))
         while True:
             try:
                 producer.produce(topic, value=value, key=str(i % 1000).encode(), on_delivery=on_delivery)
@@ -92,7 +106,8 @@ def main():
     consumed = 0
     consumed_bytes = 0
     start = time.monotonic()
-    while consumed < args.records and time.monotonic() < deadline:
+    total = args.records + args.partitions  # with the warm-up records
+    while consumed < total and time.monotonic() < deadline:
         for m in consumer.consume(10000, 1.0):
             if m.error():
                 continue
@@ -108,6 +123,7 @@ def main():
         "label": args.label,
         "bootstrap": args.bootstrap,
         "acks": args.acks,
+        "rate": args.rate or None,
         "records": args.records,
         "record_bytes": args.record_size,
         "partitions": args.partitions,
@@ -119,8 +135,8 @@ def main():
         "consumed": consumed,
         "consume_mb_per_s": round(consumed_bytes / 1e6 / consume_s, 1),
     }))
-    if consumed != args.records:
-        sys.exit(f"consumed {consumed} of {args.records}")
+    if consumed != total:
+        sys.exit(f"consumed {consumed} of {total}")
 
 
 if __name__ == "__main__":

@@ -280,9 +280,17 @@ impl LogManager {
 
     /// Forgets every partition of a deleted topic.
     pub fn drop_topic(&self, topic_id: TopicId) {
+        self.forget_where(|tp| tp.topic_id == topic_id);
+    }
+
+    /// Stops serving the partitions `which` selects; their unsealed data is dropped (the
+    /// topic is gone, or a new leader recovers it from the WAL replicas). Their WAL entries
+    /// stop holding back WAL trimming: once leadership can move (the cluster issue), a
+    /// fenced broker must keep them until the new leader has recovered the tail.
+    pub(crate) fn forget_where(&self, which: impl Fn(&TopicPartition) -> bool) {
         if let Ok(mut map) = self.partitions.write() {
             map.retain(|tp, p| {
-                if tp.topic_id != topic_id {
+                if !which(tp) {
                     return true;
                 }
                 if let Ok(s) = p.state.lock() {

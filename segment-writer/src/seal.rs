@@ -120,9 +120,7 @@ impl LogManager {
                 // Another broker leads one of these partitions now: stop serving them all;
                 // the new leader recovers their tail.
                 tracing::error!(error = %e, "fenced while sealing; dropping partitions of this object");
-                for c in &chunks {
-                    self.forget(&c.topic_partition);
-                }
+                self.forget_where(|tp| chunks.iter().any(|c| c.topic_partition == *tp));
             }
             return Err(Error::Metadata(e));
         }
@@ -157,16 +155,5 @@ impl LogManager {
             .unwrap_or(durable_sequence)
             .min(durable_sequence);
         self.wal.trim(keep_from)
-    }
-
-    fn forget(&self, tp: &oxbow_metadata::TopicPartition) {
-        if let Ok(mut map) = self.partitions.write() {
-            if let Some(p) = map.remove(tp) {
-                if let Ok(s) = p.state.lock() {
-                    self.unsealed_bytes
-                        .fetch_sub(s.unsealed_bytes() as u64, Ordering::AcqRel);
-                }
-            }
-        }
     }
 }

@@ -261,7 +261,10 @@ class KafkaBroker(Broker):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Like Kafka's Uuid.randomUuid(): never starting with "-", which reads as an option.
+        self.cluster_id = "-"
+        while self.cluster_id.startswith("-"):
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.formatted = False
 
     def _properties(self) -> Path:
