@@ -120,7 +120,7 @@ setup_kafka_jars() {
 EOF
     mkdir -p "$KAFKA_LIBS"
     rm -f "$KAFKA_LIBS"/*.jar
-    (cd "$pomdir" && mvn -q -B -ntp \
+    (cd "$pomdir" && mvn -q -B -ntp -Dstyle.color=never \
         org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$KAFKA_LIBS")
     rm -rf "$pomdir"

@@ -71,8 +71,14 @@ pub async fn run(
             frame = frames.next(), if !closing && pending.len() < IN_FLIGHT_MAX => match frame {
                 None => closing = true,
                 Some(Err(e)) => {
-                    broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "closing connection: bad frame");
+                    // A client that goes away mid-frame is routine; an oversized or
+                    // malformed frame is worth a warning.
+                    if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof) {
+                        tracing::debug!(error = %e, "connection dropped mid-frame");
+                    } else {
+                        broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, "closing connection: bad frame");
+                    }
                     result = Err(e.into());
                     closing = true;
                 }
