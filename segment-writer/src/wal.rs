@@ -31,6 +31,9 @@ const PAYLOAD_FIXED_BYTES: usize = 8 + 16 + 4 + 4;
 const ENTRY_MAX_BYTES: usize = 256 << 20;
 /// Most queued appends; a full queue makes appenders wait (backpressure, not memory growth).
 const QUEUE_DEPTH: usize = 4096;
+/// Most bytes queued for the writer: with `acks=1` nobody waits for the fsync, so without a
+/// byte bound a fast producer could queue `QUEUE_DEPTH` large batches in memory.
+const QUEUE_BYTES_MAX: usize = 64 << 20;
 
 /// Settings of the WAL.
 #[derive(Clone, Debug)]
@@ -61,6 +64,8 @@ pub type OnDurable = Box<dyn FnOnce(Result<u64>) + Send>;
 struct Append {
     payload: Vec<u8>,
     on_durable: OnDurable,
+    /// Released once the entry is written, freeing room in the queue.
+    queued: tokio::sync::OwnedSemaphorePermit,
 }
 
 struct WalFile {
@@ -81,6 +86,7 @@ struct Shared {
 #[derive(Clone)]
 pub struct Wal {
     tx: mpsc::Sender<Append>,
+    queue_bytes: Arc<tokio::sync::Semaphore>,
     shared: Arc<Shared>,
     settings: Arc<WalSettings>,
 }
@@ -216,6 +222,7 @@ impl Wal {
         Ok((
             Wal {
                 tx,
+                queue_bytes: Arc::new(tokio::sync::Semaphore::new(QUEUE_BYTES_MAX)),
                 shared,
                 settings,
             },
@@ -235,10 +242,19 @@ impl Wal {
         self.check_accepting()?;
         // The sequence is filled in by the writer, which alone knows the write order.
         let payload = encode_payload(0, tp, leader_epoch, batch);
+        // An entry larger than the whole budget still goes through, alone.
+        let want = u32::try_from(payload.len().min(QUEUE_BYTES_MAX)).unwrap_or(u32::MAX);
+        let queued = self
+            .queue_bytes
+            .clone()
+            .acquire_many_owned(want)
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
         self.tx
             .send(Append {
                 payload,
                 on_durable,
+                queued,
             })
             .await
             .map_err(|_| Error::ShuttingDown)
@@ -334,6 +350,7 @@ impl Writer {
         let first_sequence = self.next_sequence;
         let mut buf = Vec::new();
         let mut callbacks = Vec::with_capacity(group.len());
+        let mut queued = Vec::with_capacity(group.len());
         for mut a in group {
             let sequence = self.next_sequence;
             self.next_sequence += 1;
@@ -343,8 +360,11 @@ impl Writer {
             a.payload[4..8].copy_from_slice(&crc.to_be_bytes());
             buf.extend_from_slice(&a.payload);
             callbacks.push((sequence, a.on_durable));
+            queued.push(a.queued);
         }
-        match self.write_and_sync(first_sequence, &buf) {
+        let written = self.write_and_sync(first_sequence, &buf);
+        drop(queued);
+        match written {
             Ok(()) => {
                 for (sequence, cb) in callbacks {
                     cb(Ok(sequence));
