@@ -57,11 +57,14 @@ setup_system_packages() {
     command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || missing+=(maven)
     command -v python3 >/dev/null || missing+=(python3 python3-venv)
+    # etcd for the metadata tests; protoc because the etcd-client crate compiles its protos.
+    command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
+    command -v protoc >/dev/null || missing+=(protobuf-compiler)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"
     else
-        echo "kcat, java, mvn, python3: present"
+        echo "kcat, java, mvn, python3, etcd, protoc: present"
     fi
 }
 

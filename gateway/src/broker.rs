@@ -36,6 +36,8 @@ pub struct Broker {
     pub metadata: Arc<dyn MetadataStore>,
     pub log: Arc<LogManager>,
     pub metrics: Metrics,
+    /// The group coordinator (every group, on one node).
+    pub coordinator: Arc<crate::groups::Coordinator>,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
     /// The block of producer ids reserved for this broker: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
@@ -43,6 +45,11 @@ pub struct Broker {
 
 /// Producer ids reserved from the metadata service at a time: one durable write per block.
 const PRODUCER_ID_BLOCK: u32 = 1000;
+
+/// How long the first rebalance of an empty group waits for more members (Kafka: 3 s).
+/// Shorter, because a lone consumer waiting 3 s at start is the common complaint; fleets
+/// that start together still mostly land in one rebalance.
+const GROUP_INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(1000);
 
 /// Timestamp sentinels of ListOffsets.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -61,8 +68,15 @@ impl Broker {
             .into_iter()
             .map(|t| (t.name.clone(), Arc::new(t)))
             .collect();
+        let coordinator = Arc::new(crate::groups::Coordinator::new(
+            metadata.clone(),
+            crate::groups::CoordinatorSettings {
+                initial_rebalance_delay: GROUP_INITIAL_REBALANCE_DELAY,
+            },
+        ));
         Ok(Arc::new(Broker {
             settings,
+            coordinator,
             metadata,
             log,
             metrics: Metrics::default(),

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod groups;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -7,6 +7,13 @@
 //!
 //! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
 //! `objects/` (the local object store), `cluster_id`.
+//!
+//! Metadata: `--metadata embedded` (default) or `--metadata etcd://h1:2379,...[/cluster]`.
+//! The broker registers under a lease of `--session-timeout` and keeps it alive from a
+//! background task; appends are refused (NOT_LEADER_OR_FOLLOWER) while the lease is not
+//! certainly alive, and after a lost lease the broker re-registers and bumps the leader
+//! epochs of the partitions it leads before serving them again (`oxbow_metadata::lease`,
+//! `oxbow_segment_writer::fence`).
 
 use crate::broker::{Broker, BrokerSettings};
 use crate::config::ByteSize;
@@ -14,7 +21,8 @@ use crate::http::{self, HttpState};
 use crate::kafka;
 use anyhow::Context;
 use oxbow_cache::ReadCache;
-use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore};
+use oxbow_metadata::lease::{register, run_lease_keeper, NewLeaseHook};
+use oxbow_metadata::{open_store, BrokerRegistration, LeaseGuard, MetadataLocation};
 use oxbow_segment_writer::{objects, run_sealer, LogManager, LogSettings, WalSettings};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -81,6 +89,15 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, env = "OXBOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Where cluster metadata lives: `embedded` (a file in --data-dir; one node) or
+    /// `etcd://host:2379,host:2379,...[/cluster-name]` (keys under /oxbow/{cluster-name}/).
+    #[arg(long, env = "OXBOW_METADATA", default_value = "embedded")]
+    pub metadata: MetadataLocation,
+    /// The broker's lease TTL: how long it stays registered (and may acknowledge writes)
+    /// without reaching the metadata service. Shorter moves a dead broker's partitions
+    /// sooner; longer rides out longer pauses and etcd elections without fencing (min 2s).
+    #[arg(long, env = "OXBOW_SESSION_TIMEOUT", default_value = "6s", value_parser = humantime::parse_duration)]
+    pub session_timeout: Duration,
 }
 
 /// Reads the cluster id from the data dir, creating it on first start.
@@ -160,22 +177,25 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let http_bound = http_listener.local_addr()?;
     let (advertised_host, advertised_port) = advertised(&args, kafka_bound)?;
 
-    let metadata_path = args.data_dir.join("metadata.redb");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&metadata_path).with_context(|| {
-            format!(
-                "opening metadata at {} (is another broker using this --data-dir?)",
-                metadata_path.display()
-            )
-        })?);
-    metadata
-        .register_broker(BrokerRegistration {
-            broker_id: args.broker_id,
-            az: None,
-            kafka_addr: format!("{advertised_host}:{advertised_port}"),
-            http_addr: http_bound.to_string(),
-        })
-        .await?;
+    let metadata = open_store(&args.metadata, &args.data_dir)
+        .await
+        .context("opening the metadata store (--metadata)")?;
+    let registration = BrokerRegistration {
+        broker_id: args.broker_id,
+        az: None,
+        kafka_addr: format!("{advertised_host}:{advertised_port}"),
+        http_addr: http_bound.to_string(),
+        internal_addr: String::new(),
+    };
+    let lease_guard = LeaseGuard::new();
+    let lease = register(
+        metadata.as_ref(),
+        &registration,
+        args.session_timeout,
+        &lease_guard,
+    )
+    .await
+    .context("registering the broker (--session-timeout)")?;
     let object_store = objects::local(&args.data_dir.join("objects"))?;
     let log = LogManager::open(
         LogSettings {
@@ -195,6 +215,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await
     .context("recovering the log")?;
+    log.set_lease_guard(lease_guard.clone());
     let broker = Broker::new(
         BrokerSettings {
             broker_id: args.broker_id,
@@ -205,7 +226,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_request_bytes: args.max_request_bytes.as_usize(),
             cluster_id: cluster_id(&args.data_dir)?,
         },
-        metadata,
+        metadata.clone(),
         log.clone(),
     )
     .await?;
@@ -217,6 +238,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
 
     background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
+    // The lease is revoked when the sealer stops (after the last acknowledged write).
+    let hook_log = log.clone();
+    let on_new_lease: NewLeaseHook = Arc::new(move |_lease| {
+        let log = hook_log.clone();
+        Box::pin(async move {
+            log.resume_after_lease_loss()
+                .await
+                .map(|_| ())
+                .map_err(|e| oxbow_metadata::Error::Unavailable(e.to_string()))
+        })
+    });
+    background.spawn(run_lease_keeper(
+        metadata.clone(),
+        registration,
+        lease,
+        lease_guard,
+        Some(on_new_lease),
+        stop_sealing.clone(),
+    ));
+    background.spawn(broker.coordinator.clone().run_ticker(stop_serving.clone()));
     background.spawn(kafka::serve(
         kafka_listener,
         broker.clone(),

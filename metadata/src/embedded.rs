@@ -4,81 +4,61 @@
 //! transaction committed with immediate durability (fsync) before the call returns, so a
 //! `kill -9` never loses an acknowledged metadata change.
 //!
-//! Tables (keys are stable; values are JSON with a version field `v`, see [`Versioned`]):
+//! Tables (keys are stable; values are JSON with a version field `v`, see [`crate::codec`]):
 //! - `topics`: topic name → [`TopicMetadata`]
 //! - `topic_ids`: 16-byte topic id → topic name
 //! - `catalog`: topic id (16 bytes) ‖ partition (4 bytes BE) ‖ base offset (8 bytes BE) →
 //!   [`CatalogEntry`]; big-endian so a range scan walks a partition in offset order.
-//! - `brokers`: broker id → [`BrokerRegistration`]
 //! - `counters`: name → u64 (`next_producer_id`)
+//! - `group_offsets`: group id length (u32 BE) ‖ group id ‖ topic length (u16 BE) ‖ topic ‖
+//!   partition (4 bytes BE) → [`CommittedOffset`]; length-prefixed so any group id (even
+//!   one containing separators) owns exactly one key range.
+//! - `groups`: group id → the group record (version + base64 data)
+//! - `brokers`: emptied at open and no longer written (kept so older files open).
+//!
+//! Leases live only in this process's memory, and so does what is bound to them (broker
+//! registrations and the controller post): on one node, "the process is gone" is exactly
+//! "the lease expired", so a lease from a previous process is expired at open by
+//! construction. Within the process a lease expires when not kept alive within its TTL; a
+//! reaper task (started when the store is opened inside a tokio runtime, aborted when the
+//! store is dropped) expires them every 100 ms, and every lease operation expires lazily
+//! first, so the semantics hold even without the reaper.
+//!
+//! Watches are in-process fan-out ([`crate::watch`]). A writer publishes its event after it
+//! commits but before it releases the process-local lock it took while its write transaction
+//! was still open, so events arrive in commit order.
 //!
 //! redb calls block, so each operation runs on tokio's blocking pool.
 
 use crate::catalog::{CatalogCommit, CatalogEntry};
+use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
-use crate::store::{BrokerRegistration, MetadataStore};
+use crate::group::{validate_group_id, CommittedOffset, GroupRecord, StoredGroup};
+use crate::keys::prefix_end;
+use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
 use crate::topic::{
     validate_partition_count, validate_topic_name, PartitionState, TopicConfigs, TopicMetadata,
     TopicSpec,
 };
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
+use crate::watch::{BrokerEvent, Subscribers, TopicEvent, Watch};
+use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 const TOPIC_IDS: TableDefinition<&[u8], &str> = TableDefinition::new("topic_ids");
 const CATALOG: TableDefinition<&[u8], &[u8]> = TableDefinition::new("catalog");
 const BROKERS: TableDefinition<i32, &[u8]> = TableDefinition::new("brokers");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+const GROUP_OFFSETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("group_offsets");
+const GROUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("groups");
 const NEXT_PRODUCER_ID: &str = "next_producer_id";
-
-/// The encoding version written into every value. A reader refuses any other version with an
-/// error naming the key, instead of guessing.
-const VALUE_VERSION: u32 = 1;
-
-/// Envelope of every stored value: `{"v": 1, ...fields}`.
-#[derive(Serialize, Deserialize)]
-struct Versioned<T> {
-    v: u32,
-    #[serde(flatten)]
-    body: T,
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(&Versioned {
-        v: VALUE_VERSION,
-        body: value,
-    })
-    .map_err(|e| Error::Storage(format!("encoding a value: {e}")))
-}
-
-fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
-    #[derive(Deserialize)]
-    struct VersionOnly {
-        v: u32,
-    }
-    let version: VersionOnly = serde_json::from_slice(bytes).map_err(|e| Error::CorruptValue {
-        key: key.to_string(),
-        reason: e.to_string(),
-    })?;
-    if version.v != VALUE_VERSION {
-        return Err(Error::CorruptValue {
-            key: key.to_string(),
-            reason: format!(
-                "unknown encoding version {} (this build reads {VALUE_VERSION})",
-                version.v
-            ),
-        });
-    }
-    let value: Versioned<T> = serde_json::from_slice(bytes).map_err(|e| Error::CorruptValue {
-        key: key.to_string(),
-        reason: e.to_string(),
-    })?;
-    Ok(value.body)
-}
+/// How often the reaper looks for expired leases: well under the shortest TTL.
+const REAPER_INTERVAL: Duration = Duration::from_millis(100);
 
 fn storage<E: std::fmt::Display>(e: E) -> Error {
     Error::Storage(e.to_string())
@@ -128,7 +108,89 @@ fn now_ms() -> i64 {
 /// [`MetadataStore`] on one node, durable in a local `redb` file.
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Database,
+    live: Mutex<Live>,
+    /// The lease reaper; aborted when the last handle to the store is dropped.
+    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.reaper).take() {
+            task.abort();
+        }
+    }
+}
+
+struct LeaseState {
+    deadline: Instant,
+    ttl: Duration,
+}
+
+/// Process-local state: leases, what is bound to them, and watch subscribers.
+#[derive(Default)]
+struct Live {
+    next_lease: LeaseId,
+    leases: HashMap<LeaseId, LeaseState>,
+    brokers: BTreeMap<BrokerId, (BrokerRegistration, LeaseId)>,
+    controller: Option<(BrokerId, LeaseId)>,
+    broker_subs: Subscribers<BrokerEvent>,
+    topic_subs: Subscribers<TopicEvent>,
+    controller_subs: Subscribers<Option<BrokerId>>,
+}
+
+impl Live {
+    fn expire(&mut self, now: Instant) {
+        let expired: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.drop_lease(id);
+        }
+    }
+
+    /// Removes a lease and everything bound to it, publishing the departures.
+    fn drop_lease(&mut self, id: LeaseId) -> bool {
+        if self.leases.remove(&id).is_none() {
+            return false;
+        }
+        let gone: Vec<BrokerId> = self
+            .brokers
+            .iter()
+            .filter(|(_, (_, l))| *l == id)
+            .map(|(b, _)| *b)
+            .collect();
+        for b in gone {
+            self.brokers.remove(&b);
+            self.broker_subs.publish(&BrokerEvent::Left(b));
+        }
+        if matches!(self.controller, Some((_, l)) if l == id) {
+            self.controller = None;
+            self.controller_subs.publish(&None);
+        }
+        true
+    }
+
+    fn alive(&self, id: LeaseId) -> Result<()> {
+        if self.leases.contains_key(&id) {
+            Ok(())
+        } else {
+            Err(Error::LeaseExpired(id))
+        }
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
+/// section here leaves it valid), so poisoning is ignored rather than turned into a panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl EmbeddedStore {
@@ -153,24 +215,78 @@ impl EmbeddedStore {
             txn.open_table(TOPICS).map_err(storage)?;
             txn.open_table(TOPIC_IDS).map_err(storage)?;
             txn.open_table(CATALOG).map_err(storage)?;
-            txn.open_table(BROKERS).map_err(storage)?;
             txn.open_table(COUNTERS).map_err(storage)?;
+            txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+            txn.open_table(GROUPS).map_err(storage)?;
+            // Registrations of an earlier process: their leases died with it.
+            let mut brokers = txn.open_table(BROKERS).map_err(storage)?;
+            brokers.retain(|_, _| false).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
-        Ok(EmbeddedStore { db: Arc::new(db) })
+        let inner = Arc::new(Inner {
+            db,
+            live: Mutex::new(Live {
+                // Distinct from any id a previous process handed out, so a stale lease id
+                // kept somewhere can never name a live lease.
+                next_lease: now_ms().max(1),
+                ..Live::default()
+            }),
+            reaper: Mutex::new(None),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak: Weak<Inner> = Arc::downgrade(&inner);
+            let task = rt.spawn(async move {
+                let mut tick = tokio::time::interval(REAPER_INTERVAL);
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { break };
+                    lock(&inner.live).expire(Instant::now());
+                }
+            });
+            *lock(&inner.reaper) = Some(task);
+        }
+        Ok(EmbeddedStore { inner })
     }
 
     /// Runs a blocking redb operation on the blocking pool.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Database) -> Result<T> + Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db))
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
             .await
             .map_err(|e| Error::Storage(format!("metadata task failed: {e}")))?
     }
+
+    /// The process-local state, with expired leases already gone.
+    fn live(&self) -> MutexGuard<'_, Live> {
+        let mut live = lock(&self.inner.live);
+        live.expire(Instant::now());
+        live
+    }
+}
+
+fn group_prefix(group_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + group_id.len());
+    k.extend_from_slice(&(group_id.len() as u32).to_be_bytes());
+    k.extend_from_slice(group_id.as_bytes());
+    k
+}
+
+fn group_offset_key(group_id: &str, topic: &str, partition: PartitionId) -> Vec<u8> {
+    let mut k = group_prefix(group_id);
+    k.extend_from_slice(&(topic.len() as u16).to_be_bytes());
+    k.extend_from_slice(topic.as_bytes());
+    k.extend_from_slice(&partition.to_be_bytes());
+    k
+}
+
+/// The group id a `group_offsets` key belongs to.
+fn group_of_offset_key(key: &[u8]) -> Option<String> {
+    let len = u32::from_be_bytes(key.get(..4)?.try_into().ok()?) as usize;
+    String::from_utf8(key.get(4..4 + len)?.to_vec()).ok()
 }
 
 fn read_topic(
@@ -222,39 +338,77 @@ fn last_catalog_entry(
 
 #[async_trait::async_trait]
 impl MetadataStore for EmbeddedStore {
-    async fn register_broker(&self, broker: BrokerRegistration) -> Result<()> {
-        self.run(move |db| {
-            let txn = db.begin_write().map_err(storage)?;
-            {
-                let mut t = txn.open_table(BROKERS).map_err(storage)?;
-                let bytes = encode(&broker)?;
-                t.insert(broker.broker_id, bytes.as_slice())
-                    .map_err(storage)?;
+    async fn register_broker(&self, broker: BrokerRegistration, ttl: Duration) -> Result<Lease> {
+        if ttl < LEASE_TTL_MIN {
+            return Err(Error::InvalidRequest(format!(
+                "lease TTL {ttl:?} is shorter than the minimum {LEASE_TTL_MIN:?}"
+            )));
+        }
+        let mut live = self.live();
+        let id = live.next_lease;
+        live.next_lease += 1;
+        live.leases.insert(
+            id,
+            LeaseState {
+                deadline: Instant::now() + ttl,
+                ttl,
+            },
+        );
+        // A re-registration under a new lease replaces the old one (and ends that lease, so
+        // nothing stays bound to a lease no one keeps alive).
+        if let Some((_, old)) = live.brokers.get(&broker.broker_id) {
+            let old = *old;
+            if old != id {
+                live.leases.remove(&old);
+                if matches!(live.controller, Some((_, l)) if l == old) {
+                    live.controller = None;
+                    live.controller_subs.publish(&None);
+                }
             }
-            txn.commit().map_err(storage)
-        })
-        .await
+        }
+        live.brokers.insert(broker.broker_id, (broker.clone(), id));
+        live.broker_subs.publish(&BrokerEvent::Joined(broker));
+        Ok(Lease { id, ttl })
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration> {
+        let mut live = self.live();
+        let l = live
+            .leases
+            .get_mut(&lease)
+            .ok_or(Error::LeaseExpired(lease))?;
+        l.deadline = Instant::now() + l.ttl;
+        Ok(l.ttl)
+    }
+
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()> {
+        self.live().drop_lease(lease);
+        Ok(())
     }
 
     async fn list_brokers(&self) -> Result<Vec<BrokerRegistration>> {
-        self.run(|db| {
-            let txn = db.begin_read().map_err(storage)?;
-            let t = txn.open_table(BROKERS).map_err(storage)?;
-            let mut out = Vec::new();
-            for item in t.iter().map_err(storage)? {
-                let (k, v) = item.map_err(storage)?;
-                out.push(decode(&format!("brokers/{}", k.value()), v.value())?);
-            }
-            Ok(out)
-        })
-        .await
+        Ok(self
+            .live()
+            .brokers
+            .values()
+            .map(|(b, _)| b.clone())
+            .collect())
+    }
+
+    async fn watch_brokers(&self) -> Result<Watch<BrokerEvent>> {
+        Ok(self.live().broker_subs.subscribe())
+    }
+
+    async fn watch_topics(&self) -> Result<Watch<TopicEvent>> {
+        Ok(lock(&self.inner.live).topic_subs.subscribe())
     }
 
     async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata> {
         validate_topic_name(&spec.name)?;
         validate_partition_count(spec.partitions)?;
         let configs = TopicConfigs::validated(spec.configs.clone())?;
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             let topic = {
                 let mut topics = txn.open_table(TOPICS).map_err(storage)?;
@@ -283,7 +437,10 @@ impl MetadataStore for EmbeddedStore {
                     .map_err(storage)?;
                 topic
             };
+            let mut live = lock(&inner.live);
             txn.commit().map_err(storage)?;
+            live.topic_subs.publish(&TopicEvent::Changed(topic.clone()));
+            drop(live);
             Ok(topic)
         })
         .await
@@ -291,7 +448,8 @@ impl MetadataStore for EmbeddedStore {
 
     async fn delete_topic(&self, name: &str) -> Result<TopicMetadata> {
         let name = name.to_string();
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             let topic = {
                 let mut topics = txn.open_table(TOPICS).map_err(storage)?;
@@ -308,14 +466,21 @@ impl MetadataStore for EmbeddedStore {
                     .map_err(storage)?;
                 topic
             };
+            let mut live = lock(&inner.live);
             txn.commit().map_err(storage)?;
+            live.topic_subs.publish(&TopicEvent::Deleted {
+                name: topic.name.clone(),
+                topic_id: topic.topic_id,
+            });
+            drop(live);
             Ok(topic)
         })
         .await
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicMetadata>> {
-        self.run(|db| {
+        self.run(|inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let t = txn.open_table(TOPICS).map_err(storage)?;
             let mut out = Vec::new();
@@ -330,7 +495,8 @@ impl MetadataStore for EmbeddedStore {
 
     async fn topic(&self, name: &str) -> Result<Option<TopicMetadata>> {
         let name = name.to_string();
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let t = txn.open_table(TOPICS).map_err(storage)?;
             read_topic(&t, &name)
@@ -339,7 +505,8 @@ impl MetadataStore for EmbeddedStore {
     }
 
     async fn topic_by_id(&self, topic_id: TopicId) -> Result<Option<TopicMetadata>> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let ids = txn.open_table(TOPIC_IDS).map_err(storage)?;
             let Some(name) = topic_name_by_id(&ids, topic_id)? else {
@@ -359,7 +526,8 @@ impl MetadataStore for EmbeddedStore {
     ) -> Result<TopicMetadata> {
         validate_partition_count(total)?;
         let name = name.to_string();
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             let topic = {
                 let mut topics = txn.open_table(TOPICS).map_err(storage)?;
@@ -382,7 +550,10 @@ impl MetadataStore for EmbeddedStore {
                 write_topic(&mut topics, &topic)?;
                 topic
             };
+            let mut live = lock(&inner.live);
             txn.commit().map_err(storage)?;
+            live.topic_subs.publish(&TopicEvent::Changed(topic.clone()));
+            drop(live);
             Ok(topic)
         })
         .await
@@ -394,7 +565,8 @@ impl MetadataStore for EmbeddedStore {
         expected_version: u64,
         new: PartitionState,
     ) -> Result<PartitionState> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             let updated = {
                 let ids = txn.open_table(TOPIC_IDS).map_err(storage)?;
@@ -424,14 +596,21 @@ impl MetadataStore for EmbeddedStore {
                 write_topic(&mut topics, &topic)?;
                 updated
             };
+            let mut live = lock(&inner.live);
             txn.commit().map_err(storage)?;
+            live.topic_subs.publish(&TopicEvent::PartitionChanged {
+                topic_id,
+                state: updated.clone(),
+            });
+            drop(live);
             Ok(updated)
         })
         .await
     }
 
     async fn allocate_producer_ids(&self, count: u32) -> Result<i64> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             let first = {
                 let mut t = txn.open_table(COUNTERS).map_err(storage)?;
@@ -451,7 +630,8 @@ impl MetadataStore for EmbeddedStore {
     }
 
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
             {
                 let ids = txn.open_table(TOPIC_IDS).map_err(storage)?;
@@ -535,7 +715,8 @@ impl MetadataStore for EmbeddedStore {
         from_offset: Offset,
         limit: usize,
     ) -> Result<Vec<CatalogEntry>> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let catalog = txn.open_table(CATALOG).map_err(storage)?;
             let first = catalog_key(topic_id, partition, 0);
@@ -574,7 +755,8 @@ impl MetadataStore for EmbeddedStore {
         topic_id: TopicId,
         partition: PartitionId,
     ) -> Result<Option<CatalogEntry>> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let catalog = txn.open_table(CATALOG).map_err(storage)?;
             last_catalog_entry(&catalog, topic_id, partition)
@@ -588,7 +770,8 @@ impl MetadataStore for EmbeddedStore {
         partition: PartitionId,
         timestamp_ms: i64,
     ) -> Result<Option<CatalogEntry>> {
-        self.run(move |db| {
+        self.run(move |inner| {
+            let db = &inner.db;
             let txn = db.begin_read().map_err(storage)?;
             let catalog = txn.open_table(CATALOG).map_err(storage)?;
             let start = catalog_key(topic_id, partition, 0);
@@ -609,4 +792,214 @@ impl MetadataStore for EmbeddedStore {
         })
         .await
     }
+
+    async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
+        validate_group_id(group_id)?;
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            {
+                let mut t = txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+                for o in &offsets {
+                    let key = group_offset_key(&group_id, &o.topic, o.partition);
+                    let bytes = encode(o)?;
+                    t.insert(key.as_slice(), bytes.as_slice())
+                        .map_err(storage)?;
+                }
+            }
+            txn.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn fetch_offsets(&self, group_id: &str) -> Result<Vec<CommittedOffset>> {
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let t = txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+            let prefix = group_prefix(&group_id);
+            let mut out: Vec<CommittedOffset> = Vec::new();
+            let range = match prefix_end(&prefix) {
+                Some(end) => t.range(prefix.as_slice()..end.as_slice()),
+                None => t.range(prefix.as_slice()..),
+            }
+            .map_err(storage)?;
+            for item in range {
+                let (_, v) = item.map_err(storage)?;
+                let key = format!("group_offsets/{group_id}");
+                out.push(decode(&key, v.value())?);
+            }
+            out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<(String, PartitionId)>>,
+    ) -> Result<()> {
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            {
+                let mut t = txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+                match partitions {
+                    Some(list) => {
+                        for (topic, p) in list {
+                            let key = group_offset_key(&group_id, &topic, p);
+                            t.remove(key.as_slice()).map_err(storage)?;
+                        }
+                    }
+                    None => delete_group_offsets(&mut t, &group_id)?,
+                }
+            }
+            txn.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn group(&self, group_id: &str) -> Result<Option<GroupRecord>> {
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let t = txn.open_table(GROUPS).map_err(storage)?;
+            read_group(&t, &group_id)
+        })
+        .await
+    }
+
+    async fn put_group(
+        &self,
+        group_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<GroupRecord> {
+        validate_group_id(group_id)?;
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            let record = {
+                let mut t = txn.open_table(GROUPS).map_err(storage)?;
+                let current = read_group(&t, &group_id)?.map(|g| g.version);
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "group '{group_id}' (version {current:?}, expected {expected_version:?})"
+                    )));
+                }
+                let record = GroupRecord {
+                    group_id: group_id.clone(),
+                    version: expected_version.unwrap_or(0) + 1,
+                    data,
+                };
+                let bytes = encode(&StoredGroup::from_record(&record))?;
+                t.insert(group_id.as_str(), bytes.as_slice())
+                    .map_err(storage)?;
+                record
+            };
+            txn.commit().map_err(storage)?;
+            Ok(record)
+        })
+        .await
+    }
+
+    async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()> {
+        let group_id = group_id.to_string();
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            {
+                let mut t = txn.open_table(GROUPS).map_err(storage)?;
+                match read_group(&t, &group_id)? {
+                    None => return Err(Error::UnknownGroup(group_id)),
+                    Some(g) if g.version != expected_version => {
+                        return Err(Error::Conflict(format!(
+                            "group '{group_id}' (version {}, expected {expected_version})",
+                            g.version
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                t.remove(group_id.as_str()).map_err(storage)?;
+                let mut offsets = txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+                delete_group_offsets(&mut offsets, &group_id)?;
+            }
+            txn.commit().map_err(storage)
+        })
+        .await
+    }
+
+    async fn list_groups(&self) -> Result<Vec<String>> {
+        self.run(|inner| {
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let mut out = BTreeSet::new();
+            let groups = txn.open_table(GROUPS).map_err(storage)?;
+            for item in groups.iter().map_err(storage)? {
+                out.insert(item.map_err(storage)?.0.value().to_string());
+            }
+            let offsets = txn.open_table(GROUP_OFFSETS).map_err(storage)?;
+            for item in offsets.iter().map_err(storage)? {
+                if let Some(g) = group_of_offset_key(item.map_err(storage)?.0.value()) {
+                    out.insert(g);
+                }
+            }
+            Ok(out.into_iter().collect())
+        })
+        .await
+    }
+
+    async fn campaign(&self, candidate: BrokerId, lease: LeaseId) -> Result<BrokerId> {
+        let mut live = self.live();
+        live.alive(lease)?;
+        match live.controller {
+            Some((holder, _)) => Ok(holder),
+            None => {
+                live.controller = Some((candidate, lease));
+                live.controller_subs.publish(&Some(candidate));
+                Ok(candidate)
+            }
+        }
+    }
+
+    async fn resign(&self, candidate: BrokerId) -> Result<()> {
+        let mut live = self.live();
+        if matches!(live.controller, Some((holder, _)) if holder == candidate) {
+            live.controller = None;
+            live.controller_subs.publish(&None);
+        }
+        Ok(())
+    }
+
+    async fn controller(&self) -> Result<Option<BrokerId>> {
+        Ok(self.live().controller.map(|(b, _)| b))
+    }
+
+    async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>> {
+        let mut live = self.live();
+        let now = live.controller.map(|(b, _)| b);
+        Ok(live.controller_subs.subscribe_with(now))
+    }
+}
+
+fn read_group(
+    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    group_id: &str,
+) -> Result<Option<GroupRecord>> {
+    match t.get(group_id).map_err(storage)? {
+        Some(v) => {
+            let key = format!("groups/{group_id}");
+            let stored: StoredGroup = decode(&key, v.value())?;
+            Ok(Some(stored.into_record(group_id, &key)?))
+        }
+        None => Ok(None),
+    }
+}
+
+fn delete_group_offsets(t: &mut redb::Table<&[u8], &[u8]>, group_id: &str) -> Result<()> {
+    let prefix = group_prefix(group_id);
+    match prefix_end(&prefix) {
+        Some(end) => t.retain_in(prefix.as_slice()..end.as_slice(), |_, _| false),
+        None => t.retain_in(prefix.as_slice().., |_, _| false),
+    }
+    .map_err(storage)
 }

@@ -52,6 +52,10 @@ pub enum Error {
         current: i32,
         held: i32,
     },
+    #[error("lease {0:x} expired or unknown; register again")]
+    LeaseExpired(i64),
+    #[error("group '{0}' does not exist")]
+    UnknownGroup(String),
     #[error("concurrent update of {0}; re-read and retry")]
     Conflict(String),
     #[error("value under key '{key}' cannot be decoded: {reason}")]
@@ -71,7 +75,8 @@ impl Error {
             | Error::InvalidConfig { .. }
             | Error::InvalidPartitions { .. }
             | Error::InvalidRequest(_) => ErrorKind::Invalid,
-            Error::Fenced { .. } => ErrorKind::Fenced,
+            Error::Fenced { .. } | Error::LeaseExpired(_) => ErrorKind::Fenced,
+            Error::UnknownGroup(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CorruptValue { .. } => ErrorKind::Data,
             Error::Storage(_) => ErrorKind::Internal,

@@ -3,9 +3,13 @@
 
 use crate::catalog::{CatalogCommit, CatalogEntry};
 use crate::error::Result;
+use crate::group::{CommittedOffset, GroupRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
+use crate::watch::{BrokerEvent, TopicEvent, Watch};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// A broker as registered in the metadata service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,20 +21,55 @@ pub struct BrokerRegistration {
     pub kafka_addr: String,
     /// `host:port` of the HTTP API.
     pub http_addr: String,
+    /// `host:port` other brokers use (WAL replication); empty until that exists.
+    #[serde(default)]
+    pub internal_addr: String,
 }
+
+/// The id of a lease (etcd's lease id; a process-local counter in the embedded backend).
+pub type LeaseId = i64;
+
+/// A lease granted by the metadata service: alive while kept alive within `ttl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: LeaseId,
+    pub ttl: Duration,
+}
+
+/// Shortest lease TTL accepted: etcd refuses shorter ones (its minimum is about 1.5 × its
+/// election timeout), and the embedded backend keeps the same rule so tests mean the same.
+pub const LEASE_TTL_MIN: Duration = Duration::from_secs(2);
 
 /// Everything the cluster must agree on, behind one object-safe async trait.
 ///
-/// Semantics every backend honours (checked by the conformance tests):
+/// Semantics every backend honours (checked by `tests/conformance.rs`):
 /// - writes are durable when the call returns;
-/// - partition state changes only by compare-and-swap on [`PartitionState::version`];
-/// - a catalog commit is all-or-nothing and fails with [`crate::Error::Fenced`] if any fence's
-///   epoch is not the partition's current one.
+/// - partition state changes only by compare-and-swap on [`PartitionState::version`]; group
+///   records only by compare-and-swap on [`GroupRecord::version`];
+/// - a catalog commit is all-or-nothing, idempotent under retry, and fails with
+///   [`crate::Error::Fenced`] if any fence's epoch is not the partition's current one;
+/// - keys bound to a lease (broker registrations, the controller) disappear when the lease
+///   expires; a lease granted by an earlier process of the embedded backend is expired;
+/// - watches follow the contract in [`crate::watch`].
 #[async_trait::async_trait]
 pub trait MetadataStore: Send + Sync + 'static {
-    /// Records a broker's addresses (replacing an older registration with the same id).
-    async fn register_broker(&self, broker: BrokerRegistration) -> Result<()>;
+    // ---- brokers and leases ----
+
+    /// Grants a lease of `ttl` and records the broker's addresses under it (replacing an
+    /// older registration with the same id). The registration disappears when the lease
+    /// expires; keep it with [`MetadataStore::keep_alive`].
+    async fn register_broker(&self, broker: BrokerRegistration, ttl: Duration) -> Result<Lease>;
+    /// Renews a lease; returns its TTL. A lease that already expired gives
+    /// [`crate::Error::LeaseExpired`] (kind `Fenced`): register again.
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration>;
+    /// Ends a lease now (clean shutdown), removing what is bound to it.
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()>;
+    /// The brokers whose leases are alive, by id.
     async fn list_brokers(&self) -> Result<Vec<BrokerRegistration>>;
+    /// Joins and departures from now on.
+    async fn watch_brokers(&self) -> Result<Watch<BrokerEvent>>;
+
+    // ---- topics and partitions ----
 
     /// Creates a topic whose partitions are all led by `leader` at epoch 0.
     async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata>;
@@ -54,10 +93,16 @@ pub trait MetadataStore: Send + Sync + 'static {
         expected_version: u64,
         new: PartitionState,
     ) -> Result<PartitionState>;
+    /// Topic creations, deletions and partition state changes from now on.
+    async fn watch_topics(&self) -> Result<Watch<TopicEvent>>;
+
+    // ---- producer ids ----
 
     /// Reserves `count` producer ids for idempotent producers; returns the first. Ids are
     /// never handed out twice, across restarts and brokers.
     async fn allocate_producer_ids(&self, count: u32) -> Result<i64>;
+
+    // ---- segment catalog ----
 
     /// Appends catalog entries atomically, fenced by leader epoch.
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()>;
@@ -83,4 +128,45 @@ pub trait MetadataStore: Send + Sync + 'static {
         partition: PartitionId,
         timestamp_ms: i64,
     ) -> Result<Option<CatalogEntry>>;
+
+    // ---- consumer groups ----
+
+    /// Stores committed offsets of many partitions of one group atomically (last write wins
+    /// per partition, as in Kafka).
+    async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()>;
+    /// Every committed offset of a group, sorted by topic and partition.
+    async fn fetch_offsets(&self, group_id: &str) -> Result<Vec<CommittedOffset>>;
+    /// Deletes the given partitions' offsets of a group (`None`: all of them).
+    async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<(String, PartitionId)>>,
+    ) -> Result<()>;
+    /// A group's coordinator record, if any.
+    async fn group(&self, group_id: &str) -> Result<Option<GroupRecord>>;
+    /// Compare-and-swap of a group record: `expected_version` `None` creates it (fails if it
+    /// exists), `Some(v)` replaces version `v`. Returns the stored record (version bumped).
+    async fn put_group(
+        &self,
+        group_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<GroupRecord>;
+    /// Deletes a group's record (compare-and-swap on its version) and its committed offsets.
+    async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()>;
+    /// Ids of every group that has a record or committed offsets.
+    async fn list_groups(&self) -> Result<Vec<String>>;
+
+    // ---- controller election ----
+
+    /// Tries to become the controller, bound to `lease` (so the post is vacated when the
+    /// candidate's lease expires). Returns the controller after the attempt: `candidate`
+    /// if it won or already held it.
+    async fn campaign(&self, candidate: BrokerId, lease: LeaseId) -> Result<BrokerId>;
+    /// Gives up the post if `candidate` holds it.
+    async fn resign(&self, candidate: BrokerId) -> Result<()>;
+    /// The current controller, if any.
+    async fn controller(&self) -> Result<Option<BrokerId>>;
+    /// The controller now (first event), then every change.
+    async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>>;
 }

@@ -1,11 +1,60 @@
 //! One conformance suite for every [`MetadataStore`] backend: run against the embedded store
-//! (in memory and on a file, including reopen for durability). The etcd backend joins here.
+//! (in memory and on a file, including reopen for durability) and against a real etcd that
+//! each test starts on loopback ports (see `oxbow_metadata::testing`). Without the `etcd`
+//! binary the etcd tests fail, unless `OXBOW_SKIP_ETCD=1`.
+//!
+//! Time: lease expiry uses the shortest TTL (2 s) and polls with a deadline; nothing sleeps
+//! longer than a poll interval.
 
+use bytes::Bytes;
+use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{
-    CatalogCommit, CatalogEntry, EmbeddedStore, EpochFence, ErrorKind, MetadataStore,
-    TopicPartition, TopicSpec,
+    BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CommittedOffset, EmbeddedStore,
+    EpochFence, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard, MetadataStore, TopicEvent,
+    TopicPartition, TopicSpec, Watch,
 };
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(2);
+/// Long enough for any expected event or expiry (TTL plus etcd's expiry sweep).
+const DEADLINE: Duration = Duration::from_secs(8);
+const POLL: Duration = Duration::from_millis(50);
+
+/// Polls `check` until it holds or `DEADLINE` passes.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("{what}: not within {DEADLINE:?}");
+}
+
+/// The next event of a watch, within `DEADLINE`.
+async fn next<T>(w: &mut Watch<T>, what: &str) -> T {
+    match tokio::time::timeout(DEADLINE, w.recv()).await {
+        Ok(Some(e)) => e,
+        Ok(None) => panic!("{what}: watch ended"),
+        Err(_) => panic!("{what}: no event within {DEADLINE:?}"),
+    }
+}
+
+fn registration(id: i32) -> BrokerRegistration {
+    BrokerRegistration {
+        broker_id: id,
+        az: Some(format!("az{id}")),
+        kafka_addr: format!("127.0.0.1:{}", 9000 + id),
+        http_addr: format!("127.0.0.1:{}", 8000 + id),
+        internal_addr: String::new(),
+    }
+}
 
 fn spec(name: &str, partitions: i32) -> TopicSpec {
     TopicSpec {
@@ -219,16 +268,246 @@ async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
         .is_none());
 }
 
-async fn brokers(store: &dyn MetadataStore) {
-    let b = oxbow_metadata::BrokerRegistration {
-        broker_id: 7,
-        az: Some("az1".into()),
-        kafka_addr: "127.0.0.1:9092".into(),
-        http_addr: "127.0.0.1:8080".into(),
+async fn brokers_and_leases(store: &dyn MetadataStore) {
+    let mut watch = store.watch_brokers().await.expect("watch brokers");
+    let b7 = registration(7);
+    let guard = LeaseGuard::new();
+    let lease = oxbow_metadata::lease::register(store, &b7, TTL, &guard)
+        .await
+        .expect("register");
+    assert!(guard.is_valid());
+    assert_eq!(
+        next(&mut watch, "join").await,
+        BrokerEvent::Joined(b7.clone())
+    );
+    assert_eq!(store.list_brokers().await.expect("list"), vec![b7.clone()]);
+    // Too short a TTL is refused the same way by every backend.
+    let err = store
+        .register_broker(registration(8), Duration::from_millis(500))
+        .await
+        .expect_err("short ttl");
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+
+    // Kept alive past its TTL: still registered.
+    let until = Instant::now() + TTL + Duration::from_millis(500);
+    while Instant::now() < until {
+        let sent = Instant::now();
+        let ttl = store.keep_alive(lease.id).await.expect("keep alive");
+        guard.renewed(lease.id, sent, ttl);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert_eq!(store.list_brokers().await.expect("list").len(), 1);
+    assert!(guard.is_valid());
+
+    // Left alone: the guard lapses first (margin), then the registration disappears.
+    eventually("guard lapses", || {
+        let g = guard.clone();
+        async move { !g.is_valid() }
+    })
+    .await;
+    eventually("registration expires", || async {
+        store.list_brokers().await.expect("list").is_empty()
+    })
+    .await;
+    assert_eq!(next(&mut watch, "leave").await, BrokerEvent::Left(7));
+    let err = store.keep_alive(lease.id).await.expect_err("expired");
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+
+    // Revoke: gone at once.
+    let lease = store
+        .register_broker(b7.clone(), TTL)
+        .await
+        .expect("register again");
+    assert_eq!(
+        next(&mut watch, "join again").await,
+        BrokerEvent::Joined(b7)
+    );
+    store.revoke_lease(lease.id).await.expect("revoke");
+    assert_eq!(next(&mut watch, "revoked").await, BrokerEvent::Left(7));
+    assert!(store.list_brokers().await.expect("list").is_empty());
+    store.revoke_lease(lease.id).await.expect("revoke twice");
+}
+
+async fn controller_election(store: &dyn MetadataStore) {
+    let l1 = store
+        .register_broker(registration(1), TTL)
+        .await
+        .expect("b1");
+    let l2 = store
+        .register_broker(registration(2), TTL)
+        .await
+        .expect("b2");
+    let mut watch = store.watch_controller().await.expect("watch");
+    assert_eq!(next(&mut watch, "initial").await, None);
+    assert_eq!(store.campaign(1, l1.id).await.expect("campaign"), 1);
+    assert_eq!(next(&mut watch, "elected").await, Some(1));
+    assert_eq!(store.campaign(2, l2.id).await.expect("campaign"), 1);
+    assert_eq!(store.controller().await.expect("controller"), Some(1));
+    // Resigning is only for the holder.
+    store.resign(2).await.expect("resign other");
+    assert_eq!(store.controller().await.expect("controller"), Some(1));
+    // The holder's lease ends: the post is vacated and another can take it.
+    store.revoke_lease(l1.id).await.expect("revoke");
+    assert_eq!(next(&mut watch, "vacated").await, None);
+    assert_eq!(store.campaign(2, l2.id).await.expect("campaign"), 2);
+    assert_eq!(next(&mut watch, "second").await, Some(2));
+    store.resign(2).await.expect("resign");
+    assert_eq!(next(&mut watch, "resigned").await, None);
+    let err = store.campaign(1, l1.id).await.expect_err("dead lease");
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    store.revoke_lease(l2.id).await.expect("revoke");
+}
+
+fn committed(topic: &str, partition: i32, offset: i64) -> CommittedOffset {
+    CommittedOffset {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        leader_epoch: 3,
+        metadata: format!("m{offset}"),
+        commit_timestamp_ms: 1000 + offset,
+    }
+}
+
+async fn consumer_groups(store: &dyn MetadataStore) {
+    // A group id with separators must not collide with another's keys.
+    let g = "team/a%1";
+    store
+        .commit_offsets(g, (0..200).map(|p| committed("t1", p, 10)).collect())
+        .await
+        .expect("commit 200");
+    store
+        .commit_offsets(g, vec![committed("t1", 0, 11), committed("t2", 0, 5)])
+        .await
+        .expect("commit");
+    store
+        .commit_offsets("team", vec![committed("t1", 0, 99)])
+        .await
+        .expect("other group");
+    let got = store.fetch_offsets(g).await.expect("fetch");
+    assert_eq!(got.len(), 201);
+    assert_eq!(got[0], committed("t1", 0, 11), "last write wins");
+    assert_eq!(got[200], committed("t2", 0, 5));
+    store
+        .delete_offsets(g, Some(vec![("t2".to_string(), 0)]))
+        .await
+        .expect("delete one");
+    assert_eq!(store.fetch_offsets(g).await.expect("fetch").len(), 200);
+    assert_eq!(store.fetch_offsets("team").await.expect("fetch").len(), 1);
+
+    // The coordinator record: create, CAS, conflicts.
+    assert!(store.group(g).await.expect("group").is_none());
+    let r1 = store
+        .put_group(g, None, Bytes::from_static(b"gen1"))
+        .await
+        .expect("create");
+    assert_eq!(r1.version, 1);
+    let err = store
+        .put_group(g, None, Bytes::from_static(b"again"))
+        .await
+        .expect_err("exists");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let r2 = store
+        .put_group(g, Some(1), Bytes::from_static(b"gen2\x00\xff"))
+        .await
+        .expect("cas");
+    assert_eq!(r2.version, 2);
+    let err = store
+        .put_group(g, Some(1), Bytes::from_static(b"stale"))
+        .await
+        .expect_err("stale");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(store.group(g).await.expect("group"), Some(r2));
+    let mut groups = store.list_groups().await.expect("list");
+    groups.sort();
+    assert_eq!(groups, vec!["team".to_string(), g.to_string()]);
+    let err = store.delete_group(g, 1).await.expect_err("stale delete");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    store.delete_group(g, 2).await.expect("delete");
+    assert!(store.group(g).await.expect("group").is_none());
+    assert!(store.fetch_offsets(g).await.expect("fetch").is_empty());
+    let err = store.delete_group(g, 2).await.expect_err("gone");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    store
+        .delete_offsets("team", None)
+        .await
+        .expect("delete all");
+    assert!(store.list_groups().await.expect("list").is_empty());
+}
+
+async fn topic_watch(store: &dyn MetadataStore) {
+    let mut watch = store.watch_topics().await.expect("watch");
+    let t = store
+        .create_topic(spec("watched", 2), 1)
+        .await
+        .expect("create");
+    match next(&mut watch, "created").await {
+        TopicEvent::Changed(got) => assert_eq!(got, t),
+        other => panic!("expected Changed, got {other:?}"),
+    }
+    let mut p1 = t.partitions[1].clone();
+    p1.leader = 2;
+    p1.leader_epoch = 1;
+    let updated = store
+        .update_partition(t.topic_id, 0, p1)
+        .await
+        .expect("cas");
+    assert_eq!(
+        next(&mut watch, "partition").await,
+        TopicEvent::PartitionChanged {
+            topic_id: t.topic_id,
+            state: updated.clone()
+        }
+    );
+    let grown = store
+        .create_partitions("watched", 3, 1)
+        .await
+        .expect("grow");
+    assert_eq!(grown.partitions[1], updated, "growing keeps changed states");
+    match next(&mut watch, "grown").await {
+        TopicEvent::Changed(got) => assert_eq!(got.partitions.len(), 3),
+        other => panic!("expected Changed, got {other:?}"),
+    }
+    store.delete_topic("watched").await.expect("delete");
+    assert_eq!(
+        next(&mut watch, "deleted").await,
+        TopicEvent::Deleted {
+            name: "watched".into(),
+            topic_id: t.topic_id
+        }
+    );
+}
+
+async fn wide_catalog_commit(store: &dyn MetadataStore) {
+    // One object holding 100 partitions: one commit, all or nothing, and a retry is a no-op.
+    let t = store
+        .create_topic(spec("wide", 100), 1)
+        .await
+        .expect("create");
+    let tps: Vec<TopicPartition> = (0..100)
+        .map(|p| TopicPartition::new(t.topic_id, p))
+        .collect();
+    let commit = CatalogCommit {
+        entries: tps.iter().map(|tp| entry(*tp, 0, 9, 5, 0)).collect(),
+        fences: tps
+            .iter()
+            .map(|tp| EpochFence {
+                topic_partition: *tp,
+                leader_epoch: 0,
+            })
+            .collect(),
     };
-    store.register_broker(b.clone()).await.expect("register");
-    store.register_broker(b.clone()).await.expect("re-register");
-    assert_eq!(store.list_brokers().await.expect("list"), vec![b]);
+    store.commit_catalog(commit.clone()).await.expect("commit");
+    store.commit_catalog(commit).await.expect("retry");
+    for p in [0, 57, 99] {
+        let last = store
+            .catalog_last(t.topic_id, p)
+            .await
+            .expect("last")
+            .expect("some");
+        assert_eq!(last.last_offset, 9);
+    }
+    store.delete_topic("wide").await.expect("cleanup");
 }
 
 async fn producer_ids(store: &dyn MetadataStore) {
@@ -242,19 +521,24 @@ async fn run_all(store: &dyn MetadataStore) {
     topics_lifecycle(store).await;
     partition_cas(store).await;
     catalog_fencing_and_lookup(store).await;
-    brokers(store).await;
+    wide_catalog_commit(store).await;
+    topic_watch(store).await;
+    consumer_groups(store).await;
+    controller_election(store).await;
+    brokers_and_leases(store).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_in_memory() {
     let store = EmbeddedStore::in_memory().expect("open");
     run_all(&store).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_on_file_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("metadata.redb");
+    let old_lease;
     {
         let store = EmbeddedStore::open(&path).expect("open");
         run_all(&store).await;
@@ -262,8 +546,70 @@ async fn embedded_on_file_survives_reopen() {
             .create_topic(spec("kept", 2), 1)
             .await
             .expect("create");
+        store
+            .commit_offsets("g", vec![committed("kept", 0, 4)])
+            .await
+            .expect("offsets");
+        old_lease = store
+            .register_broker(registration(1), Duration::from_secs(60))
+            .await
+            .expect("register")
+            .id;
     }
     let store = EmbeddedStore::open(&path).expect("reopen");
     let kept = store.topic("kept").await.expect("get").expect("kept");
     assert_eq!(kept.partitions.len(), 2);
+    assert_eq!(store.fetch_offsets("g").await.expect("fetch").len(), 1);
+    // A lease of the previous process is expired at open, with what was bound to it.
+    assert!(store.list_brokers().await.expect("list").is_empty());
+    let err = store.keep_alive(old_lease).await.expect_err("old lease");
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+}
+
+async fn etcd_store(etcd: &EtcdCluster, cluster: &str) -> EtcdStore {
+    EtcdStore::connect(EtcdSettings::new(etcd.endpoints(), cluster))
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_single_member() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).expect("start etcd");
+    let store = etcd_store(&etcd, "conformance").await;
+    run_all(&store).await;
+    // Another cluster name shares the etcd but sees nothing of this one.
+    let other = etcd_store(&etcd, "other").await;
+    assert!(other.list_topics().await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_corrupt_values_name_the_key() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).expect("start etcd");
+    let store = etcd_store(&etcd, "corrupt").await;
+    let mut client = store.client();
+    let key = oxbow_metadata::keys::topic::ser_key(store.root(), "bad");
+    client
+        .put(key.clone(), br#"{"v":9,"name":"bad"}"#.to_vec(), None)
+        .await
+        .expect("plant");
+    let err = store.topic("bad").await.expect_err("unknown version");
+    assert_eq!(err.kind(), ErrorKind::Data);
+    assert!(err.to_string().contains(&key), "{err}");
+    assert!(err.to_string().contains("version 9"), "{err}");
+    let err = store.list_topics().await.expect_err("list reads it too");
+    assert_eq!(err.kind(), ErrorKind::Data);
+    let counter = oxbow_metadata::keys::counter::ser_key(store.root(), "producer_id");
+    client
+        .put(counter.clone(), b"\x00not json".to_vec(), None)
+        .await
+        .expect("plant");
+    let err = store.allocate_producer_ids(1).await.expect_err("garbage");
+    assert_eq!(err.kind(), ErrorKind::Data);
+    assert!(err.to_string().contains(&counter), "{err}");
 }

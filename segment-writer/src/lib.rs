@@ -7,12 +7,14 @@
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
+//! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
 //! - [`object`]: the sealed object format.
 //! - [`read`]: reads from memory or from objects through the cache.
 //! - [`objects`]: building the object store from a URL.
 
 pub mod batch;
 pub mod error;
+pub mod fence;
 pub mod log;
 pub mod object;
 pub mod objects;

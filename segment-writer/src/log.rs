@@ -17,7 +17,8 @@ use crate::wal::{Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{
-    BrokerId, MetadataStore, Offset, PartitionId, TopicId, TopicMetadata, TopicPartition,
+    BrokerId, LeaseGuard, MetadataStore, Offset, PartitionId, TopicId, TopicMetadata,
+    TopicPartition,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,10 +65,14 @@ pub struct Appended {
 pub struct PendingAppend {
     pub appended: Appended,
     durable: Option<oneshot::Receiver<Result<u64>>>,
+    /// Checked again once durable: the lease may have lapsed while the batch waited.
+    lease: Option<LeaseGuard>,
 }
 
 impl PendingAppend {
-    /// Waits for durability (for [`Acks::All`]); immediate otherwise.
+    /// Waits for durability (for [`Acks::All`]); immediate otherwise. Fails with
+    /// [`Error::NotLeader`] if this broker's lease is no longer certainly alive: another
+    /// broker may lead the partition by now, so the batch may never be committed.
     pub async fn wait(self) -> Result<Appended> {
         if let Some(rx) = self.durable {
             match rx.await {
@@ -76,7 +81,17 @@ impl PendingAppend {
                 Err(_) => return Err(Error::ShuttingDown),
             }
         }
+        check_lease(self.lease.as_ref())?;
         Ok(self.appended)
+    }
+}
+
+fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
+    match lease {
+        Some(g) if !g.is_valid() => Err(Error::NotLeader(
+            "this broker's metadata lease expired; it re-registers before serving again".into(),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -151,6 +166,8 @@ pub struct LogManager {
     pub(crate) seal_wanted: Notify,
     pub(crate) unsealed_bytes: AtomicU64,
     pub(crate) seal_sequence: AtomicU64,
+    /// This broker's lease (see [`LogManager::set_lease_guard`]); no guard: never fenced.
+    pub(crate) lease: std::sync::OnceLock<LeaseGuard>,
     pub metrics: LogMetrics,
 }
 
@@ -180,6 +197,7 @@ impl LogManager {
             seal_wanted: Notify::new(),
             unsealed_bytes: AtomicU64::new(0),
             seal_sequence: AtomicU64::new(now_ms() as u64),
+            lease: std::sync::OnceLock::new(),
             metrics: LogMetrics::default(),
         });
         manager.replay(entries).await?;
@@ -229,6 +247,13 @@ impl LogManager {
         self.settings.broker_id
     }
 
+    /// Ties acknowledgements to this broker's metadata lease: once `guard` is invalid,
+    /// appends fail with [`Error::NotLeader`] instead of being acknowledged. Set once,
+    /// before serving; later calls are ignored.
+    pub fn set_lease_guard(&self, guard: LeaseGuard) {
+        let _ = self.lease.set(guard);
+    }
+
     /// The partition if this broker has it open.
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
         self.partitions.read().ok()?.get(tp).cloned()
@@ -244,7 +269,15 @@ impl LogManager {
         if let Some(p) = self.get(&tp) {
             return Ok(p);
         }
-        let state = topic
+        // The caller's topic may come from a cache; a partition must open at the epoch the
+        // metadata service holds now (it moves when a lease is lost, see `fence.rs`), or its
+        // first seal is fenced.
+        let fresh = self
+            .metadata
+            .topic_by_id(topic.topic_id)
+            .await?
+            .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
+        let state = fresh
             .partition(partition)
             .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
         if state.leader != self.settings.broker_id {
@@ -328,6 +361,7 @@ impl LogManager {
         log_append_time: bool,
         acks: Acks,
     ) -> Result<PendingAppend> {
+        check_lease(self.lease.get())?;
         let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
         let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
         let (base_offset, durable_rx) = {
@@ -345,6 +379,7 @@ impl LogManager {
                                 duplicate: true,
                             },
                             durable: None,
+                            lease: self.lease.get().cloned(),
                         });
                     }
                     SequenceCheck::Append => {}
@@ -401,6 +436,7 @@ impl LogManager {
                 duplicate: false,
             },
             durable: (acks == Acks::All).then_some(durable_rx),
+            lease: self.lease.get().cloned(),
         })
     }
 

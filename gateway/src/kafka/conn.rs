@@ -38,6 +38,7 @@ type Pending = BoxFuture<'static, Outgoing>;
 
 pub async fn run(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -84,7 +85,7 @@ pub async fn run(
                 }
                 Some(Ok(frame)) => {
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-                    match dispatch(&broker, frame.freeze()).await {
+                    match dispatch(&broker, peer, frame.freeze()).await {
                         Ok(p) => pending.push_back(p),
                         Err(e) => {
                             broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
@@ -103,7 +104,11 @@ pub async fn run(
 }
 
 /// Runs the ordered part of one request and returns its response-to-be.
-async fn dispatch(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Pending, FrameError> {
+async fn dispatch(
+    broker: &Arc<Broker>,
+    peer: std::net::SocketAddr,
+    mut frame: Bytes,
+) -> Result<Pending, FrameError> {
     let p = frame::prelude(&frame)?;
     broker.metrics.count_request(p.api_key);
     let key = ApiKey::try_from(p.api_key).map_err(|_| FrameError::UnknownApiKey(p.api_key))?;
@@ -124,7 +129,7 @@ async fn dispatch(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Pending, Fra
     let request = RequestKind::decode(key, &mut frame, version)
         .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
     let correlation_id = header.correlation_id;
-    let reply = handlers::handle(broker, &header, request).await;
+    let reply = handlers::handle(broker, &header, peer, request).await;
     let encode = move |body| match frame::encode_response(key, version, correlation_id, &body) {
         Ok(b) => Outgoing::Send(b),
         Err(e) => {

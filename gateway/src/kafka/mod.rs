@@ -70,7 +70,7 @@ pub async fn serve(
         let broker = broker.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            if let Err(e) = conn::run(stream, broker.clone(), shutdown).await {
+            if let Err(e) = conn::run(stream, peer, broker.clone(), shutdown).await {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");
             }
             broker

@@ -5,6 +5,7 @@ pub mod api_versions;
 mod cluster;
 mod configs;
 mod fetch;
+mod groups;
 mod leader_epoch;
 mod list_offsets;
 mod metadata;
@@ -30,9 +31,33 @@ pub enum Reply {
 
 /// Runs the ordered part of a request. Only versions in [`super::versions::SUPPORTED`]
 /// reach here.
-pub async fn handle(broker: &Arc<Broker>, header: &RequestHeader, request: RequestKind) -> Reply {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    peer: std::net::SocketAddr,
+    request: RequestKind,
+) -> Reply {
     let v = header.request_api_version;
     let response = match request {
+        RequestKind::JoinGroup(r) => {
+            let client_id = header.client_id.as_deref().unwrap_or("").to_string();
+            return groups::join(broker, r, v, client_id, peer);
+        }
+        RequestKind::SyncGroup(r) => return groups::sync(broker, r, v),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(broker, r)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(broker, r, v)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(broker, r, v).await),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(groups::describe(broker, r, v))
+        }
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete(broker, r).await),
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(groups::commit(broker, r, v).await)
+        }
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::fetch(broker, r, v).await),
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(groups::delete_offsets(broker, r).await)
+        }
         RequestKind::Produce(r) => return produce::handle(broker, r, v).await,
         RequestKind::Fetch(r) => return fetch::handle(broker, r, v),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),

@@ -1,0 +1,466 @@
+//! The group coordinator: consumer group membership (Kafka's classic protocol) and
+//! committed offsets.
+//!
+//! Each group's state machine ([`group::Group`]) is pure; this driver holds one per group
+//! behind a mutex, parks JoinGroup and SyncGroup requests until their answers are ready,
+//! and runs a ticker for session and rebalance timeouts. On one node this broker
+//! coordinates every group.
+//!
+//! Committed offsets are written through to the metadata service (one write per
+//! OffsetCommit request, carrying all its partitions) and cached per group, so OffsetFetch
+//! is served from memory.
+
+pub mod group;
+pub mod protocol;
+
+use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult};
+use kafka_protocol::error::ResponseError;
+use oxbow_metadata::group::CommittedOffset;
+use oxbow_metadata::MetadataStore;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// How often timers (session expiry, rebalance timeout) are checked. Bounds how late a
+/// dead member is noticed, beyond its session timeout.
+const TICK: Duration = Duration::from_millis(100);
+/// Extra wait beyond a member's rebalance timeout before a parked JoinGroup gives up.
+const JOIN_WAIT_SLACK: Duration = Duration::from_secs(5);
+
+/// Settings of the coordinator.
+#[derive(Clone, Debug)]
+pub struct CoordinatorSettings {
+    /// How long the first rebalance of an empty group waits for more members (Kafka's
+    /// `group.initial.rebalance.delay.ms`, default 3 s): longer means fewer rebalances when
+    /// a fleet starts together, shorter means a lone consumer starts sooner.
+    pub initial_rebalance_delay: Duration,
+}
+
+struct Slot {
+    group: Group,
+    joins: HashMap<MemberId, oneshot::Sender<JoinResult>>,
+    syncs: HashMap<MemberId, oneshot::Sender<SyncResult>>,
+}
+
+impl Slot {
+    fn deliver(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Join(m, r) => {
+                    if let Some(tx) = self.joins.remove(&m) {
+                        let _ = tx.send(r);
+                    }
+                }
+                Action::Sync(m, r) => {
+                    if let Some(tx) = self.syncs.remove(&m) {
+                        let _ = tx.send(r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+type OffsetMap = BTreeMap<(String, i32), CommittedOffset>;
+
+/// A group as DescribeGroups shows it.
+#[derive(Clone, Debug)]
+pub struct GroupView {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<group::Member>,
+}
+
+/// The group coordinator of this broker.
+pub struct Coordinator {
+    metadata: Arc<dyn MetadataStore>,
+    settings: CoordinatorSettings,
+    start: Instant,
+    groups: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
+    /// Per group: committed offsets, loaded from the metadata service on first use.
+    offsets: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<OffsetMap>>>>>,
+}
+
+fn now_wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Coordinator {
+    pub fn new(metadata: Arc<dyn MetadataStore>, settings: CoordinatorSettings) -> Self {
+        Coordinator {
+            metadata,
+            settings,
+            start: Instant::now(),
+            groups: Mutex::new(HashMap::new()),
+            offsets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn slot(&self, group_id: &str) -> Arc<Mutex<Slot>> {
+        let mut groups = match self.groups.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(Slot {
+                    group: Group::new(
+                        group_id,
+                        self.settings.initial_rebalance_delay.as_millis() as u64,
+                    ),
+                    joins: HashMap::new(),
+                    syncs: HashMap::new(),
+                }))
+            })
+            .clone()
+    }
+
+    fn existing(&self, group_id: &str) -> Option<Arc<Mutex<Slot>>> {
+        self.groups.lock().ok()?.get(group_id).cloned()
+    }
+
+    fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+        match slot.lock() {
+            Ok(s) => s,
+            // A panic while holding the lock left the group in some state; carry on with it
+            // rather than wedge every member of the group forever.
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// JoinGroup: resolves when the rebalance completes (or at once for errors and
+    /// MEMBER_ID_REQUIRED).
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+        let wait = Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms))
+            + self.settings.initial_rebalance_delay
+            + JOIN_WAIT_SLACK;
+        let slot = self.slot(group_id);
+        let rx = {
+            let mut s = Self::lock(&slot);
+            let now = self.now_ms();
+            let (reply, actions) = s.group.join(req, now);
+            let rx = match reply {
+                Reply::Now(r) => {
+                    s.deliver(actions);
+                    return r;
+                }
+                Reply::Later(member) => {
+                    // Registered before the actions go out: the answer may be among them.
+                    // A member that joins again replaces (and so ends) its older wait.
+                    let (tx, rx) = oneshot::channel();
+                    s.joins.insert(member, tx);
+                    rx
+                }
+            };
+            s.deliver(actions);
+            rx
+        };
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(r)) => r,
+            _ => JoinResult {
+                error: ResponseError::RebalanceInProgress.code(),
+                generation: -1,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// SyncGroup: resolves when the leader has sent the assignment.
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        assignments: Vec<(MemberId, bytes::Bytes)>,
+    ) -> SyncResult {
+        let Some(slot) = self.existing(group_id) else {
+            return SyncResult {
+                error: ResponseError::UnknownMemberId.code(),
+                ..Default::default()
+            };
+        };
+        let (rx, wait) = {
+            let mut s = Self::lock(&slot);
+            let now = self.now_ms();
+            let wait = s
+                .group
+                .members
+                .get(member_id)
+                .map(|m| Duration::from_millis(m.session_timeout_ms))
+                .unwrap_or_default()
+                + JOIN_WAIT_SLACK;
+            let (reply, actions) =
+                s.group
+                    .sync(member_id, instance_id, generation, assignments, now);
+            match reply {
+                Reply::Now(r) => {
+                    s.deliver(actions);
+                    return r;
+                }
+                Reply::Later(member) => {
+                    let (tx, rx) = oneshot::channel();
+                    s.syncs.insert(member, tx);
+                    s.deliver(actions);
+                    (rx, wait)
+                }
+            }
+        };
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(r)) => r,
+            _ => SyncResult {
+                error: ResponseError::RebalanceInProgress.code(),
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        let Some(slot) = self.existing(group_id) else {
+            return ResponseError::UnknownMemberId.code();
+        };
+        let mut s = Self::lock(&slot);
+        let now = self.now_ms();
+        s.group.heartbeat(member_id, instance_id, generation, now)
+    }
+
+    pub fn leave(&self, group_id: &str, member_id: &str, instance_id: Option<&str>) -> i16 {
+        let Some(slot) = self.existing(group_id) else {
+            return ResponseError::UnknownMemberId.code();
+        };
+        let mut s = Self::lock(&slot);
+        let now = self.now_ms();
+        let (code, actions) = s.group.leave(member_id, instance_id, now);
+        s.deliver(actions);
+        code
+    }
+
+    /// Runs the timers until `shutdown`.
+    pub async fn run_ticker(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let slots: Vec<_> = match self.groups.lock() {
+                Ok(g) => g.values().cloned().collect(),
+                Err(_) => continue,
+            };
+            for slot in slots {
+                let mut s = Self::lock(&slot);
+                let now = self.now_ms();
+                let actions = s.group.tick(now);
+                s.deliver(actions);
+            }
+        }
+    }
+
+    /// DescribeGroups for one group (`None`: not known here, reported as Dead).
+    pub fn describe(&self, group_id: &str) -> Option<GroupView> {
+        let slot = self.existing(group_id)?;
+        let s = Self::lock(&slot);
+        let g = &s.group;
+        Some(GroupView {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: g.protocol.clone().unwrap_or_default(),
+            members: g.members.values().cloned().collect(),
+        })
+    }
+
+    /// Every known group: (id, protocol type, state).
+    pub async fn list(&self) -> Result<Vec<(String, String, &'static str)>, oxbow_metadata::Error> {
+        let mut out: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+        for id in self.metadata.list_groups().await? {
+            out.insert(id, ("consumer".to_string(), "Empty"));
+        }
+        if let Ok(groups) = self.groups.lock() {
+            for (id, slot) in groups.iter() {
+                let s = Self::lock(slot);
+                if s.group.state == group::GroupState::Dead {
+                    continue;
+                }
+                let pt = s
+                    .group
+                    .protocol_type
+                    .clone()
+                    .unwrap_or_else(|| "consumer".into());
+                out.insert(id.clone(), (pt, s.group.state.name()));
+            }
+        }
+        Ok(out.into_iter().map(|(id, (pt, st))| (id, pt, st)).collect())
+    }
+
+    /// DeleteGroups for one group: only a group without members.
+    pub async fn delete(&self, group_id: &str) -> i16 {
+        if let Some(slot) = self.existing(group_id) {
+            let mut s = Self::lock(&slot);
+            if !s.group.is_empty() {
+                return ResponseError::NonEmptyGroup.code();
+            }
+            s.group.kill();
+        }
+        let known = match self.metadata.list_groups().await {
+            Ok(ids) => ids.iter().any(|g| g == group_id),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing groups failed");
+                return ResponseError::CoordinatorNotAvailable.code();
+            }
+        };
+        let in_memory = self
+            .groups
+            .lock()
+            .map(|mut g| g.remove(group_id).is_some())
+            .unwrap_or(false);
+        if !known && !in_memory {
+            return ResponseError::GroupIdNotFound.code();
+        }
+        if let Err(e) = self.metadata.delete_offsets(group_id, None).await {
+            tracing::warn!(error = %e, "deleting offsets failed");
+            return ResponseError::CoordinatorNotAvailable.code();
+        }
+        if let Ok(mut o) = self.offsets.lock() {
+            o.remove(group_id);
+        }
+        0
+    }
+
+    fn offsets_slot(&self, group_id: &str) -> Arc<tokio::sync::Mutex<Option<OffsetMap>>> {
+        let mut o = match self.offsets.lock() {
+            Ok(o) => o,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        o.entry(group_id.to_string()).or_default().clone()
+    }
+
+    async fn loaded<'a>(
+        &self,
+        group_id: &str,
+        cell: &'a mut Option<OffsetMap>,
+    ) -> Result<&'a mut OffsetMap, oxbow_metadata::Error> {
+        if cell.is_none() {
+            let stored = self.metadata.fetch_offsets(group_id).await?;
+            *cell = Some(
+                stored
+                    .into_iter()
+                    .map(|o| ((o.topic.clone(), o.partition), o))
+                    .collect(),
+            );
+        }
+        Ok(cell.get_or_insert_with(BTreeMap::new))
+    }
+
+    /// Checks the member may commit (generation fencing).
+    pub fn check_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        match self.existing(group_id) {
+            Some(slot) => Self::lock(&slot)
+                .group
+                .check_commit(member_id, instance_id, generation),
+            None if generation < 0 && member_id.is_empty() => Ok(()),
+            None => Err(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// Stores offsets (one metadata write for all of them) and caches them.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<(), oxbow_metadata::Error> {
+        let ts = now_wall_ms();
+        let offsets: Vec<CommittedOffset> = offsets
+            .into_iter()
+            .map(
+                |(topic, partition, offset, leader_epoch, metadata)| CommittedOffset {
+                    topic,
+                    partition,
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: ts,
+                },
+            )
+            .collect();
+        let cell = self.offsets_slot(group_id);
+        let mut guard = cell.lock().await;
+        self.metadata
+            .commit_offsets(group_id, offsets.clone())
+            .await?;
+        let map = self.loaded(group_id, &mut guard).await?;
+        for o in offsets {
+            map.insert((o.topic.clone(), o.partition), o);
+        }
+        Ok(())
+    }
+
+    /// Every committed offset of a group.
+    pub async fn fetch_offsets(
+        &self,
+        group_id: &str,
+    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, oxbow_metadata::Error> {
+        let cell = self.offsets_slot(group_id);
+        let mut guard = cell.lock().await;
+        Ok(self.loaded(group_id, &mut guard).await?.clone())
+    }
+
+    /// OffsetDelete: removes offsets of topics the group is not subscribed to.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<(String, i32, i16)>, oxbow_metadata::Error> {
+        let subscribed = self
+            .existing(group_id)
+            .map(|slot| protocol::subscribed_topics(&Self::lock(&slot).group))
+            .unwrap_or_default();
+        let (refused, allowed): (Vec<_>, Vec<_>) = partitions
+            .into_iter()
+            .partition(|(t, _)| subscribed.contains(t));
+        if !allowed.is_empty() {
+            self.metadata
+                .delete_offsets(group_id, Some(allowed.clone()))
+                .await?;
+            let cell = self.offsets_slot(group_id);
+            let mut guard = cell.lock().await;
+            if let Some(map) = guard.as_mut() {
+                for k in &allowed {
+                    map.remove(k);
+                }
+            }
+        }
+        Ok(allowed
+            .into_iter()
+            .map(|(t, p)| (t, p, 0))
+            .chain(
+                refused
+                    .into_iter()
+                    .map(|(t, p)| (t, p, ResponseError::GroupSubscribedToTopic.code())),
+            )
+            .collect())
+    }
+}

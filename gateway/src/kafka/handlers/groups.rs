@@ -1,0 +1,511 @@
+//! The classic consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! ListGroups, DescribeGroups, DeleteGroups; and offsets: OffsetCommit, OffsetFetch,
+//! OffsetDelete. Membership logic lives in [`crate::groups`]; this maps wire fields.
+
+use super::{str_bytes, topic_name, Reply};
+use crate::broker::Broker;
+use crate::groups::group::JoinRequest;
+use futures::FutureExt;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ResponseKind, SyncGroupRequest, SyncGroupResponse,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn group_id(id: &str) -> GroupId {
+    GroupId(str_bytes(id))
+}
+
+pub fn join(
+    broker: &Arc<Broker>,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+    peer: std::net::SocketAddr,
+) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(
+        async move {
+            let id = req.group_id.0.to_string();
+            let join = JoinRequest {
+                member_id: req.member_id.to_string(),
+                instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
+                client_id,
+                client_host: format!("/{}", peer.ip()),
+                session_timeout_ms: u64::try_from(req.session_timeout_ms).unwrap_or(0),
+                // v0 has no rebalance timeout: it is the session timeout.
+                rebalance_timeout_ms: u64::try_from(if version >= 1 {
+                    req.rebalance_timeout_ms
+                } else {
+                    req.session_timeout_ms
+                })
+                .unwrap_or(0),
+                protocol_type: req.protocol_type.to_string(),
+                protocols: req
+                    .protocols
+                    .iter()
+                    .map(|p| (p.name.to_string(), p.metadata.clone()))
+                    .collect(),
+                require_known_member_id: version >= 4,
+            };
+            let r = broker.coordinator.join(&id, join).await;
+            let members = r
+                .members
+                .into_iter()
+                .map(|(m, instance, metadata)| {
+                    JoinGroupResponseMember::default()
+                        .with_member_id(str_bytes(&m))
+                        .with_group_instance_id(
+                            instance.filter(|_| version >= 5).map(|i| str_bytes(&i)),
+                        )
+                        .with_metadata(metadata)
+                })
+                .collect();
+            let protocol_name = match (version >= 7, r.protocol_name) {
+                (true, name) => name.map(|n| str_bytes(&n)),
+                // Non-nullable before v7.
+                (false, name) => Some(str_bytes(&name.unwrap_or_default())),
+            };
+            ResponseKind::JoinGroup(
+                JoinGroupResponse::default()
+                    .with_error_code(r.error)
+                    .with_generation_id(r.generation)
+                    .with_protocol_type(
+                        r.protocol_type
+                            .filter(|_| version >= 7)
+                            .map(|p| str_bytes(&p)),
+                    )
+                    .with_protocol_name(protocol_name)
+                    .with_leader(str_bytes(&r.leader))
+                    .with_member_id(str_bytes(&r.member_id))
+                    .with_members(members),
+            )
+        }
+        .boxed(),
+    )
+}
+
+pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(
+        async move {
+            let r = broker
+                .coordinator
+                .sync(
+                    &req.group_id.0,
+                    &req.member_id,
+                    req.group_instance_id.as_deref(),
+                    req.generation_id,
+                    req.assignments
+                        .iter()
+                        .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+                        .collect(),
+                )
+                .await;
+            let v5 = version >= 5;
+            ResponseKind::SyncGroup(
+                SyncGroupResponse::default()
+                    .with_error_code(r.error)
+                    .with_protocol_type(r.protocol_type.filter(|_| v5).map(|p| str_bytes(&p)))
+                    .with_protocol_name(r.protocol_name.filter(|_| v5).map(|p| str_bytes(&p)))
+                    .with_assignment(r.assignment),
+            )
+        }
+        .boxed(),
+    )
+}
+
+pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
+    let code = broker.coordinator.heartbeat(
+        &req.group_id.0,
+        &req.member_id,
+        req.group_instance_id.as_deref(),
+        req.generation_id,
+    );
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+pub fn leave(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let id = req.group_id.0.to_string();
+    if version < 3 {
+        let code = broker.coordinator.leave(&id, &req.member_id, None);
+        return LeaveGroupResponse::default().with_error_code(code);
+    }
+    let members = req
+        .members
+        .iter()
+        .map(|m| {
+            let code = broker
+                .coordinator
+                .leave(&id, &m.member_id, m.group_instance_id.as_deref());
+            MemberResponse::default()
+                .with_member_id(m.member_id.clone())
+                .with_group_instance_id(m.group_instance_id.clone())
+                .with_error_code(code)
+        })
+        .collect();
+    LeaveGroupResponse::default().with_members(members)
+}
+
+pub async fn list(
+    broker: &Arc<Broker>,
+    req: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
+    let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    match broker.coordinator.list().await {
+        Ok(groups) => ListGroupsResponse::default().with_groups(
+            groups
+                .into_iter()
+                .filter(|(_, _, st)| states.is_empty() || states.contains(&st.to_lowercase()))
+                .map(|(id, pt, st)| {
+                    let g = ListedGroup::default()
+                        .with_group_id(group_id(&id))
+                        .with_protocol_type(str_bytes(&pt));
+                    let g = if version >= 4 {
+                        g.with_group_state(str_bytes(st))
+                    } else {
+                        g
+                    };
+                    if version >= 5 {
+                        g.with_group_type(str_bytes("classic"))
+                    } else {
+                        g
+                    }
+                })
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "listing groups failed");
+            ListGroupsResponse::default()
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+        }
+    }
+}
+
+pub fn describe(
+    broker: &Arc<Broker>,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let groups = req
+        .groups
+        .iter()
+        .map(|id| {
+            let d = DescribedGroup::default().with_group_id(id.clone());
+            match broker.coordinator.describe(&id.0) {
+                None => d.with_group_state(str_bytes("Dead")),
+                Some(view) => d
+                    .with_group_state(str_bytes(view.state))
+                    .with_protocol_type(str_bytes(&view.protocol_type))
+                    .with_protocol_data(str_bytes(&view.protocol))
+                    .with_members(
+                        view.members
+                            .iter()
+                            .map(|m| {
+                                DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(&m.id))
+                                    .with_group_instance_id(
+                                        m.instance_id
+                                            .as_ref()
+                                            .filter(|_| version >= 4)
+                                            .map(|i| str_bytes(i)),
+                                    )
+                                    .with_client_id(str_bytes(&m.client_id))
+                                    .with_client_host(str_bytes(&m.client_host))
+                                    .with_member_metadata(
+                                        m.protocols
+                                            .iter()
+                                            .find(|(n, _)| *n == view.protocol)
+                                            .map(|(_, meta)| meta.clone())
+                                            .unwrap_or_default(),
+                                    )
+                                    .with_member_assignment(m.assignment.clone())
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(req.groups_names.len());
+    for id in &req.groups_names {
+        let code = broker.coordinator.delete(&id.0).await;
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(id.clone())
+                .with_error_code(code),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}
+
+pub async fn commit(
+    broker: &Arc<Broker>,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
+    let id = req.group_id.0.to_string();
+    let check = broker.coordinator.check_commit(
+        &id,
+        &req.member_id,
+        req.group_instance_id.as_deref(),
+        req.generation_id_or_member_epoch,
+    );
+    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
+    let mut to_store = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let topic = broker.topic(&name);
+        codes.push(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    if let Err(e) = check {
+                        return e.code();
+                    }
+                    if topic
+                        .as_ref()
+                        .and_then(|t| t.partition(p.partition_index))
+                        .is_none()
+                    {
+                        return ResponseError::UnknownTopicOrPartition.code();
+                    }
+                    to_store.push((
+                        name.clone(),
+                        p.partition_index,
+                        p.committed_offset,
+                        if version >= 6 {
+                            p.committed_leader_epoch
+                        } else {
+                            -1
+                        },
+                        p.committed_metadata.as_deref().unwrap_or("").to_string(),
+                    ));
+                    0
+                })
+                .collect(),
+        );
+    }
+    if !to_store.is_empty() {
+        if let Err(e) = broker.coordinator.commit_offsets(&id, to_store).await {
+            tracing::warn!(group = %id, error = %e, "offset commit failed");
+            for c in codes.iter_mut().flatten() {
+                if *c == 0 {
+                    *c = ResponseError::CoordinatorNotAvailable.code();
+                }
+            }
+        }
+    }
+    let topics = req
+        .topics
+        .iter()
+        .zip(codes)
+        .map(|(t, codes)| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .zip(codes)
+                        .map(|(p, c)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(c)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Offsets of one group: the requested partitions (or all committed ones when `None`).
+async fn offsets_for(
+    broker: &Arc<Broker>,
+    group: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+    version: i16,
+) -> Result<Vec<(String, Vec<(i32, i64, i32, String)>)>, i16> {
+    let stored = broker.coordinator.fetch_offsets(group).await.map_err(|e| {
+        tracing::warn!(group, error = %e, "offset fetch failed");
+        ResponseError::CoordinatorNotAvailable.code()
+    })?;
+    let epoch = |e: i32| if version >= 5 { e } else { -1 };
+    Ok(match wanted {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(t, parts)| {
+                let rows = parts
+                    .into_iter()
+                    .map(|p| match stored.get(&(t.clone(), p)) {
+                        Some(o) => (p, o.offset, epoch(o.leader_epoch), o.metadata.clone()),
+                        None => (p, -1, -1, String::new()),
+                    })
+                    .collect();
+                (t, rows)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<(i32, i64, i32, String)>> = BTreeMap::new();
+            for ((t, p), o) in stored {
+                by_topic.entry(t).or_default().push((
+                    p,
+                    o.offset,
+                    epoch(o.leader_epoch),
+                    o.metadata,
+                ));
+            }
+            by_topic.into_iter().collect()
+        }
+    })
+}
+
+pub async fn fetch(
+    broker: &Arc<Broker>,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(req.groups.len());
+        for g in &req.groups {
+            let wanted = g.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                    .collect()
+            });
+            let r = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            groups.push(
+                match offsets_for(broker, &g.group_id.0, wanted, version).await {
+                    Err(code) => r.with_error_code(code),
+                    Ok(topics) => r.with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, rows)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(topic_name(&t))
+                                    .with_partitions(
+                                        rows.into_iter()
+                                            .map(|(p, o, e, m)| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(e)
+                                                    .with_metadata(Some(str_bytes(&m)))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                },
+            );
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+            .collect()
+    });
+    match offsets_for(broker, &req.group_id.0, wanted, version).await {
+        Err(code) => {
+            let r = OffsetFetchResponse::default();
+            if version >= 2 {
+                r.with_error_code(code)
+            } else {
+                r
+            }
+        }
+        Ok(topics) => OffsetFetchResponse::default().with_topics(
+            topics
+                .into_iter()
+                .map(|(t, rows)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic_name(&t))
+                        .with_partitions(
+                            rows.into_iter()
+                                .map(|(p, o, e, m)| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(o)
+                                        .with_committed_leader_epoch(e)
+                                        .with_metadata(Some(str_bytes(&m)))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+pub async fn delete_offsets(
+    broker: &Arc<Broker>,
+    req: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let wanted: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    match broker
+        .coordinator
+        .delete_offsets(&req.group_id.0, wanted)
+        .await
+    {
+        Err(e) => {
+            tracing::warn!(error = %e, "offset delete failed");
+            OffsetDeleteResponse::default()
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+        }
+        Ok(results) => {
+            let mut by_topic: BTreeMap<String, Vec<OffsetDeleteResponsePartition>> =
+                BTreeMap::new();
+            for (t, p, code) in results {
+                by_topic.entry(t).or_default().push(
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_error_code(code),
+                );
+            }
+            OffsetDeleteResponse::default().with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        OffsetDeleteResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(parts)
+                    })
+                    .collect(),
+            )
+        }
+    }
+}

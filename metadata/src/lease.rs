@@ -1,0 +1,226 @@
+//! Keeping a broker's lease, and knowing by the broker's own clock whether it still holds it.
+//!
+//! A broker may acknowledge a produce only while it is certain its lease is alive: once the
+//! lease expires, the controller may give its partitions to another broker (bumping their
+//! leader epochs), and an ack after that point could be for a write that is then lost.
+//! [`LeaseGuard`] answers "certainly alive?" from a monotonic clock: valid until the send
+//! time of the last successful keep-alive plus the TTL, minus a safety margin (for the two
+//! clocks' rate difference and the time the keep-alive spent in flight *before* etcd reset
+//! its timer, which the send time already covers). A paused process (SIGSTOP, a long GC-like
+//! stall) therefore finds its guard invalid on resume, before any further ack.
+//!
+//! Lifecycle: [`run_lease_keeper`] runs as one background task per broker. It sends a
+//! keep-alive every TTL/3; on `LeaseExpired` it invalidates the guard, registers again with
+//! a new lease, runs the `on_new_lease` hook (the broker re-establishes its leadership by
+//! bumping leader epochs, see `gateway/src/server.rs`), and only then validates the guard
+//! again. On shutdown it revokes the lease so the broker's departure is seen at once.
+
+use crate::error::{ErrorKind, Result};
+use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Whether this broker certainly still holds its lease. Cheap to clone and to check.
+#[derive(Clone)]
+pub struct LeaseGuard {
+    inner: Arc<GuardInner>,
+}
+
+struct GuardInner {
+    /// The origin of `valid_until_nanos` (a monotonic clock).
+    base: Instant,
+    /// Nanoseconds after `base` until which the lease is certainly alive; 0 = invalid.
+    valid_until_nanos: AtomicU64,
+    /// The lease this guard tracks (0 = none).
+    lease_id: AtomicI64,
+    /// Never expires (the embedded default on one node, where nothing can take over).
+    always: bool,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("valid", &self.is_valid())
+            .field("lease_id", &self.lease_id())
+            .finish()
+    }
+}
+
+impl LeaseGuard {
+    /// A guard that is invalid until [`LeaseGuard::renewed`].
+    pub fn new() -> Self {
+        Self::build(false)
+    }
+
+    /// A guard that is always valid: for a single node that no one can fence.
+    pub fn always_valid() -> Self {
+        Self::build(true)
+    }
+
+    fn build(always: bool) -> Self {
+        LeaseGuard {
+            inner: Arc::new(GuardInner {
+                base: Instant::now(),
+                valid_until_nanos: AtomicU64::new(0),
+                lease_id: AtomicI64::new(0),
+                always,
+            }),
+        }
+    }
+
+    /// The margin subtracted from the TTL: a fifth of it, at least 200 ms.
+    pub fn margin(ttl: Duration) -> Duration {
+        (ttl / 5).max(Duration::from_millis(200))
+    }
+
+    /// Records a successful grant or keep-alive of `lease` that was *sent* at `sent_at`.
+    pub fn renewed(&self, lease: LeaseId, sent_at: Instant, ttl: Duration) {
+        let until = sent_at + ttl.saturating_sub(Self::margin(ttl));
+        let nanos = until
+            .saturating_duration_since(self.inner.base)
+            .as_nanos()
+            .min(u128::from(u64::MAX)) as u64;
+        self.inner.lease_id.store(lease, Ordering::Release);
+        // Never move validity backwards: a slow older keep-alive answering after a newer one.
+        self.inner
+            .valid_until_nanos
+            .fetch_max(nanos.max(1), Ordering::AcqRel);
+    }
+
+    /// Marks the lease lost (expired, or about to be replaced).
+    pub fn invalidate(&self) {
+        self.inner.valid_until_nanos.store(0, Ordering::Release);
+    }
+
+    /// True while the lease is certainly alive.
+    pub fn is_valid(&self) -> bool {
+        if self.inner.always {
+            return true;
+        }
+        let until = self.inner.valid_until_nanos.load(Ordering::Acquire);
+        until != 0 && (self.inner.base.elapsed().as_nanos() as u64) < until
+    }
+
+    /// The lease last renewed, if any.
+    pub fn lease_id(&self) -> Option<LeaseId> {
+        match self.inner.lease_id.load(Ordering::Acquire) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+}
+
+impl Default for LeaseGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the broker does after it had to register with a new lease, before it serves again.
+pub type NewLeaseHook =
+    Arc<dyn Fn(Lease) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
+/// Registers the broker and validates `guard`; the start-up half of [`run_lease_keeper`].
+pub async fn register(
+    store: &dyn MetadataStore,
+    registration: &BrokerRegistration,
+    ttl: Duration,
+    guard: &LeaseGuard,
+) -> Result<Lease> {
+    let sent_at = Instant::now();
+    let lease = store.register_broker(registration.clone(), ttl).await?;
+    guard.renewed(lease.id, sent_at, lease.ttl);
+    Ok(lease)
+}
+
+/// Keeps `lease` alive until `shutdown`, re-registering when it is lost (see module docs).
+pub async fn run_lease_keeper(
+    store: Arc<dyn MetadataStore>,
+    registration: BrokerRegistration,
+    lease: Lease,
+    guard: LeaseGuard,
+    on_new_lease: Option<NewLeaseHook>,
+    shutdown: CancellationToken,
+) {
+    let ttl = lease.ttl;
+    let mut current = Some(lease);
+    let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        match current {
+            Some(l) => {
+                let sent_at = Instant::now();
+                match store.keep_alive(l.id).await {
+                    Ok(ttl) => guard.renewed(l.id, sent_at, ttl),
+                    Err(e) if e.kind() == ErrorKind::Fenced => {
+                        tracing::error!(error = %e, "broker lease lost; no acks until re-registered");
+                        guard.invalidate();
+                        current = None;
+                        // Re-register on the next tick (not in a tight loop).
+                    }
+                    Err(e) => {
+                        // The guard lapses by itself if this goes on past the TTL.
+                        tracing::warn!(error = %e, "lease keep-alive failed; retrying");
+                    }
+                }
+            }
+            None => {
+                let sent_at = Instant::now();
+                match store.register_broker(registration.clone(), ttl).await {
+                    Ok(l) => {
+                        if let Some(hook) = &on_new_lease {
+                            if let Err(e) = hook(l).await {
+                                tracing::warn!(error = %e, "re-establishing leadership after a new lease failed; retrying");
+                                let _ = store.revoke_lease(l.id).await;
+                                continue;
+                            }
+                        }
+                        guard.renewed(l.id, sent_at, l.ttl);
+                        tracing::info!(lease = l.id, "broker registered again with a new lease");
+                        current = Some(l);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "registering the broker failed; retrying"),
+                }
+            }
+        }
+    }
+    // Leaving: vacate the registration now instead of after the TTL.
+    guard.invalidate();
+    if let Some(l) = current {
+        if let Err(e) = store.revoke_lease(l.id).await {
+            tracing::warn!(error = %e, "revoking the broker lease failed; it expires by itself");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_is_valid_until_ttl_minus_margin_from_send_time() {
+        let g = LeaseGuard::new();
+        assert!(!g.is_valid());
+        let ttl = Duration::from_secs(2);
+        g.renewed(5, Instant::now(), ttl);
+        assert!(g.is_valid());
+        assert_eq!(g.lease_id(), Some(5));
+        // Sent long ago: already lapsed.
+        let g2 = LeaseGuard::new();
+        if let Some(old) = Instant::now().checked_sub(Duration::from_secs(3)) {
+            g2.renewed(6, old, ttl);
+            assert!(!g2.is_valid());
+        }
+        g.invalidate();
+        assert!(!g.is_valid());
+        assert!(LeaseGuard::always_valid().is_valid());
+    }
+}

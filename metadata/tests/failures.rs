@@ -1,0 +1,245 @@
+//! Failure cases against a real etcd (issue 3 → Failure cases). Each test starts its own
+//! etcd on loopback ports and is bounded in time: every wait polls against a deadline.
+
+use oxbow_metadata::lease::{register, run_lease_keeper};
+use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
+use oxbow_metadata::{
+    BrokerRegistration, CatalogCommit, CatalogEntry, EpochFence, ErrorKind, EtcdSettings,
+    EtcdStore, LeaseGuard, MetadataStore, TopicPartition, TopicSpec,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+async fn store(etcd: &EtcdCluster, cluster: &str, op_timeout: Duration) -> EtcdStore {
+    let mut s = EtcdSettings::new(etcd.endpoints(), cluster);
+    s.op_timeout = op_timeout;
+    EtcdStore::connect(s).await.expect("connect")
+}
+
+fn spec(name: &str, partitions: i32) -> TopicSpec {
+    TopicSpec {
+        name: name.to_string(),
+        partitions,
+        replication_factor: 1,
+        configs: BTreeMap::new(),
+    }
+}
+
+fn entry(tp: TopicPartition, base: i64, last: i64, epoch: i32) -> CatalogEntry {
+    CatalogEntry {
+        topic_id: tp.topic_id,
+        partition: tp.partition,
+        base_offset: base,
+        last_offset: last,
+        max_timestamp_ms: base,
+        object_key: format!("obj-{base}-{epoch}"),
+        byte_start: 0,
+        byte_len: 1,
+        crc32c: 0,
+        leader_epoch: epoch,
+    }
+}
+
+fn commit(tp: TopicPartition, base: i64, last: i64, epoch: i32) -> CatalogCommit {
+    CatalogCommit {
+        entries: vec![entry(tp, base, last, epoch)],
+        fences: vec![EpochFence {
+            topic_partition: tp,
+            leader_epoch: epoch,
+        }],
+    }
+}
+
+/// Retries `op` until it succeeds or `DEADLINE` passes (for "recovers when etcd returns").
+async fn until_ok<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = oxbow_metadata::Result<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{what}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{what}: still failing after {DEADLINE:?}: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_lose_one_then_quorum_then_recover() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let mut etcd = EtcdCluster::start(3).expect("start etcd");
+    let op_timeout = Duration::from_secs(3);
+    let s = store(&etcd, "quorum", op_timeout).await;
+    // The cluster elects its first leader within the first call's retries.
+    let t = until_ok("first write", || s.create_topic(spec("q", 1), 1)).await;
+    let tp = TopicPartition::new(t.topic_id, 0);
+    s.commit_catalog(commit(tp, 0, 9, 0))
+        .await
+        .expect("healthy");
+
+    // One member down (maybe the leader): everything keeps working.
+    etcd.kill(0);
+    s.commit_catalog(commit(tp, 10, 19, 0))
+        .await
+        .expect("with 2 of 3");
+    s.create_partitions("q", 2, 1).await.expect("with 2 of 3");
+    assert_eq!(s.list_topics().await.expect("list").len(), 1);
+
+    // Two down: no quorum. Calls fail as unavailable, within their timeout.
+    etcd.kill(1);
+    for attempt in 0..2 {
+        let started = Instant::now();
+        let err = s
+            .commit_catalog(commit(tp, 20, 29, 0))
+            .await
+            .expect_err("no quorum");
+        let took = started.elapsed();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.to_string().starts_with("metadata unavailable"), "{err}");
+        assert!(
+            took < op_timeout + Duration::from_secs(1),
+            "attempt {attempt} took {took:?}"
+        );
+    }
+    let err = s.topic("q").await.expect_err("reads need quorum too");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+
+    // Members back: the same store recovers without being rebuilt.
+    etcd.restart(0).expect("restart 0");
+    etcd.restart(1).expect("restart 1");
+    until_ok("commit after recovery", || {
+        s.commit_catalog(commit(tp, 20, 29, 0))
+    })
+    .await;
+    let last = s.catalog_last(t.topic_id, 0).await.expect("last");
+    assert_eq!(last.map(|e| e.last_offset), Some(29));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_only_the_current_epoch_commits() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).expect("start etcd");
+    // Two brokers, each with its own client, both believing they lead partition 0.
+    let old = store(&etcd, "epochs", Duration::from_secs(5)).await;
+    let new = store(&etcd, "epochs", Duration::from_secs(5)).await;
+    let t = old.create_topic(spec("e", 1), 1).await.expect("create");
+    let tp = TopicPartition::new(t.topic_id, 0);
+    old.commit_catalog(commit(tp, 0, 9, 0))
+        .await
+        .expect("old leader, current epoch");
+
+    // The new leader takes over with a bumped epoch.
+    let p = new
+        .topic("e")
+        .await
+        .expect("read")
+        .expect("topic")
+        .partitions[0]
+        .clone();
+    let mut next = p.clone();
+    next.leader = 2;
+    next.leader_epoch = 1;
+    new.update_partition(t.topic_id, p.version, next)
+        .await
+        .expect("bump");
+
+    // Both race to commit the next range: only epoch 1 lands.
+    let (a, b) = tokio::join!(
+        old.commit_catalog(commit(tp, 10, 19, 0)),
+        new.commit_catalog(commit(tp, 10, 14, 1)),
+    );
+    let err = a.expect_err("old epoch is fenced");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    b.expect("current epoch commits");
+    let last = new
+        .catalog_last(t.topic_id, 0)
+        .await
+        .expect("last")
+        .expect("some");
+    assert_eq!((last.last_offset, last.leader_epoch), (14, 1));
+    // Retrying the fenced commit stays fenced; it never overwrites.
+    let err = old
+        .commit_catalog(commit(tp, 10, 19, 0))
+        .await
+        .expect_err("still fenced");
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keeper_keeps_then_revokes_and_guard_lapses_without_it() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).expect("start etcd");
+    let s: Arc<dyn MetadataStore> = Arc::new(store(&etcd, "leases", Duration::from_secs(5)).await);
+    let b = BrokerRegistration {
+        broker_id: 3,
+        az: None,
+        kafka_addr: "127.0.0.1:9093".into(),
+        http_addr: "127.0.0.1:8083".into(),
+        internal_addr: String::new(),
+    };
+    let ttl = Duration::from_secs(2);
+
+    // With the keeper: registered and valid well past the TTL.
+    let guard = LeaseGuard::new();
+    let lease = register(s.as_ref(), &b, ttl, &guard)
+        .await
+        .expect("register");
+    let stop = CancellationToken::new();
+    let keeper = tokio::spawn(run_lease_keeper(
+        s.clone(),
+        b.clone(),
+        lease,
+        guard.clone(),
+        None,
+        stop.clone(),
+    ));
+    let until = Instant::now() + ttl * 2;
+    while Instant::now() < until {
+        assert!(guard.is_valid(), "guard lapsed while kept alive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.list_brokers().await.expect("list").len(), 1);
+    // Clean stop: the lease is revoked at once, not after the TTL.
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), keeper)
+        .await
+        .expect("keeper stops")
+        .expect("keeper task");
+    assert!(!guard.is_valid());
+    assert!(s.list_brokers().await.expect("list").is_empty());
+
+    // Without the keeper (a paused broker): the guard lapses before etcd drops the key,
+    // then the key disappears.
+    let guard = LeaseGuard::new();
+    let lease = register(s.as_ref(), &b, ttl, &guard)
+        .await
+        .expect("register");
+    let started = Instant::now();
+    while guard.is_valid() {
+        assert!(started.elapsed() < DEADLINE, "guard never lapsed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lapsed = started.elapsed();
+    assert!(lapsed < ttl, "guard valid for {lapsed:?}, beyond the TTL");
+    while !s.list_brokers().await.expect("list").is_empty() {
+        assert!(started.elapsed() < DEADLINE, "registration never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = s.keep_alive(lease.id).await.expect_err("expired");
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+}
