@@ -59,6 +59,13 @@ pub fn write_metric(
     }
 }
 
+/// Escapes a Prometheus label value.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// Renders every broker metric.
 pub fn render(broker: &crate::broker::Broker) -> String {
     let m = &broker.metrics;
@@ -207,14 +214,16 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         &one(broker.log.cache_usage_bytes() as f64),
     );
     let mut hw = Vec::new();
+    let mut log_start = Vec::new();
     for p in broker.log.open_partitions() {
         if let Ok((start, high, _)) = p.offsets() {
             let labels = format!(
                 "topic=\"{}\",partition=\"{}\"",
-                p.topic_name, p.topic_partition.partition
+                escape(&p.topic_name),
+                p.topic_partition.partition
             );
             hw.push((labels.clone(), high as f64));
-            let _ = start;
+            log_start.push((labels, start as f64));
         }
     }
     write_metric(
@@ -223,6 +232,49 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "gauge",
         "High watermark per partition.",
         &hw,
+    );
+    write_metric(
+        &mut out,
+        "oxbow_partition_log_start_offset",
+        "gauge",
+        "Log start offset per partition.",
+        &log_start,
+    );
+    let mut lag = Vec::new();
+    let mut committed = Vec::new();
+    for (group, topic, partition, offset) in broker.coordinator.cached_offsets() {
+        let labels = format!(
+            "group=\"{}\",topic=\"{}\",partition=\"{partition}\"",
+            escape(&group),
+            escape(&topic)
+        );
+        committed.push((labels.clone(), offset as f64));
+        let high = broker
+            .topic(&topic)
+            .and_then(|t| {
+                broker
+                    .log
+                    .get(&oxbow_metadata::TopicPartition::new(t.topic_id, partition))
+            })
+            .and_then(|p| p.offsets().ok())
+            .map(|(_, hw, _)| hw);
+        if let Some(high) = high {
+            lag.push((labels, (high - offset).max(0) as f64));
+        }
+    }
+    write_metric(
+        &mut out,
+        "oxbow_consumer_group_committed_offset",
+        "gauge",
+        "Committed offset per group and partition.",
+        &committed,
+    );
+    write_metric(
+        &mut out,
+        "oxbow_consumer_group_lag",
+        "gauge",
+        "High watermark minus committed offset, per group and partition.",
+        &lag,
     );
     out
 }

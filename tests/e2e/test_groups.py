@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 
 import pytest
+import requests
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from helpers import create_topic, produce_all, producer, unique, wait_until
@@ -166,6 +167,7 @@ def test_three_members_share_partitions_and_rebalance(shared_broker, strategy):
     assert len(seen) == 3000 and not dups, f"{len(seen)} distinct, duplicates: {list(dups.items())[:5]}"
 
 
+@pytest.mark.oxbow_only
 @pytest.mark.timeout(120)
 def test_restarted_consumer_resumes_from_committed_offset(shared_broker):
     b = shared_broker.bootstrap
@@ -184,6 +186,10 @@ def test_restarted_consumer_resumes_from_committed_offset(shared_broker):
         c.commit(message=m, asynchronous=False)
     c.close()
     assert got == list(range(40))
+    # Consumer lag per group and partition on /metrics: 100 produced, 40 committed.
+    metrics = requests.get(f"{shared_broker.http}/metrics", timeout=10).text
+    line = f'oxbow_consumer_group_lag{{group="{group}",topic="{topic}",partition="0"}} 60'
+    assert line in metrics, [l for l in metrics.splitlines() if "lag" in l][:10]
 
     c = group_consumer(b, group)
     c.subscribe([topic])

@@ -428,6 +428,29 @@ impl Coordinator {
         Ok(self.loaded(group_id, &mut guard).await?.clone())
     }
 
+    /// Every committed offset held in memory: (group, topic, partition, offset). Groups not
+    /// touched since start are not loaded; lag metrics cover the active ones.
+    pub fn cached_offsets(&self) -> Vec<(String, String, i32, i64)> {
+        let cells: Vec<(String, Arc<tokio::sync::Mutex<Option<OffsetMap>>>)> =
+            match self.offsets.lock() {
+                Ok(o) => o.iter().map(|(g, c)| (g.clone(), c.clone())).collect(),
+                Err(_) => return Vec::new(),
+            };
+        let mut out = Vec::new();
+        for (group, cell) in cells {
+            // A group mid-commit is skipped this scrape rather than waited for.
+            if let Ok(guard) = cell.try_lock() {
+                if let Some(map) = guard.as_ref() {
+                    out.extend(
+                        map.values()
+                            .map(|o| (group.clone(), o.topic.clone(), o.partition, o.offset)),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// OffsetDelete: removes offsets of topics the group is not subscribed to.
     pub async fn delete_offsets(
         &self,
