@@ -305,3 +305,28 @@ def test_zombie_member_with_stale_generation_cannot_commit(shared_broker):
         assert commit_v2(conn, group, gen2, "not-a-member", topic) == 25  # UNKNOWN_MEMBER_ID
         assert sync_v0(conn, group, gen2, member) == 0
         assert commit_v2(conn, group, gen2, member, topic) == 0
+
+
+@pytest.mark.oxbow_only
+@pytest.mark.timeout(180)
+def test_group_keeps_committed_offsets_across_a_coordinator_crash(broker_factory):
+    """kill -9 of the coordinator (the only broker here): the consumer re-finds it after the
+    restart, rejoins, and continues from its committed offsets — nothing consumed twice."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap, unique("crash"), 4)
+    group = unique("g")
+    produce_n(b.bootstrap, topic, 400)
+    seen: dict = defaultdict(list)
+    lock = threading.Lock()
+    m = Member("m0", b.bootstrap, group, topic, seen, lock)
+    m.start()
+    wait_seen(seen, lock, 400)
+    # Let the last commit land before the crash.
+    wait_until(lambda: not m.pending, timeout=30, what="commits acknowledged")
+    b.restart(graceful=False)
+    produce_n(b.bootstrap, topic, 400, start=400)
+    wait_seen(seen, lock, 800, timeout=90)
+    m.stop.set()
+    m.join(30)
+    twice = {k: v for k, v in seen.items() if len(v) > 1}
+    assert not twice, f"re-consumed after the restart: {list(twice)[:5]}"
