@@ -60,6 +60,8 @@ setup_system_packages() {
     # etcd for the metadata tests; protoc because the etcd-client crate compiles its protos.
     command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
     command -v protoc >/dev/null || missing+=(protobuf-compiler)
+    # protoc's well-known .proto files (etcd-client's build needs them; not a recommends-free dep).
+    [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"

@@ -27,6 +27,8 @@ enum Command {
     Produce(cli::ProduceArgs),
     /// Print a topic's records to stdout.
     Consume(cli::ConsumeArgs),
+    /// Consumer groups: list, describe (members, assignment, lag), delete, reset offsets.
+    Groups(cli::GroupsArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
+            Command::Groups(args) => cli::groups::run(args).await,
         }
     });
     match result {

@@ -637,15 +637,24 @@ impl MetadataStore for EmbeddedStore {
                 let ids = txn.open_table(TOPIC_IDS).map_err(storage)?;
                 let topics = txn.open_table(TOPICS).map_err(storage)?;
                 let mut catalog = txn.open_table(CATALOG).map_err(storage)?;
+                // One object usually holds many partitions of few topics: decode each once.
+                let mut seen: HashMap<TopicId, Option<TopicMetadata>> = HashMap::new();
                 for fence in &commit.fences {
                     let tp = fence.topic_partition;
+                    let topic = match seen.entry(tp.topic_id) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(match topic_name_by_id(&ids, tp.topic_id)? {
+                                Some(name) => read_topic(&topics, &name)?,
+                                None => None,
+                            })
+                        }
+                    };
                     // A topic deleted since the data was written: its data goes with it.
-                    let Some(name) = topic_name_by_id(&ids, tp.topic_id)? else {
+                    let Some(topic) = topic else {
                         continue;
                     };
-                    let Some(topic) = read_topic(&topics, &name)? else {
-                        continue;
-                    };
+                    let name = &topic.name;
                     let current = topic
                         .partition(tp.partition)
                         .ok_or(Error::UnknownPartition {

@@ -151,12 +151,29 @@ async fn partition_cas(store: &dyn MetadataStore) {
         .await
         .expect("cas");
     assert_eq!(updated.version, p0.version + 1);
+    let read = store.topic("cas").await.expect("read").expect("topic");
+    assert_eq!(read.partitions[0], updated);
     // The same expected version again loses: someone else already moved it.
     let err = store
         .update_partition(t.topic_id, p0.version, next)
         .await
         .expect_err("stale cas");
     assert_eq!(err.kind(), ErrorKind::Conflict);
+
+    // Racing writers with the same expected version: exactly one wins.
+    let racers = (0..8).map(|i| {
+        let mut p = updated.clone();
+        p.leader = 10 + i;
+        p.leader_epoch = 2;
+        store.update_partition(t.topic_id, updated.version, p)
+    });
+    let results = futures::future::join_all(racers).await;
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 1, "{results:?}");
+    assert!(results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| e.kind() == ErrorKind::Conflict));
     store.delete_topic("cas").await.expect("cleanup");
 }
 

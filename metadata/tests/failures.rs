@@ -243,3 +243,37 @@ async fn lease_keeper_keeps_then_revokes_and_guard_lapses_without_it() {
     let err = s.keep_alive(lease.id).await.expect_err("expired");
     assert_eq!(err.kind(), ErrorKind::Fenced);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_ends_when_etcd_goes_away_and_resubscribing_works_after() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let mut etcd = EtcdCluster::start(1).expect("start etcd");
+    let s = store(&etcd, "watch-ends", Duration::from_secs(3)).await;
+    let mut topics = s.watch_topics().await.expect("watch");
+    s.create_topic(spec("w", 1), 1).await.expect("create");
+    let first = tokio::time::timeout(DEADLINE, topics.recv())
+        .await
+        .expect("event in time");
+    assert!(first.is_some());
+    // etcd gone: the watch ends (it never silently stalls), so the subscriber knows to
+    // re-list once etcd is back.
+    etcd.kill(0);
+    let ended = tokio::time::timeout(DEADLINE, topics.recv())
+        .await
+        .expect("watch ends in time");
+    assert!(
+        ended.is_none(),
+        "expected the end of the watch, got {ended:?}"
+    );
+    etcd.restart(0).expect("restart");
+    let mut again = until_ok("re-subscribe", || s.watch_topics()).await;
+    let listed = until_ok("re-list", || s.list_topics()).await;
+    assert_eq!(listed.len(), 1, "data survived the restart");
+    s.create_partitions("w", 2, 1).await.expect("grow");
+    let ev = tokio::time::timeout(DEADLINE, again.recv())
+        .await
+        .expect("event in time");
+    assert!(ev.is_some());
+}

@@ -9,18 +9,21 @@
 //! - [`topics`]: `oxbow topics create|list|describe|delete`
 //! - [`produce`]: `oxbow produce TOPIC` reads records from stdin, one per line
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
+//! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
 
 use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
 pub mod consume;
+pub mod groups;
 #[cfg(test)]
 mod live_tests;
 pub mod produce;
 pub mod topics;
 
 pub use consume::ConsumeArgs;
+pub use groups::GroupsArgs;
 pub use produce::ProduceArgs;
 pub use topics::TopicsArgs;
 

@@ -13,6 +13,8 @@
 //! - [`frame`], [`versions`], [`requests`], [`records`], [`metadata`]: sans-I/O pieces
 //!   (framing, version negotiation, request builders, record batches, typed metadata).
 //! - [`partitioner`]: the Java client's murmur2 key partitioner, shared with the HTTP API.
+//! - [`groups`]: consumer-group admin (find coordinator, list, describe, delete groups,
+//!   fetch and commit a group's offsets) for `oxbow groups`.
 //! - [`error`]: the [`ClientError`] type.
 //!
 //! # Example
@@ -40,6 +42,7 @@ pub mod connection;
 mod data;
 pub mod error;
 pub mod frame;
+pub mod groups;
 pub mod kafka_client;
 pub mod metadata;
 pub mod partitioner;
@@ -50,6 +53,7 @@ pub mod versions;
 pub use admin::BROKER_DEFAULT;
 pub use data::{FetchResult, PartitionFetch, ProduceOptions, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 pub use error::{ClientError, KafkaCode};
+pub use groups::{GroupDescription, GroupListing, GroupMember, GroupOffset};
 pub use kafka_client::{parse_bootstrap, Client, ClientOptions};
 pub use metadata::{
     BrokerMetadata, ClusterMetadata, ConfigEntry, ConfigSource, PartitionMetadata, TopicMetadata,

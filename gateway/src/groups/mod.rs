@@ -274,16 +274,34 @@ impl Coordinator {
         }
     }
 
-    /// DescribeGroups for one group (`None`: not known here, reported as Dead).
-    pub fn describe(&self, group_id: &str) -> Option<GroupView> {
-        let slot = self.existing(group_id)?;
-        let s = Self::lock(&slot);
-        let g = &s.group;
-        Some(GroupView {
-            state: g.state.name(),
-            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            protocol: g.protocol.clone().unwrap_or_default(),
-            members: g.members.values().cloned().collect(),
+    /// DescribeGroups for one group (`None`: not known here, reported as Dead). A group
+    /// known only by its committed offsets (no member since this broker started) is Empty,
+    /// as Kafka reports it.
+    pub async fn describe(&self, group_id: &str) -> Option<GroupView> {
+        if let Some(slot) = self.existing(group_id) {
+            let s = Self::lock(&slot);
+            let g = &s.group;
+            if g.state != group::GroupState::Dead {
+                return Some(GroupView {
+                    state: g.state.name(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    protocol: g.protocol.clone().unwrap_or_default(),
+                    members: g.members.values().cloned().collect(),
+                });
+            }
+        }
+        let has_offsets = match self.fetch_offsets(group_id).await {
+            Ok(o) => !o.is_empty(),
+            Err(e) => {
+                tracing::warn!(group = group_id, error = %e, "reading offsets failed");
+                false
+            }
+        };
+        has_offsets.then(|| GroupView {
+            state: group::GroupState::Empty.name(),
+            protocol_type: protocol::CONSUMER.to_string(),
+            protocol: String::new(),
+            members: Vec::new(),
         })
     }
 

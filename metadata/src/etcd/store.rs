@@ -249,12 +249,6 @@ impl EtcdStore {
             let prefix = keys::catalog::partition_prefix(root, tp.topic_id, tp.partition);
             gets.push((prefix.clone(), Some(last_opts(&prefix))));
         }
-        for e in &commit.entries {
-            gets.push((
-                keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset),
-                None,
-            ));
-        }
         let resps = batch_get(c, gets).await?;
         let mut resps = resps.into_iter();
         let mut next = || {
@@ -281,14 +275,6 @@ impl EtcdStore {
                 None => None,
             };
             lasts.insert(*tp, last);
-        }
-        let mut existing: Vec<Option<CatalogEntry>> = Vec::new();
-        for _ in &commit.entries {
-            let r = next()?;
-            existing.push(match first(&r) {
-                Some(kv) => Some(keys::catalog::deser_value(kv.key(), kv.value())?),
-                None => None,
-            });
         }
 
         // Fences: every partition still at the writer's epoch (a deleted topic is skipped:
@@ -322,18 +308,13 @@ impl EtcdStore {
                 kv,
             ));
         }
-        // Entries: idempotent if already there, else contiguous with the partition's end.
+        // Entries: contiguous with the partition's end, or (a retry whose first attempt
+        // landed) already there, identical. Only an entry that does not continue the log
+        // costs a read of its own key, so the common commit reads nothing per entry.
         let mut puts = Vec::new();
-        for (e, existing) in commit.entries.iter().zip(existing) {
+        for e in &commit.entries {
             if !names.contains_key(&e.topic_id) {
                 continue;
-            }
-            let key = keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset);
-            if let Some(existing) = existing {
-                if existing == *e {
-                    continue; // a retried commit whose first attempt landed
-                }
-                return Err(Error::Conflict(format!("{key} holds a different entry")).into());
             }
             if e.last_offset < e.base_offset {
                 return Err(Error::InvalidRequest(format!(
@@ -342,14 +323,28 @@ impl EtcdStore {
                 ))
                 .into());
             }
+            let key = keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset);
             let last = lasts.entry(e.topic_partition()).or_default();
             if let Some(l) = last {
                 if e.base_offset != l.next_offset() {
-                    return Err(Error::Conflict(format!(
-                        "catalog for {}-{} ends at offset {} but the new entry starts at {}",
-                        e.topic_id, e.partition, l.last_offset, e.base_offset
-                    ))
-                    .into());
+                    let stored = c.get(key.clone(), None).await?;
+                    match first(&stored) {
+                        Some(kv) if keys::catalog::deser_value(kv.key(), kv.value())? == *e => {
+                            continue;
+                        }
+                        Some(_) => {
+                            return Err(
+                                Error::Conflict(format!("{key} holds a different entry")).into()
+                            )
+                        }
+                        None => {
+                            return Err(Error::Conflict(format!(
+                            "catalog for {}-{} ends at offset {} but the new entry starts at {}",
+                            e.topic_id, e.partition, l.last_offset, e.base_offset
+                        ))
+                            .into())
+                        }
+                    }
                 }
             }
             *last = Some(e.clone());
@@ -629,22 +624,28 @@ impl MetadataStore for EtcdStore {
                 let Some((topic, _)) = self.read_topic(&mut c, &name).await? else {
                     return Err(Error::UnknownTopic(name).into());
                 };
-                let Some(current) = topic.partition(new.partition) else {
+                if topic.partition(new.partition).is_none() {
                     return Err(Error::UnknownPartition {
                         topic: name,
                         partition: new.partition,
                     }
                     .into());
+                }
+                // The version compared is the one of the very key state the transaction's
+                // compare pins (absent: never changed, version 0).
+                let key = keys::partition::ser_key(root, topic_id, new.partition);
+                let stored = c.get(key.clone(), None).await?;
+                let current_version = match first(&stored) {
+                    Some(kv) => keys::partition::deser_value(kv.key(), kv.value())?.version,
+                    None => 0,
                 };
-                if current.version != expected_version {
+                if current_version != expected_version {
                     return Err(Error::Conflict(format!(
-                        "partition {name}-{} (version {} != expected {expected_version})",
-                        new.partition, current.version
+                        "partition {name}-{} (version {current_version} != expected {expected_version})",
+                        new.partition
                     ))
                     .into());
                 }
-                let key = keys::partition::ser_key(root, topic_id, new.partition);
-                let stored = c.get(key.clone(), None).await?;
                 let updated = PartitionState {
                     version: expected_version + 1,
                     ..new.clone()

@@ -203,17 +203,17 @@ pub async fn list(
     }
 }
 
-pub fn describe(
+pub async fn describe(
     broker: &Arc<Broker>,
     req: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
-    let groups = req
-        .groups
-        .iter()
-        .map(|id| {
+    let mut groups = Vec::with_capacity(req.groups.len());
+    for id in &req.groups {
+        let view = broker.coordinator.describe(&id.0).await;
+        groups.push({
             let d = DescribedGroup::default().with_group_id(id.clone());
-            match broker.coordinator.describe(&id.0) {
+            match view {
                 None => d.with_group_state(str_bytes("Dead")),
                 Some(view) => d
                     .with_group_state(str_bytes(view.state))
@@ -245,8 +245,8 @@ pub fn describe(
                             .collect(),
                     ),
             }
-        })
-        .collect();
+        });
+    }
     DescribeGroupsResponse::default().with_groups(groups)
 }
 

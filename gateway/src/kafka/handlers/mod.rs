@@ -48,7 +48,7 @@ pub async fn handle(
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(broker, r, v)),
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(broker, r, v).await),
         RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(groups::describe(broker, r, v))
+            ResponseKind::DescribeGroups(groups::describe(broker, r, v).await)
         }
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete(broker, r).await),
         RequestKind::OffsetCommit(r) => {
