@@ -89,7 +89,7 @@ impl PendingAppend {
 fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
     match lease {
         Some(g) if !g.is_valid() => Err(Error::NotLeader(
-            "this broker's metadata lease expired; it re-registers before serving again".into(),
+            "any partition: this broker's metadata lease expired (it re-registers before serving again)".into(),
         )),
         _ => Ok(()),
     }

@@ -10,6 +10,7 @@
 //! OffsetCommit request, carrying all its partitions) and cached per group, so OffsetFetch
 //! is served from memory.
 
+pub mod assignor;
 pub mod group;
 pub mod protocol;
 

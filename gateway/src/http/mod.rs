@@ -9,6 +9,8 @@
 //! - [`topics`]: `GET /topics`, `GET /topics/{t}`, `GET /topics/{t}/partitions[/{p}]`
 //! - [`produce`]: `POST /topics/{t}`, `POST /topics/{t}/partitions/{p}`
 //! - [`records`]: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`
+//! - [`consumers`]: REST Proxy v2 consumer instances, `POST /consumers/{g}` and
+//!   `/consumers/{g}/instances/{i}/…` (their own error codes are listed there)
 //! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`
 //!
@@ -42,6 +44,7 @@
 
 pub mod admin_v3;
 pub mod body;
+pub mod consumers;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -81,11 +84,14 @@ pub(crate) struct AppState {
     pub(crate) http: HttpState,
     /// Rotates the partition unkeyed records of successive produce requests go to.
     pub(crate) next_partition: Arc<AtomicU32>,
+    /// REST Proxy consumer instances; dropping the last clone ends their tasks.
+    pub(crate) consumers: Arc<consumers::instance::Registry>,
 }
 
 /// The whole HTTP API, ready for `axum::serve`.
 pub fn router(state: HttpState) -> Router {
     let app = AppState {
+        consumers: Arc::new(consumers::instance::Registry::new(state.broker.clone())),
         http: state,
         next_partition: Arc::new(AtomicU32::new(0)),
     };
@@ -117,6 +123,7 @@ pub fn router(state: HttpState) -> Router {
             "/v3/clusters/{cluster}/topics/{topic}",
             get(admin_v3::get_topic).delete(admin_v3::delete_topic),
         )
+        .merge(consumers::routes())
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(app.clone(), observe))

@@ -90,7 +90,10 @@ fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError>
 }
 
 /// One stored key or value as the response embeds it.
-fn embed(format: EmbeddedFormat, data: Option<&Bytes>) -> Result<Option<Box<RawValue>>, ApiError> {
+pub(super) fn embed(
+    format: EmbeddedFormat,
+    data: Option<&Bytes>,
+) -> Result<Option<Box<RawValue>>, ApiError> {
     let Some(data) = data else {
         return Ok(None);
     };
