@@ -36,7 +36,8 @@ def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
 class Member(threading.Thread):
     """A consumer in its own thread: processes each record, then commits it synchronously
     (commit-after-process), and records what it owns. A commit refused because a rebalance
-    is completing (REBALANCE_IN_PROGRESS, as Kafka answers too) is retried, at the latest
+    is completing (REBALANCE_IN_PROGRESS, or ILLEGAL_GENERATION when it raced the new
+    generation — Kafka answers the same) is retried, at the latest
     in the revoke callback, where the group is stable again — so a partition never moves
     with processed-but-uncommitted records, and nothing is consumed twice."""
 
@@ -62,7 +63,9 @@ class Member(threading.Thread):
                     del self.pending[p]
                     break
                 except KafkaException as e:
-                    if e.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                    # Both mean "the group moved on while this commit was in flight": the
+                    # offset stays pending and goes with the member's next generation.
+                    if e.args[0].code() not in (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION):
                         self.errors.append(e)
                         break
                     time.sleep(0.1)

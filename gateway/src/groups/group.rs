@@ -696,10 +696,12 @@ impl Group {
         if matches!(self.state, GroupState::Empty | GroupState::Dead) {
             return Err(ResponseError::UnknownMemberId);
         }
-        self.check_member(member_id, instance_id, Some(generation))?;
+        // Checked before the generation, as Kafka does: a member still on the previous
+        // generation while the new one completes gets a retriable answer, not a fatal one.
         if self.state == GroupState::CompletingRebalance {
             return Err(ResponseError::RebalanceInProgress);
         }
+        self.check_member(member_id, instance_id, Some(generation))?;
         Ok(())
     }
 
