@@ -48,6 +48,7 @@ class Member(threading.Thread):
         self.seen = seen
         self.lock = lock
         self.owned: set[int] = set()
+        self.revoked_log: list[int] = []  # every partition ever revoked, in order
         self.pending: dict[int, int] = {}  # partition -> next offset not yet committed
         self.stop = threading.Event()
         self.errors: list = []
@@ -84,6 +85,7 @@ class Member(threading.Thread):
         if self.cooperative:
             consumer.incremental_unassign(partitions)
         self.owned -= revoked
+        self.revoked_log.extend(sorted(revoked))
 
     def run(self):
         self.c.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
@@ -153,10 +155,18 @@ def test_three_members_share_partitions_and_rebalance(shared_broker, strategy):
     wait_assigned(members)
 
     # A member joins: rebalance to three again.
+    before = {m.name: (set(m.owned), len(m.revoked_log)) for m in members}
     joining = Member("m3", b, group, topic, seen, lock, **conf)
     joining.start()
     members.append(joining)
     wait_assigned(members)
+    if strategy == "cooperative-sticky":
+        # Incremental rebalancing: members give up only what moves, and keep consuming the rest.
+        for m in members[:-1]:
+            owned_before, mark = before[m.name]
+            revoked = set(m.revoked_log[mark:])
+            assert revoked < owned_before, f"{m.name} gave up {revoked} of {owned_before}"
+            assert owned_before - revoked <= m.owned
     produce_n(b, topic, 600, start=2400)
     wait_seen(seen, lock, 3000)
     for m in members:
@@ -335,3 +345,55 @@ def test_group_keeps_committed_offsets_across_a_coordinator_crash(broker_factory
     m.join(30)
     twice = {k: v for k, v in seen.items() if len(v) > 1}
     assert not twice, f"re-consumed after the restart: {list(twice)[:5]}"
+
+
+KILLED_CONSUMER = r'''
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "log_level": 3})
+c.subscribe([topic])
+done = 0
+while done < n:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    c.commit(message=m, asynchronous=False)
+    done += 1
+print("committed", done, flush=True)
+import time
+time.sleep(600)  # killed here, without leaving the group
+'''
+
+
+@pytest.mark.timeout(120)
+def test_killed_consumer_is_replaced_and_its_successor_resumes_from_the_commit(shared_broker, tmp_path):
+    """kill -9 of a consumer (no LeaveGroup): the group notices within its session timeout,
+    and a new member starts from the committed offset."""
+    import subprocess
+    import sys
+
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("killed"), 1)
+    group = unique("g")
+    produce_n(b, topic, 100)
+    script = tmp_path / "consumer.py"
+    script.write_text(KILLED_CONSUMER)
+    proc = subprocess.Popen([sys.executable, str(script), b, group, topic, "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "committed 30", line
+    finally:
+        proc.kill()
+        proc.wait(10)
+    c = group_consumer(b, group)
+    c.subscribe([topic])
+    first = None
+    started = time.monotonic()
+    while first is None and time.monotonic() - started < 60:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            first = m.offset()
+    c.close()
+    assert first == 30, f"successor started at {first}"
