@@ -1,8 +1,8 @@
 //! `oxbow serve`: settings, start-up and graceful shutdown.
 //!
-//! Start-up: open the embedded metadata store and the local object store under
-//! `--data-dir`, replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or
-//! SIGTERM): stop accepting, let connections finish their in-flight requests, wait until
+//! Start-up: open the metadata store (`--metadata`: embedded under `--data-dir`, or etcd)
+//! and the object store (`--object-store`: a local directory under `--data-dir`, or S3),
+//! replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or SIGTERM): stop accepting, let connections finish their in-flight requests, wait until
 //! everything acknowledged is durable, seal it into the object store, exit 0.
 //!
 //! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// sooner; longer rides out longer pauses and etcd elections without fencing (min 2s).
     #[arg(long, env = "OXBOW_SESSION_TIMEOUT", default_value = "6s", value_parser = humantime::parse_duration)]
     pub session_timeout: Duration,
+    /// Where sealed objects go: `local` (`{data-dir}/objects`) or `s3://bucket/prefix`
+    /// (configured by the standard AWS env vars: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server, AWS_ALLOW_HTTP=true).
+    #[arg(long, env = "OXBOW_OBJECT_STORE", default_value = "local")]
+    pub object_store: String,
 }
 
 /// Reads the cluster id from the data dir, creating it on first start.
@@ -196,13 +201,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await
     .context("registering the broker (--session-timeout)")?;
-    let object_store = objects::local(&args.data_dir.join("objects"))?;
+    let object_store = objects::from_url(&args.object_store, &args.data_dir)?;
     let log = LogManager::open(
         LogSettings {
             broker_id: args.broker_id,
             wal: WalSettings {
                 dir: args.data_dir.join("wal"),
-                file_bytes_max: 64 << 20,
+                // The newest WAL file is never trimmed (it is being appended to), so a file
+                // must be a small share of the budget or a full WAL could never drain.
+                file_bytes_max: (args.wal_max_bytes.as_u64() / 8).clamp(1 << 20, 64 << 20),
                 budget_bytes: args.wal_max_bytes.as_u64(),
             },
             flush_interval: args.flush_interval,

@@ -6,6 +6,11 @@
 //! stop leaves nothing in the WAL. A failed upload or catalog commit leaves everything in
 //! place (memory and WAL) and is retried on the next tick; nothing is trimmed before its
 //! catalog commit succeeded.
+//!
+//! One object holds at most [`OBJECT_BYTES_MAX`] (or `flush_bytes` if larger) of batches: a
+//! backlog (after an object-store outage, up to the whole WAL budget) is uploaded as several
+//! objects in turn, so no single PUT has to carry gigabytes within the client's request
+//! timeout, and a failed attempt rebuilds at most one object's worth in memory.
 
 use crate::error::{Error, Result};
 use crate::log::LogManager;
@@ -16,6 +21,9 @@ use oxbow_metadata::{CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// Most batch bytes in one sealed object unless `flush_bytes` is larger.
+pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
 
 /// Runs the sealer until `shutdown`, then seals one last time.
 pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
@@ -43,14 +51,39 @@ pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
 }
 
 impl LogManager {
-    /// Seals everything durable and unsealed into one object. Returns the bytes sealed.
+    /// Seals everything durable and unsealed, in objects of at most [`OBJECT_BYTES_MAX`]
+    /// (usually one). Returns the bytes uploaded.
     pub async fn seal_once(&self) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let (bytes, more) = self.seal_one_object().await?;
+            total += bytes;
+            if !more {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Seals one object's worth; also says whether more was left out for lack of room.
+    async fn seal_one_object(&self) -> Result<(u64, bool)> {
         let durable_sequence = self.wal.durable_sequence();
+        let room = self.settings.flush_bytes.max(OBJECT_BYTES_MAX);
+        let mut taken = 0u64;
+        let mut more = false;
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
         for p in self.open_partitions() {
             let s = p.lock()?;
-            let batches = s.unsealed();
+            let mut batches = s.unsealed();
+            let n = fitting_prefix(
+                batches.iter().map(|b| b.bytes.len() as u64),
+                &mut taken,
+                room,
+            );
+            if n < batches.len() {
+                more = true;
+                batches.truncate(n);
+            }
             let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
                 continue;
             };
@@ -73,7 +106,7 @@ impl LogManager {
         }
         if chunks.is_empty() {
             self.trim_wal(durable_sequence)?;
-            return Ok(0);
+            return Ok((0, false));
         }
         let seq = self.seal_sequence.fetch_add(1, Ordering::AcqRel);
         let key = format!(
@@ -143,7 +176,7 @@ impl LogManager {
             .fetch_add(size, Ordering::Relaxed);
         tracing::debug!(key = %sealed.key, bytes = size, partitions = chunks.len(), "sealed object");
         self.trim_wal(durable_sequence)?;
-        Ok(size)
+        Ok((size, more))
     }
 
     fn trim_wal(&self, durable_sequence: u64) -> Result<()> {
@@ -155,5 +188,41 @@ impl LogManager {
             .unwrap_or(durable_sequence)
             .min(durable_sequence);
         self.wal.trim(keep_from)
+    }
+}
+
+/// How many of `sizes` (a partition's unsealed batches, in order) fit in an object that
+/// already holds `taken` of `room` bytes; adds them to `taken`. An empty object takes at
+/// least one batch, however large.
+fn fitting_prefix(sizes: impl Iterator<Item = u64>, taken: &mut u64, room: u64) -> usize {
+    let mut n = 0;
+    for len in sizes {
+        if *taken > 0 && *taken + len > room {
+            break;
+        }
+        *taken += len;
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitting_prefix;
+
+    #[test]
+    fn objects_are_capped_but_never_empty() {
+        let mut taken = 0;
+        assert_eq!(fitting_prefix([40, 40, 40].into_iter(), &mut taken, 100), 2);
+        assert_eq!(taken, 80);
+        // The next partition gets what room is left, maybe nothing.
+        assert_eq!(fitting_prefix([30].into_iter(), &mut taken, 100), 0);
+        assert_eq!(fitting_prefix([20, 1].into_iter(), &mut taken, 100), 1);
+        assert_eq!(taken, 100);
+        // A batch larger than the cap still goes, alone.
+        let mut taken = 0;
+        assert_eq!(fitting_prefix([500, 1].into_iter(), &mut taken, 100), 1);
+        let mut taken = 0;
+        assert_eq!(fitting_prefix(std::iter::empty(), &mut taken, 100), 0);
     }
 }

@@ -215,7 +215,7 @@ class OxbowBroker(Broker):
     Options (all optional): auto_create_topics (bool), default_partitions (int),
     max_request_bytes (int), flush_interval (str, e.g. "250ms"), log_format ("json"|"text"),
     use_env (bool: pass the settings through OXBOW_* variables instead of flags),
-    extra_args (list[str]).
+    extra_args (list[str]), env (dict[str, str]: extra environment, e.g. AWS_* for S3).
     """
 
     kind = "oxbow"
@@ -242,6 +242,7 @@ class OxbowBroker(Broker):
             for k, v in settings.items():
                 cmd += [f"--{k}", v]
         cmd += list(self.options.get("extra_args", []))
+        env.update(self.options.get("env", {}))
         return cmd, env
 
     def probe_ready(self) -> bool:

@@ -1,0 +1,438 @@
+"""S3 as the object store (`--object-store s3://bucket/prefix`) against a real S3-compatible
+server (moto), and the broker's behaviour while S3 is unreachable.
+
+moto keeps its data in memory, so an outage is simulated by a TCP proxy between the broker
+and moto that can be cut (listening socket closed, live connections reset: the broker's
+connects are refused) and restored, never by stopping moto. The issue asks for a 30 s
+outage; these tests use 15 s to keep the suite short — the broker's behaviour does not
+change past its S3 client's retry window (a few seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from brokers import REPO_ROOT, free_ports
+from helpers import assert_dense, consume_partitions, create_topic, produce_all, producer, unique, wait_until
+
+pytestmark = pytest.mark.oxbow_only
+
+OUTAGE_S = 15.0
+BUCKET = "oxbow-e2e"
+
+
+def moto_bin() -> str:
+    venv = REPO_ROOT / ".venv" / "bin" / "moto_server"
+    if venv.is_file():
+        return str(venv)
+    found = shutil.which("moto_server")
+    if not found:
+        pytest.fail("moto_server not found: run `scripts/test.sh setup` (installs tests/e2e/requirements.txt)")
+    return found
+
+
+class Moto:
+    """`moto_server` on a free loopback port, with one bucket."""
+
+    def __init__(self, workdir: Path):
+        (self.port,) = free_ports(1)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "moto.log"
+        self.sizes: dict[str, str] = {}  # key -> size, from the last listings
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [moto_bin(), "-H", "127.0.0.1", "-p", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(self._up, timeout=30, what="moto_server answering")
+            r = requests.put(f"{self.url}/{BUCKET}", timeout=10)
+            assert r.status_code == 200, r.text
+        except BaseException:
+            self.close()
+            raise
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"moto_server exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+        try:
+            requests.get(f"{self.url}/", timeout=1)
+            return True
+        except requests.RequestException:
+            return False
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every key in the bucket under prefix (ListObjectsV2, following continuation)."""
+        keys: list[str] = []
+        params = {"list-type": "2", "prefix": prefix}
+        while True:
+            r = requests.get(f"{self.url}/{BUCKET}", params=params, timeout=10)
+            assert r.status_code == 200, r.text
+            keys += re.findall(r"<Key>([^<]*)</Key>", r.text)
+            self.sizes.update(re.findall(r"<Key>([^<]*)</Key>.*?<Size>(\d+)</Size>", r.text, re.S))
+            token = re.search(r"<NextContinuationToken>([^<]*)</NextContinuationToken>", r.text)
+            if not token:
+                return keys
+            params["continuation-token"] = token.group(1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class CuttableProxy:
+    """A TCP proxy on a fixed loopback port to `upstream`. cut(): the listening socket is
+    closed (new connects are refused) and every live connection is reset; restore(): it
+    listens again on the same port."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream = ("127.0.0.1", upstream_port)
+        (self.port,) = free_ports(1)
+        self.lock = threading.Lock()
+        self.conns: set[socket.socket] = set()
+        self.listener: socket.socket | None = None
+        self.closed = False
+        # Request heads (lower-cased) of the PUTs seen going upstream.
+        self.put_heads: list[str] = []
+        self.restore()
+
+    def restore(self) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                s.bind(("127.0.0.1", self.port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        s.listen(128)
+        with self.lock:
+            self.listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def cut(self) -> None:
+        with self.lock:
+            listener, self.listener = self.listener, None
+            conns, self.conns = self.conns, set()
+        if listener is not None:
+            listener.close()
+        for c in conns:
+            try:
+                # RST rather than FIN: the client sees the connection die mid-request.
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                c.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.cut()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                if self.listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self.conns |= {client, upstream}
+            for a, b, sniff in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, sniff), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, sniff: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if sniff and data.startswith(b"PUT "):
+                    with self.lock:
+                        self.put_heads.append(data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower())
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            with self.lock:
+                self.conns.discard(src)
+                self.conns.discard(dst)
+
+
+@pytest.fixture
+def moto(tmp_path):
+    m = Moto(tmp_path)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def proxy(moto):
+    p = CuttableProxy(moto.port)
+    yield p
+    p.close()
+
+
+def s3_env(port: int) -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "RUST_LOG": os.environ.get("RUST_LOG", "info"),
+    }
+
+
+def metrics(broker) -> dict[str, float]:
+    """Unlabelled samples of the broker's /metrics."""
+    text = requests.get(f"{broker.http}/metrics", timeout=5).text
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+) ([0-9.eE+-]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_s3_object_store_round_trip(broker_factory, moto, proxy):
+    prefix = "cluster-a/oxbow"
+    broker = broker_factory(
+        flush_interval="100ms",
+        extra_args=["--object-store", f"s3://{BUCKET}/{prefix}"],
+        env=s3_env(proxy.port),  # the proxy only watches here: it is never cut
+    )
+    topic = create_topic(broker.bootstrap, unique("s3"), 3)
+    values = [b"s3 record %05d " % i + b"x" * 200 for i in range(3000)]
+    produce_all(producer(broker.bootstrap), topic, ({"value": v} for v in values))
+
+    # Sealed objects land in the bucket, under the prefix only.
+    wait_until(lambda: moto.keys(prefix + "/data/"), timeout=15, what="objects in the bucket")
+    assert all(k.startswith(prefix + "/") for k in moto.keys()), moto.keys()
+    assert metrics(broker)["oxbow_objects_uploaded_total"] >= 1
+    # Create-only uploads: every object PUT carries If-None-Match: * (S3 conditional put).
+    heads = [h for h in proxy.put_heads if f"put /{BUCKET}/{prefix}/data/" in h]
+    assert heads, proxy.put_heads[:3]
+    assert all(re.search(r"^if-none-match: \*\r?$", h, re.M) for h in heads), heads[:3]
+
+    # After a restart nothing is in memory: every read is a ranged GET from S3.
+    broker.restart()
+    got = consume_partitions(broker.bootstrap, topic, range(3))
+    assert_dense(got)
+    assert sorted(r.value for recs in got.values() for r in recs) == sorted(values)
+    assert metrics(broker)["oxbow_object_reads_total"] >= 1
+
+
+class Producing(threading.Thread):
+    """Produces unique numbered values as fast as allowed (acks=all, idempotent, retries
+    for as long as message_timeout_ms) and records the time of every successful delivery."""
+
+    def __init__(self, bootstrap: str, topic: str, value_bytes: int, rate_per_s: float | None, **conf):
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.pad = b"v" * value_bytes
+        self.rate = rate_per_s
+        self.p = producer(bootstrap, **conf)
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.acked: dict[bytes, tuple[float, int, int]] = {}
+        self.errors: list[str] = []
+        self.error: BaseException | None = None
+
+    def _cb(self, err, msg):
+        with self.lock:
+            if err is None:
+                self.acked[msg.value()[:12]] = (time.monotonic(), msg.partition(), msg.offset())
+            else:
+                self.errors.append(str(err))
+
+    def run(self):
+        try:
+            start = time.monotonic()
+            while not self.stop_event.is_set():
+                if self.rate is not None and self.sent > (time.monotonic() - start) * self.rate:
+                    self.p.poll(0.01)
+                    continue
+                try:
+                    self.p.produce(self.topic, value=b"%012d" % self.sent + self.pad, on_delivery=self._cb)
+                    self.sent += 1
+                except BufferError:
+                    self.p.poll(0.05)
+                    continue
+                self.p.poll(0)
+        except BaseException as e:  # surfaced by finish()
+            self.error = e
+
+    def acks_between(self, t0: float, t1: float) -> int:
+        with self.lock:
+            return sum(1 for t, _, _ in self.acked.values() if t0 <= t < t1)
+
+    def finish(self, timeout: float) -> None:
+        self.stop_event.set()
+        self.join(10)
+        left = self.p.flush(timeout)
+        assert self.error is None, self.error
+        assert left == 0, f"{left} records undelivered {timeout}s after producing stopped"
+
+
+def check_all_acked_readable(broker, topic: str, prod: Producing) -> None:
+    broker.restart()
+    got = consume_partitions(broker.bootstrap, topic, [0], timeout=120)
+    assert_dense(got)
+    seen = [r.value[:12] for r in got[0]]
+    assert len(seen) == len(set(seen)), "a record appears twice"
+    missing = set(prod.acked) - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:3]}"
+    for r in got[0]:
+        if r.value[:12] in prod.acked:
+            assert prod.acked[r.value[:12]][2] == r.offset
+
+
+def test_s3_outage_acks_into_the_wal_and_uploads_resume(broker_factory, moto, proxy):
+    """S3 unreachable for 15 s with room in the WAL: acks=all produce keeps being
+    acknowledged (into the WAL), uploads resume once S3 is back, nothing is lost."""
+    broker = broker_factory(
+        flush_interval="250ms",
+        extra_args=["--object-store", f"s3://{BUCKET}/outage", "--wal-max-bytes", "256MiB"],
+        env=s3_env(proxy.port),
+    )
+    topic = create_topic(broker.bootstrap, unique("s3-outage"), 1)
+    prod = Producing(broker.bootstrap, topic, 1000, 400.0, **{"message.timeout.ms": 120000})
+    prod.start()
+    try:
+        wait_until(lambda: metrics(broker)["oxbow_objects_uploaded_total"] >= 2, timeout=15, what="first uploads")
+        proxy.cut()
+        cut_at = time.monotonic()
+        before = metrics(broker)
+        time.sleep(OUTAGE_S)
+        during = metrics(broker)
+        proxy.restore()
+        restored_at = time.monotonic()
+        acked_during = prod.acks_between(cut_at + 2, restored_at)
+        # Produce is acknowledged throughout (the first seconds may be a seal in flight).
+        assert acked_during > 0.5 * 400 * (OUTAGE_S - 2), f"only {acked_during} acks during the outage"
+        assert during["oxbow_upload_failures_total"] > before["oxbow_upload_failures_total"]
+        assert during["oxbow_objects_uploaded_total"] <= before["oxbow_objects_uploaded_total"] + 1
+        assert during["oxbow_unsealed_bytes"] > 2_000_000, during
+
+        def caught_up():
+            m = metrics(broker)
+            return (
+                m["oxbow_objects_uploaded_total"] > during["oxbow_objects_uploaded_total"]
+                and m["oxbow_unsealed_bytes"] < 1_000_000
+            )
+
+        wait_until(caught_up, timeout=30, what="uploads resuming after the outage")
+        resumed_s = time.monotonic() - restored_at
+        print(f"uploads caught up {resumed_s:.1f}s after S3 came back; "
+              f"{acked_during} acks during the {OUTAGE_S:.0f}s outage; unsealed at its end "
+              f"{during['oxbow_unsealed_bytes'] / 1e6:.1f} MB")
+        time.sleep(1)
+    finally:
+        prod.finish(60)
+    assert not prod.errors, prod.errors[:3]
+    check_all_acked_readable(broker, topic, prod)
+
+
+def run_past_the_budget(broker_factory, moto, proxy, wal_max: str, value_bytes: int, expect_bytes: int):
+    broker = broker_factory(
+        flush_interval="250ms",
+        extra_args=["--object-store", f"s3://{BUCKET}/budget", "--wal-max-bytes", wal_max],
+        env=s3_env(proxy.port),
+    )
+    topic = create_topic(broker.bootstrap, unique("s3-budget"), 1)
+    produce_all(producer(broker.bootstrap), topic, [{"value": b"%012d" % -1 + b"warm"}])
+    prod = Producing(
+        broker.bootstrap,
+        topic,
+        value_bytes,
+        None,
+        **{"message.timeout.ms": 180000, "retry.backoff.ms": 200, "retry.backoff.max.ms": 1000,
+           "queue.buffering.max.kbytes": 32768},
+    )
+    proxy.cut()
+    restored_at = None
+    recovered = False
+    prod.start()
+    try:
+        cut_at = time.monotonic()
+        # The WAL fills up to its budget; then producers are refused (retriable errors,
+        # which librdkafka retries: no delivery report yet) and acks stop.
+        wait_until(lambda: metrics(broker)["oxbow_wal_bytes"] >= expect_bytes, timeout=OUTAGE_S,
+                   what="the WAL reaching its budget")
+        full_at = time.monotonic()
+        time.sleep(max(3.0, OUTAGE_S - (full_at - cut_at)))
+        stalled = prod.acks_between(full_at + 1.5, time.monotonic())
+        acked_at_restore = len(prod.acked)
+        assert stalled == 0, f"{stalled} acks after the WAL was full"
+        proxy.restore()
+        restored_at = time.monotonic()
+        wal_full = metrics(broker)["oxbow_wal_bytes"]
+        wait_until(lambda: len(prod.acked) > acked_at_restore + 100, timeout=30,
+                   what="acks resuming after S3 came back")
+        resumed_s = time.monotonic() - restored_at
+        wait_until(lambda: metrics(broker)["oxbow_wal_bytes"] < wal_full, timeout=30, what="the WAL shrinking")
+        print(f"WAL full at {wal_full / 2**20:.1f} MiB {full_at - cut_at:.1f}s into the outage; "
+              f"acks resumed {resumed_s:.1f}s after S3 came back")
+        recovered = True
+    finally:
+        if restored_at is None:
+            proxy.restore()
+        if not recovered:
+            prod.stop_event.set()
+            prod.join(10)
+            prod.p.purge()  # already failing: don't wait out message.timeout.ms
+            prod.p.flush(5)
+    prod.finish(120)
+    assert not prod.errors, prod.errors[:3]
+    # The backlog went up in objects of at most 64 MiB of batches (seal.rs OBJECT_BYTES_MAX).
+    moto.keys("budget/")
+    sizes = [int(v) for k, v in moto.sizes.items() if k.startswith("budget/")]
+    assert sizes and max(sizes) < (64 << 20) + (1 << 20), sorted(sizes)[-3:]
+    print(f"{len(sizes)} objects, largest {max(sizes) / 2**20:.1f} MiB")
+    check_all_acked_readable(broker, topic, prod)
+
+
+def test_s3_outage_past_the_wal_budget_refuses_then_recovers(broker_factory, moto, proxy):
+    """The WAL fills during the outage, producers get retriable errors, and once S3 is back
+    the sealed files are trimmed and acks resume."""
+    run_past_the_budget(broker_factory, moto, proxy, "80MiB", 8000, 80 << 20)
+
+
+def test_s3_outage_small_wal_budget_recovers(broker_factory, moto, proxy):
+    run_past_the_budget(broker_factory, moto, proxy, "2MiB", 1000, 2 << 20)
