@@ -2,8 +2,9 @@
 //!
 //! Start-up: open the metadata store (`--metadata`: embedded under `--data-dir`, or etcd)
 //! and the object store (`--object-store`: a local directory under `--data-dir`, or S3),
-//! replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or SIGTERM): stop accepting, let connections finish their in-flight requests, wait until
-//! everything acknowledged is durable, seal it into the object store, exit 0.
+//! replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or SIGTERM):
+//! stop accepting, let connections finish their in-flight requests, wait until everything
+//! acknowledged is durable, seal it into the object store, exit 0.
 //!
 //! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
 //! `objects/` (the local object store), `cluster_id`.
