@@ -174,3 +174,81 @@ async fn wrong_leader_is_refused() {
     let err = log.partition(&topic, 0).await.err().expect("not leader");
     assert_eq!(err.kind(), oxbow_segment_writer::ErrorKind::NotLeader);
 }
+
+#[tokio::test]
+async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
+    // Two brokers share the metadata and the object store; broker 1 leads at epoch 0, then
+    // leadership moves to broker 2 at epoch 1 while broker 1 still believes it leads.
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> = Arc::new(EmbeddedStore::in_memory().expect("meta"));
+    let topic = metadata
+        .create_topic(
+            TopicSpec {
+                name: "moved".into(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            },
+            1,
+        )
+        .await
+        .expect("topic");
+    let old = open(&dir.path().join("b1"), metadata.clone()).await;
+    let p_old = old.partition(&topic, 0).await.expect("b1 leads");
+    old.append(&p_old, &make_batch(2, 0), 1 << 20, false, Acks::All)
+        .await
+        .expect("append at epoch 0");
+    old.seal_once().await.expect("epoch 0 commit lands");
+
+    let state = topic.partitions[0].clone();
+    let mut moved = state.clone();
+    moved.leader = 2;
+    moved.leader_epoch = 1;
+    metadata
+        .update_partition(topic.topic_id, state.version, moved)
+        .await
+        .expect("leadership moves");
+    let topic = metadata.topic("moved").await.expect("get").expect("topic");
+    let mut s2 = settings(&dir.path().join("b2"));
+    s2.broker_id = 2;
+    // The same object store as broker 1 (its `open` roots it at b1/objects).
+    let store = objects::local(&dir.path().join("b1").join("objects")).expect("store");
+    let new = LogManager::open(s2, metadata.clone(), store, ReadCache::new(1 << 20))
+        .await
+        .expect("b2");
+    let p_new = new.partition(&topic, 0).await.expect("b2 leads");
+    assert_eq!(
+        p_new.offsets().expect("offsets").2,
+        2,
+        "b2 continues after the catalog"
+    );
+    new.append(&p_new, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .await
+        .expect("append at epoch 1");
+    new.seal_once().await.expect("epoch 1 commit lands");
+
+    // The deposed leader still accepts into its WAL, but its catalog commit is fenced…
+    old.append(&p_old, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .await
+        .expect("queued locally");
+    let err = old.seal_once().await.expect_err("fenced");
+    assert_eq!(
+        err.kind(),
+        oxbow_segment_writer::ErrorKind::NotLeader,
+        "{err}"
+    );
+    // …and it stops serving the partition: reopening it is refused.
+    assert!(
+        old.get(&p_old.topic_partition).is_none(),
+        "partition forgotten"
+    );
+    let err = old.partition(&topic, 0).await.err().expect("not leader");
+    assert_eq!(err.kind(), oxbow_segment_writer::ErrorKind::NotLeader);
+    // Only the current epoch's data is in the catalog.
+    let last = metadata
+        .catalog_last(topic.topic_id, 0)
+        .await
+        .expect("catalog")
+        .expect("entry");
+    assert_eq!((last.last_offset, last.leader_epoch), (2, 1));
+}
