@@ -427,23 +427,9 @@ mod tests {
     use bytes::{BufMut, BytesMut};
     use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
     use kafka_protocol::messages::ConsumerProtocolAssignment;
-    use kafka_protocol::protocol::{Decodable, Encodable, Message};
+    use kafka_protocol::protocol::Encodable;
 
-    fn round_trip<T: Encodable + Decodable>(request: &T, version: i16) -> T {
-        let mut buf = BytesMut::new();
-        request
-            .encode(&mut buf, version)
-            .unwrap_or_else(|e| panic!("encodes at v{version}: {e}"));
-        let mut bytes = buf.freeze();
-        let decoded =
-            T::decode(&mut bytes, version).unwrap_or_else(|e| panic!("decodes at v{version}: {e}"));
-        assert!(bytes.is_empty(), "v{version} leaves no trailing bytes");
-        decoded
-    }
-
-    fn versions<T: Message>() -> std::ops::RangeInclusive<i16> {
-        T::VERSIONS.min..=T::VERSIONS.max
-    }
+    use crate::client::requests::tests::{round_trip, versions};
 
     #[test]
     fn find_coordinator_encodes_at_every_version() {

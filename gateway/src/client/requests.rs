@@ -198,12 +198,13 @@ pub fn list_offsets(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::protocol::{Decodable, Encodable, Message};
 
-    fn round_trip<T: Encodable + Decodable>(request: &T, version: i16) -> T {
+    /// Encodes and decodes a request at `version`, checking nothing is left over.
+    pub(crate) fn round_trip<T: Encodable + Decodable>(request: &T, version: i16) -> T {
         let mut buf = BytesMut::new();
         request
             .encode(&mut buf, version)
@@ -215,7 +216,8 @@ mod tests {
         decoded
     }
 
-    fn versions<T: Message>() -> std::ops::RangeInclusive<i16> {
+    /// Every version the codec knows for `T`.
+    pub(crate) fn versions<T: Message>() -> std::ops::RangeInclusive<i16> {
         T::VERSIONS.min..=T::VERSIONS.max
     }
 

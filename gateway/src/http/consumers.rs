@@ -48,7 +48,7 @@ use super::body::{JSON_CONTENT_TYPE, V2_CONTENT_TYPE};
 use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery, Body};
 use super::records::embed;
-use super::records::{READ_BYTES_DEFAULT, READ_BYTES_MAX, READ_TIMEOUT_DEFAULT, READ_TIMEOUT_MAX};
+use super::records::read_limits;
 use super::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -59,8 +59,6 @@ use bytes::Bytes;
 use instance::{InstanceConfig, OffsetReset, Tp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use std::collections::HashMap;
-use std::time::Duration;
 
 /// The consumer routes, merged into the API's router.
 pub(crate) fn routes() -> Router<AppState> {
@@ -397,32 +395,6 @@ fn format_name(format: EmbeddedFormat) -> &'static str {
     }
 }
 
-fn query_u64(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
-    query
-        .get(name)
-        .map(|raw| {
-            raw.trim().parse::<u64>().map_err(|_| {
-                ApiError::invalid_parameter(format!(
-                    "query parameter '{name}' must be a non-negative integer, got '{raw}'"
-                ))
-            })
-        })
-        .transpose()
-}
-
-/// `max_bytes` and `timeout` of a poll, defaulted and capped as simple reads are.
-fn poll_params(query: &HashMap<String, String>) -> Result<(usize, Duration), ApiError> {
-    let max_bytes = match query_u64(query, "max_bytes")? {
-        None => READ_BYTES_DEFAULT,
-        Some(0) => return Err(ApiError::invalid_parameter("max_bytes must be at least 1")),
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(READ_BYTES_MAX),
-    };
-    let timeout = query_u64(query, "timeout")?
-        .map_or(READ_TIMEOUT_DEFAULT, Duration::from_millis)
-        .min(READ_TIMEOUT_MAX);
-    Ok((max_bytes, timeout))
-}
-
 #[derive(Debug, Serialize)]
 struct RecordView<'a> {
     topic: &'a str,
@@ -448,7 +420,7 @@ async fn records(
             format.content_type()
         )));
     }
-    let (max_bytes, timeout) = poll_params(&query)?;
+    let (max_bytes, timeout) = read_limits(&query)?;
     let polled = poll::poll(&app.http.broker, &instance, max_bytes, timeout).await?;
     let views = polled
         .iter()
@@ -634,7 +606,10 @@ async fn seek_end(
 mod tests {
     use super::*;
     use crate::http::body::{BINARY_V2_CONTENT_TYPE, JSON_V2_CONTENT_TYPE};
+    use crate::http::records::{READ_BYTES_DEFAULT, READ_TIMEOUT_DEFAULT};
     use axum::http::HeaderValue;
+    use std::collections::HashMap;
+    use std::time::Duration;
 
     #[test]
     fn create_defaults_and_options() {
@@ -753,15 +728,15 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            poll_params(&q(&[])).expect("defaults"),
+            read_limits(&q(&[])).expect("defaults"),
             (READ_BYTES_DEFAULT, READ_TIMEOUT_DEFAULT)
         );
         assert_eq!(
-            poll_params(&q(&[("max_bytes", "10"), ("timeout", "5")])).expect("given"),
+            read_limits(&q(&[("max_bytes", "10"), ("timeout", "5")])).expect("given"),
             (10, Duration::from_millis(5))
         );
         assert_eq!(
-            poll_params(&q(&[("max_bytes", "0")]))
+            read_limits(&q(&[("max_bytes", "0")]))
                 .expect_err("zero")
                 .error_code(),
             42204

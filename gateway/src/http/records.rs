@@ -56,7 +56,10 @@ struct ReadParams {
     timeout: Duration,
 }
 
-fn parse_u64(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+pub(super) fn parse_u64(
+    query: &HashMap<String, String>,
+    name: &str,
+) -> Result<Option<u64>, ApiError> {
     query
         .get(name)
         .map(|raw| {
@@ -69,11 +72,9 @@ fn parse_u64(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>,
         .transpose()
 }
 
-fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError> {
-    let offset = parse_u64(query, "offset")?
-        .ok_or_else(|| ApiError::invalid_parameter("query parameter 'offset' is required"))?;
-    let offset = i64::try_from(offset)
-        .map_err(|_| ApiError::invalid_parameter(format!("offset {offset} is too large")))?;
+/// `max_bytes` and `timeout` of a read (simple reads and consumer polls alike), defaulted
+/// and capped.
+pub(super) fn read_limits(query: &HashMap<String, String>) -> Result<(usize, Duration), ApiError> {
     let max_bytes = match parse_u64(query, "max_bytes")? {
         None => READ_BYTES_DEFAULT,
         Some(0) => return Err(ApiError::invalid_parameter("max_bytes must be at least 1")),
@@ -82,6 +83,15 @@ fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError>
     let timeout = parse_u64(query, "timeout")?
         .map_or(READ_TIMEOUT_DEFAULT, Duration::from_millis)
         .min(READ_TIMEOUT_MAX);
+    Ok((max_bytes, timeout))
+}
+
+fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError> {
+    let offset = parse_u64(query, "offset")?
+        .ok_or_else(|| ApiError::invalid_parameter("query parameter 'offset' is required"))?;
+    let offset = i64::try_from(offset)
+        .map_err(|_| ApiError::invalid_parameter(format!("offset {offset} is too large")))?;
+    let (max_bytes, timeout) = read_limits(query)?;
     Ok(ReadParams {
         offset,
         max_bytes,
