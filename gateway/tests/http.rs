@@ -3,218 +3,20 @@
 //! client (one request per connection), so status lines, headers and bodies are checked
 //! exactly as a client sees them.
 
+mod support;
+
+use support::{parse_response, request, start, Response};
+
 use base64::prelude::{Engine, BASE64_STANDARD};
-use oxbow_cache::ReadCache;
-use oxbow_gateway::broker::{Broker, BrokerSettings};
 use oxbow_gateway::client::partitioner::partition_for_key;
-use oxbow_gateway::http::{router, HttpState};
-use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
-use oxbow_segment_writer::{objects, LogManager, LogSettings, WalSettings};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const JSON_V2: &str = "application/vnd.kafka.json.v2+json";
 const BINARY_V2: &str = "application/vnd.kafka.binary.v2+json";
-
-/// A broker serving the HTTP API on an ephemeral port; stops when dropped.
-struct Server {
-    addr: SocketAddr,
-    broker: Arc<Broker>,
-    ready: Arc<AtomicBool>,
-    serve: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.serve.abort();
-    }
-}
-
-async fn start(auto_create_topics: bool) -> Server {
-    let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("metadata"));
-    let log_settings = LogSettings {
-        broker_id: 1,
-        wal: WalSettings {
-            dir: dir.path().join("wal"),
-            file_bytes_max: 1 << 20,
-            budget_bytes: 1 << 30,
-        },
-        flush_interval: Duration::from_secs(3600),
-        flush_bytes: 1 << 30,
-        partition_tail_bytes: 1 << 20,
-    };
-    let store = objects::local(&dir.path().join("objects")).expect("object store");
-    let log = LogManager::open(
-        log_settings,
-        metadata.clone(),
-        store,
-        ReadCache::new(1 << 20),
-    )
-    .await
-    .expect("log");
-    let settings = BrokerSettings {
-        broker_id: 1,
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: 9092,
-        auto_create_topics,
-        default_partitions: 2,
-        max_request_bytes: 100 << 20,
-        cluster_id: "oxbow-test-cluster".into(),
-    };
-    let broker = Broker::new(settings, metadata, log).await.expect("broker");
-    let ready = Arc::new(AtomicBool::new(false));
-    let app = router(HttpState {
-        broker: broker.clone(),
-        ready: ready.clone(),
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let serve = tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("serve");
-    });
-    Server {
-        addr,
-        broker,
-        ready,
-        serve,
-        _dir: dir,
-    }
-}
-
-async fn create_topic(server: &Server, name: &str, partitions: i32) {
-    server
-        .broker
-        .create_topic(TopicSpec {
-            name: name.into(),
-            partitions,
-            replication_factor: 1,
-            configs: BTreeMap::new(),
-        })
-        .await
-        .expect("create topic");
-}
-
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// Asserts an error response in the REST Proxy shape.
-    fn assert_error(&self, status: u16, error_code: u64) {
-        assert_eq!(self.status, status, "{self:?}");
-        assert!(
-            self.header("content-type")
-                .is_some_and(|t| t.contains("json")),
-            "error without a JSON content type: {self:?}"
-        );
-        let body = self.json();
-        assert_eq!(body["error_code"], error_code, "{body}");
-        assert!(body["message"].is_string(), "{body}");
-    }
-}
-
-/// One HTTP/1.1 request on its own connection (`Connection: close`, so the response ends
-/// at EOF).
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Response {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write head");
-    stream.write_all(body).await.expect("write body");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.expect("read response");
-    parse_response(&raw)
-}
-
-fn parse_response(raw: &[u8]) -> Response {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of headers");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().expect("status line");
-    let status: u16 = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status code");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    });
-    if chunked {
-        body = dechunk(&body);
-    }
-    Response {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size_text = String::from_utf8_lossy(&data[..line_end]).to_string();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .expect("chunk size");
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
-    }
-}
 
 async fn get(addr: SocketAddr, path: &str) -> Response {
     request(addr, "GET", path, &[], b"").await
@@ -259,7 +61,7 @@ fn offsets(response: &Response) -> Vec<(i64, i64)> {
 #[tokio::test]
 async fn produce_json_and_read_back() {
     let s = start(false).await;
-    create_topic(&s, "j", 1).await;
+    s.create_topic("j", 1).await;
     let r = post(
         s.addr,
         "/topics/j",
@@ -314,7 +116,7 @@ async fn produce_json_and_read_back() {
 #[tokio::test]
 async fn produce_binary_and_read_back() {
     let s = start(false).await;
-    create_topic(&s, "b", 1).await;
+    s.create_topic("b", 1).await;
     let r = post(
         s.addr,
         "/topics/b/partitions/0",
@@ -354,7 +156,7 @@ async fn produce_binary_and_read_back() {
 #[tokio::test]
 async fn read_long_polls_until_a_record_arrives() {
     let s = start(false).await;
-    create_topic(&s, "poll", 1).await;
+    s.create_topic("poll", 1).await;
     let addr = s.addr;
     let read = tokio::spawn(async move {
         get(
@@ -378,7 +180,7 @@ async fn read_long_polls_until_a_record_arrives() {
 #[tokio::test]
 async fn keyed_records_follow_the_java_partitioner() {
     let s = start(false).await;
-    create_topic(&s, "keyed", 6).await;
+    s.create_topic("keyed", 6).await;
     let keys: Vec<String> = (0..40).map(|i| format!("key-{i}")).collect();
     let records: Vec<Value> = keys
         .iter()
@@ -443,7 +245,7 @@ async fn keyed_records_follow_the_java_partitioner() {
 #[tokio::test]
 async fn unknown_topics_and_partitions() {
     let s = start(false).await;
-    create_topic(&s, "t", 2).await;
+    s.create_topic("t", 2).await;
     let body = json!({"records": [{"value": b64("v")}]});
     post(s.addr, "/topics/missing", BINARY_V2, &body)
         .await
@@ -510,8 +312,8 @@ async fn auto_create_on_produce() {
 #[tokio::test]
 async fn topic_metadata() {
     let s = start(false).await;
-    create_topic(&s, "b-topic", 1).await;
-    create_topic(&s, "a-topic", 3).await;
+    s.create_topic("b-topic", 1).await;
+    s.create_topic("a-topic", 3).await;
     let r = get(s.addr, "/topics").await;
     assert_eq!(
         r.header("content-type"),
@@ -536,7 +338,7 @@ async fn topic_metadata() {
 #[tokio::test]
 async fn malformed_requests_get_json_errors() {
     let s = start(true).await;
-    create_topic(&s, "t", 1).await;
+    s.create_topic("t", 1).await;
     let raw = |ct: &'static str, body: &'static [u8]| {
         let addr = s.addr;
         async move { request(addr, "POST", "/topics/t", &[("Content-Type", ct)], body).await }
@@ -614,7 +416,7 @@ async fn malformed_requests_get_json_errors() {
 #[tokio::test]
 async fn oversized_body_is_413_json() {
     let s = start(false).await;
-    create_topic(&s, "t", 1).await;
+    s.create_topic("t", 1).await;
     // Announce a body over the limit and send a little of it: the server answers from the
     // declared length, without waiting for (or buffering) the rest.
     let mut stream = TcpStream::connect(s.addr).await.expect("connect");
@@ -631,7 +433,7 @@ async fn oversized_body_is_413_json() {
 #[tokio::test]
 async fn large_requests_split_into_batches_and_fail_per_record() {
     let s = start(false).await;
-    create_topic(&s, "big", 1).await;
+    s.create_topic("big", 1).await;
     // Three 600 KB values: more than one 1 MiB batch (max.message.bytes), so the request is
     // split, and the offsets stay dense and in request order.
     let value = b64(&"x".repeat(600_000));
@@ -671,7 +473,7 @@ async fn large_requests_split_into_batches_and_fail_per_record() {
 #[tokio::test]
 async fn offset_out_of_range_is_416() {
     let s = start(false).await;
-    create_topic(&s, "t", 1).await;
+    s.create_topic("t", 1).await;
     let r = post(
         s.addr,
         "/topics/t",

@@ -1,233 +1,24 @@
 //! REST Proxy v2 consumer instances end to end over real sockets: a real `Broker` behind
-//! `http::router`, driven by a minimal HTTP/1.1 client (a local copy of the one in
-//! `tests/http.rs`, kept separate so the two files do not have to change together).
+//! `http::router`, driven by the minimal HTTP/1.1 client in `tests/support`.
 //!
 //! Waiting is done by the server: polls long-poll (`timeout=`), so the loops below never
 //! sleep; each has a deadline so a failure ends the test instead of hanging it.
 
+mod support;
+
+use support::{request, start, Response};
+
 use base64::prelude::{Engine, BASE64_STANDARD};
-use oxbow_cache::ReadCache;
-use oxbow_gateway::broker::{Broker, BrokerSettings};
-use oxbow_gateway::http::{router, HttpState};
-use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
-use oxbow_segment_writer::{objects, LogManager, LogSettings, WalSettings};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const V2: &str = "application/vnd.kafka.v2+json";
 const JSON_V2: &str = "application/vnd.kafka.json.v2+json";
 const BINARY_V2: &str = "application/vnd.kafka.binary.v2+json";
 /// Longest any loop below waits for the group to settle or records to arrive.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// A broker serving the HTTP API on an ephemeral port; stops when dropped.
-struct Server {
-    addr: SocketAddr,
-    broker: Arc<Broker>,
-    serve: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.serve.abort();
-    }
-}
-
-async fn start() -> Server {
-    let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("metadata"));
-    let log = LogManager::open(
-        LogSettings {
-            broker_id: 1,
-            wal: WalSettings {
-                dir: dir.path().join("wal"),
-                file_bytes_max: 1 << 20,
-                budget_bytes: 1 << 30,
-            },
-            flush_interval: Duration::from_secs(3600),
-            flush_bytes: 1 << 30,
-            partition_tail_bytes: 1 << 20,
-        },
-        metadata.clone(),
-        objects::local(&dir.path().join("objects")).expect("object store"),
-        ReadCache::new(1 << 20),
-    )
-    .await
-    .expect("log");
-    let settings = BrokerSettings {
-        broker_id: 1,
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: 9092,
-        auto_create_topics: false,
-        default_partitions: 2,
-        max_request_bytes: 100 << 20,
-        cluster_id: "oxbow-test-cluster".into(),
-    };
-    let broker = Broker::new(settings, metadata, log).await.expect("broker");
-    let app = router(HttpState {
-        broker: broker.clone(),
-        ready: Arc::new(AtomicBool::new(true)),
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    // The coordinator's timers (initial rebalance delay, session expiry), as `oxbow serve`
-    // runs them; they stop with the server task.
-    let ticker = broker
-        .coordinator
-        .clone()
-        .run_ticker(tokio_util::sync::CancellationToken::new());
-    let serve = tokio::spawn(async move {
-        tokio::select! {
-            r = axum::serve(listener, app) => r.expect("serve"),
-            () = ticker => {}
-        }
-    });
-    Server {
-        addr,
-        broker,
-        serve,
-        _dir: dir,
-    }
-}
-
-impl Server {
-    async fn create_topic(&self, name: &str, partitions: i32) {
-        self.broker
-            .create_topic(TopicSpec {
-                name: name.into(),
-                partitions,
-                replication_factor: 1,
-                configs: BTreeMap::new(),
-            })
-            .await
-            .expect("create topic");
-    }
-}
-
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    fn assert_error(&self, status: u16, error_code: u64) {
-        assert_eq!(self.status, status, "{self:?}");
-        assert!(
-            self.header("content-type")
-                .is_some_and(|t| t.contains("json")),
-            "error without a JSON content type: {self:?}"
-        );
-        assert_eq!(self.json()["error_code"], error_code, "{self:?}");
-    }
-
-    fn assert_status(&self, status: u16) {
-        assert_eq!(
-            self.status,
-            status,
-            "{}",
-            String::from_utf8_lossy(&self.body)
-        );
-    }
-}
-
-/// One HTTP/1.1 request on its own connection (`Connection: close`).
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Response {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write head");
-    stream.write_all(body).await.expect("write body");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.expect("read response");
-    parse_response(&raw)
-}
-
-fn parse_response(raw: &[u8]) -> Response {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of headers");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status code");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    });
-    if chunked {
-        body = dechunk(&body);
-    }
-    Response {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size_text = String::from_utf8_lossy(&data[..line_end]).to_string();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .expect("chunk size");
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
-    }
-}
 
 async fn send(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Response {
     match body {
@@ -347,7 +138,7 @@ fn offsets_of(r: &Response) -> BTreeMap<(String, i64), i64> {
 
 #[tokio::test]
 async fn subscribe_poll_commit_and_delete_json() {
-    let s = start().await;
+    let s = start(false).await;
     s.create_topic("orders", 2).await;
     let c = create(
         s.addr,
@@ -477,7 +268,7 @@ async fn subscribe_poll_commit_and_delete_json() {
 
 #[tokio::test]
 async fn manual_assignment_binary_and_seek() {
-    let s = start().await;
+    let s = start(false).await;
     s.create_topic("bin", 2).await;
     produce(
         s.addr,
@@ -596,7 +387,7 @@ async fn manual_assignment_binary_and_seek() {
 
 #[tokio::test]
 async fn two_instances_split_the_partitions() {
-    let s = start().await;
+    let s = start(false).await;
     s.create_topic("shared", 4).await;
     let config = json!({"format": "binary", "auto.offset.reset": "earliest"});
     let a = create(s.addr, "g3", config.clone()).await;
@@ -669,7 +460,7 @@ async fn two_instances_split_the_partitions() {
 
 #[tokio::test]
 async fn subscription_to_a_topic_created_later() {
-    let s = start().await;
+    let s = start(false).await;
     let c = create(
         s.addr,
         "g4",
@@ -702,7 +493,7 @@ async fn subscription_to_a_topic_created_later() {
 
 #[tokio::test]
 async fn a_group_without_the_range_assignor_refuses_the_instance() {
-    let s = start().await;
+    let s = start(false).await;
     s.create_topic("t", 1).await;
     // A member that only speaks cooperative-sticky holds the group.
     let joined = s
@@ -749,7 +540,7 @@ async fn a_group_without_the_range_assignor_refuses_the_instance() {
 
 #[tokio::test]
 async fn request_errors() {
-    let s = start().await;
+    let s = start(false).await;
     s.create_topic("t", 1).await;
     let missing = "/consumers/g/instances/nobody";
     for (method, path) in [
