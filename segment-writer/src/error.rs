@@ -52,6 +52,8 @@ pub enum Error {
     UnknownPartition(String),
     #[error("not the leader of {0}")]
     NotLeader(String),
+    #[error("this broker's metadata lease expired; it re-registers before serving again")]
+    LeaseExpired,
     #[error("out of order sequence for producer {producer_id}: expected {expected}, got {got}")]
     OutOfOrderSequence {
         producer_id: i64,
@@ -90,7 +92,9 @@ impl Error {
             Error::BatchTooLarge { .. } => ErrorKind::TooLarge,
             Error::OffsetOutOfRange { .. } => ErrorKind::OffsetOutOfRange,
             Error::UnknownPartition(_) => ErrorKind::UnknownPartition,
-            Error::NotLeader(_) => ErrorKind::NotLeader,
+            // Without a lease the broker may no longer lead anything: the client must look
+            // the leader up again, exactly as for a moved partition.
+            Error::NotLeader(_) | Error::LeaseExpired => ErrorKind::NotLeader,
             Error::OutOfOrderSequence { .. } => ErrorKind::OutOfOrderSequence,
             Error::ProducerFenced { .. } => ErrorKind::ProducerFenced,
             Error::WalFull { .. } | Error::ObjectStore(_) => ErrorKind::Retriable,

@@ -88,9 +88,7 @@ impl PendingAppend {
 
 fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
     match lease {
-        Some(g) if !g.is_valid() => Err(Error::NotLeader(
-            "any partition: this broker's metadata lease expired (it re-registers before serving again)".into(),
-        )),
+        Some(g) if !g.is_valid() => Err(Error::LeaseExpired),
         _ => Ok(()),
     }
 }
