@@ -421,13 +421,7 @@ impl MetadataStore for EmbeddedStore {
                     replication_factor: spec.replication_factor,
                     configs,
                     partitions: (0..spec.partitions)
-                        .map(|p| PartitionState {
-                            partition: p,
-                            leader,
-                            leader_epoch: 0,
-                            log_start_offset: 0,
-                            version: 0,
-                        })
+                        .map(|p| PartitionState::new(p, leader))
                         .collect(),
                     created_at_ms: now_ms(),
                 };
@@ -540,13 +534,7 @@ impl MetadataStore for EmbeddedStore {
                         reason: format!("topic '{name}' already has {current} partitions; partitions can only be added"),
                     });
                 }
-                topic.partitions.extend((current..total).map(|p| PartitionState {
-                    partition: p,
-                    leader,
-                    leader_epoch: 0,
-                    log_start_offset: 0,
-                    version: 0,
-                }));
+                topic.partitions.extend((current..total).map(|p| PartitionState::new(p, leader)));
                 write_topic(&mut topics, &topic)?;
                 topic
             };

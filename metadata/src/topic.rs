@@ -29,8 +29,27 @@ pub struct PartitionState {
     pub leader_epoch: LeaderEpoch,
     /// First offset still readable; raised by retention and DeleteRecords.
     pub log_start_offset: Offset,
+    /// Set when leadership moved away from a broker that may have died holding unsealed
+    /// data: the new leader must recover that broker's WAL tail for this partition (from
+    /// its WAL replicas) before it serves the partition, then clears this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recover_from: Option<BrokerId>,
     /// Bumped on every change; the compare in compare-and-swap.
     pub version: u64,
+}
+
+impl PartitionState {
+    /// A new partition led by `leader` at epoch 0.
+    pub fn new(partition: PartitionId, leader: BrokerId) -> PartitionState {
+        PartitionState {
+            partition,
+            leader,
+            leader_epoch: 0,
+            log_start_offset: 0,
+            recover_from: None,
+            version: 0,
+        }
+    }
 }
 
 /// A topic as the metadata service knows it.

@@ -53,13 +53,7 @@ fn unchanged(key: &str, kv: Option<&KeyValue>) -> Compare {
 }
 
 fn default_partition(partition: PartitionId, leader: BrokerId) -> PartitionState {
-    PartitionState {
-        partition,
-        leader,
-        leader_epoch: 0,
-        log_start_offset: 0,
-        version: 0,
-    }
+    PartitionState::new(partition, leader)
 }
 
 /// A topic record plus its stored partition states → the topic as callers see it.
