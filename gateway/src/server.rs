@@ -104,6 +104,44 @@ pub struct ServeArgs {
     /// AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server, AWS_ALLOW_HTTP=true).
     #[arg(long, env = "OXBOW_OBJECT_STORE", default_value = "local")]
     pub object_store: String,
+    /// This broker's availability zone. WAL replicas are placed on brokers in other zones,
+    /// so an acknowledged write survives the loss of a zone; brokers without a zone are
+    /// each treated as a zone of their own.
+    #[arg(long, env = "OXBOW_AZ")]
+    pub az: Option<String>,
+    /// Address other brokers use to stream WAL replication to this one (and to fetch a dead
+    /// broker's tail from it). Keep it off the client network. Peers find it through the
+    /// metadata service, so the default (a free loopback port) suits one machine.
+    #[arg(long, env = "OXBOW_INTERNAL_ADDR", default_value = "127.0.0.1:0")]
+    pub internal_addr: SocketAddr,
+    /// host:port other brokers are told to use for --internal-addr (default: the bound address).
+    #[arg(long, env = "OXBOW_ADVERTISED_INTERNAL_ADDR")]
+    pub advertised_internal_addr: Option<String>,
+    /// Copies of the WAL, this broker's included, each in a different zone (capped by the
+    /// zones with live brokers). More copies survive more zone losses; each copy costs a
+    /// cross-zone transfer of every produced byte and a replica's disk.
+    #[arg(long, env = "OXBOW_WAL_REPLICATION_FACTOR", default_value_t = 3,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub wal_replication_factor: u16,
+    /// A WAL replica that has not acknowledged for this long leaves the in-sync set (so
+    /// acks=all stops waiting for it). Shorter bounds the produce stall when a zone goes
+    /// away; longer tolerates slower replicas without shrinking durability.
+    #[arg(long, env = "OXBOW_REPLICA_LAG_MAX", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub replica_lag_max: Duration,
+    /// `wal`: acknowledge after the WAL fsync (and replica acks for acks=all); low latency.
+    /// `direct`: no WAL, acknowledge after the object PUT and catalog commit (WarpStream
+    /// style); nothing on the broker's disk, latency of a flush interval plus a PUT.
+    #[arg(long, env = "OXBOW_DURABILITY", value_enum, default_value_t = Durability::Wal)]
+    pub durability: Durability,
+}
+
+/// Where an acknowledged write is durable before it is acknowledged (`--durability`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// In the broker's WAL (fsynced) and, for acks=all, its in-sync WAL replicas.
+    Wal,
+    /// In the object store and the catalog; the broker keeps no WAL.
+    Direct,
 }
 
 /// Reads the cluster id from the data dir, creating it on first start.
@@ -179,6 +217,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let http_listener = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
+    let internal_listener = TcpListener::bind(args.internal_addr)
+        .await
+        .with_context(|| format!("binding --internal-addr {}", args.internal_addr))?;
+    let internal_bound = internal_listener.local_addr()?;
     let kafka_bound = kafka_listener.local_addr()?;
     let http_bound = http_listener.local_addr()?;
     let (advertised_host, advertised_port) = advertised(&args, kafka_bound)?;
@@ -188,10 +230,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("opening the metadata store (--metadata)")?;
     let registration = BrokerRegistration {
         broker_id: args.broker_id,
-        az: None,
+        az: args.az.clone(),
         kafka_addr: format!("{advertised_host}:{advertised_port}"),
         http_addr: http_bound.to_string(),
-        internal_addr: String::new(),
+        internal_addr: args
+            .advertised_internal_addr
+            .clone()
+            .unwrap_or_else(|| internal_bound.to_string()),
     };
     let lease_guard = LeaseGuard::new();
     let lease = register(

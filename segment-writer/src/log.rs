@@ -318,7 +318,7 @@ impl LogManager {
     /// topic is gone, or a new leader recovers it from the WAL replicas). Their WAL entries
     /// stop holding back WAL trimming: once leadership can move (the cluster issue), a
     /// fenced broker must keep them until the new leader has recovered the tail.
-    pub(crate) fn forget_where(&self, which: impl Fn(&TopicPartition) -> bool) {
+    pub fn forget_where(&self, which: impl Fn(&TopicPartition) -> bool) {
         if let Ok(mut map) = self.partitions.write() {
             map.retain(|tp, p| {
                 if !which(tp) {

@@ -229,6 +229,8 @@ class OxbowBroker(Broker):
             "data-dir": str(self.data_dir),
             "broker-id": str(self.broker_id),
             "log-format": self.options.get("log_format", "text"),
+            # A fixed port per broker object, so a restarted broker keeps its address.
+            "internal-addr": f"127.0.0.1:{self.controller_port}",
         }
         for key in ("auto_create_topics", "default_partitions", "max_request_bytes", "flush_interval"):
             if key in self.options:
