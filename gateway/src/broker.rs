@@ -1,15 +1,24 @@
 //! [`Broker`]: the operations both front ends (Kafka protocol and HTTP) share — topics,
 //! produce, read, offsets — over the metadata service and the log.
 //!
-//! Topic metadata is cached in memory (every change on one node goes through here), so the
-//! produce and fetch paths never wait on the metadata store for a lookup.
+//! Topic metadata is cached in memory, so the produce and fetch paths never wait on the
+//! metadata store for a lookup. The cache is kept current by this broker's own changes and
+//! by the topic watch (`cluster::follower`), so topics created and leadership moved by other
+//! brokers show up within a watch round trip.
+//!
+//! Appends pass a per-partition gate: a graceful handoff (`cluster::handoff`) closes it, so
+//! nothing is appended between the final seal and the leadership move.
 
+use crate::cluster::{placement, ClusterView};
 use crate::error::{BrokerError, Result};
 use crate::metrics::Metrics;
-use oxbow_metadata::{BrokerId, MetadataStore, Offset, PartitionId, TopicMetadata, TopicSpec};
+use oxbow_metadata::{
+    BrokerId, MetadataStore, Offset, PartitionId, PartitionState, TopicId, TopicMetadata,
+    TopicPartition, TopicSpec,
+};
 use oxbow_segment_writer::{Acks, Appended, LogManager, Partition, PendingAppend, ReadResult};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Settings of the broker's front ends.
@@ -36,9 +45,14 @@ pub struct Broker {
     pub metadata: Arc<dyn MetadataStore>,
     pub log: Arc<LogManager>,
     pub metrics: Metrics,
-    /// The group coordinator (every group, on one node).
+    /// The group coordinator (of the groups [`ClusterView::coordinator_for`] gives this
+    /// broker; every group on one node).
     pub coordinator: Arc<crate::groups::Coordinator>,
+    /// Live brokers and the controller, as this broker sees them.
+    pub cluster: Arc<ClusterView>,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
+    /// Append gates of partitions (see the module docs); `true` = closed.
+    gates: Mutex<HashMap<TopicPartition, Arc<tokio::sync::RwLock<bool>>>>,
     /// The block of producer ids reserved for this broker: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -68,6 +82,10 @@ impl Broker {
             .into_iter()
             .map(|t| (t.name.clone(), Arc::new(t)))
             .collect();
+        let cluster = Arc::new(ClusterView::new(
+            settings.broker_id,
+            metadata.list_brokers().await?,
+        ));
         let coordinator = Arc::new(crate::groups::Coordinator::new(
             metadata.clone(),
             crate::groups::CoordinatorSettings {
@@ -77,10 +95,12 @@ impl Broker {
         Ok(Arc::new(Broker {
             settings,
             coordinator,
+            cluster,
             metadata,
             log,
             metrics: Metrics::default(),
             topics: RwLock::new(topics),
+            gates: Mutex::new(HashMap::new()),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
         }))
     }
@@ -88,9 +108,125 @@ impl Broker {
     fn cache_put(&self, topic: TopicMetadata) -> Arc<TopicMetadata> {
         let topic = Arc::new(topic);
         if let Ok(mut m) = self.topics.write() {
-            m.insert(topic.name.clone(), topic.clone());
+            // Keep the newer state of each partition: a watch event may have landed first.
+            let merged = match m.get(&topic.name) {
+                Some(old) if old.topic_id == topic.topic_id => {
+                    let mut t = (*topic).clone();
+                    for (p, o) in t.partitions.iter_mut().zip(old.partitions.iter()) {
+                        if o.version > p.version {
+                            *p = o.clone();
+                        }
+                    }
+                    Arc::new(t)
+                }
+                _ => topic,
+            };
+            m.insert(merged.name.clone(), merged.clone());
+            return merged;
         }
         topic
+    }
+
+    /// A topic's whole state from the metadata service (created or grown elsewhere, or
+    /// re-listed).
+    pub fn apply_topic(&self, topic: TopicMetadata) -> Arc<TopicMetadata> {
+        self.cache_put(topic)
+    }
+
+    /// Replaces the whole cache (a re-list after a watch ended): topics deleted meanwhile go.
+    pub fn replace_topics(&self, topics: Vec<TopicMetadata>) -> Vec<Arc<TopicMetadata>> {
+        let names: std::collections::HashSet<String> =
+            topics.iter().map(|t| t.name.clone()).collect();
+        let gone: Vec<TopicId> = self
+            .topics()
+            .iter()
+            .filter(|t| !names.contains(&t.name))
+            .map(|t| t.topic_id)
+            .collect();
+        for id in gone {
+            self.remove_topic(id);
+        }
+        topics.into_iter().map(|t| self.cache_put(t)).collect()
+    }
+
+    /// One partition's new state; returns the updated topic (`None`: unknown topic, or an
+    /// older state than the cached one).
+    pub fn apply_partition(
+        &self,
+        topic_id: TopicId,
+        state: PartitionState,
+    ) -> Option<Arc<TopicMetadata>> {
+        let mut m = self.topics.write().ok()?;
+        let old = m.values().find(|t| t.topic_id == topic_id)?.clone();
+        let i = usize::try_from(state.partition).ok()?;
+        if old.partitions.get(i)?.version > state.version {
+            return None;
+        }
+        let mut t = (*old).clone();
+        t.partitions[i] = state;
+        let t = Arc::new(t);
+        m.insert(t.name.clone(), t.clone());
+        Some(t)
+    }
+
+    /// A topic deleted (here or elsewhere): forget it and its open partitions.
+    pub fn remove_topic(&self, topic_id: TopicId) {
+        if let Ok(mut m) = self.topics.write() {
+            m.retain(|_, t| t.topic_id != topic_id);
+        }
+        self.log.drop_topic(topic_id);
+        if let Ok(mut g) = self.gates.lock() {
+            g.retain(|tp, _| tp.topic_id != topic_id);
+        }
+    }
+
+    /// Stops serving a partition this broker no longer leads (it answers
+    /// NOT_LEADER_OR_FOLLOWER from now on).
+    pub fn forget_partition(&self, tp: TopicPartition) {
+        self.log.forget_where(|x| *x == tp);
+        if let Ok(mut g) = self.gates.lock() {
+            g.remove(&tp);
+        }
+    }
+
+    fn gate(&self, tp: TopicPartition) -> Arc<tokio::sync::RwLock<bool>> {
+        let mut g = match self.gates.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        g.entry(tp).or_default().clone()
+    }
+
+    /// Closes a partition's append gate, waiting for appends already past it to be
+    /// enqueued; later appends get NOT_LEADER_OR_FOLLOWER until it opens again.
+    pub async fn close_gate(&self, tp: TopicPartition) {
+        *self.gate(tp).write().await = true;
+    }
+
+    /// Opens a partition's append gate again (a handoff that did not happen).
+    pub async fn open_gate(&self, tp: TopicPartition) {
+        *self.gate(tp).write().await = false;
+    }
+
+    /// Whether this broker coordinates `group_id` (always, on one node).
+    pub fn coordinates(&self, group_id: &str) -> bool {
+        self.cluster.coordinator_for(group_id) == self.settings.broker_id
+    }
+
+    /// Leaders for `count` new partitions of a topic whose existing partitions are led by
+    /// `existing`, over the live brokers (this broker alone if it sees none).
+    fn placement(&self, existing: &[BrokerId], count: usize) -> Vec<BrokerId> {
+        let mut nodes = self.cluster.nodes();
+        if nodes.is_empty() {
+            nodes.push(placement::Node::new(self.settings.broker_id, None));
+        }
+        let mut load: BTreeMap<BrokerId, usize> = BTreeMap::new();
+        for t in self.topics() {
+            for p in &t.partitions {
+                *load.entry(p.leader).or_default() += 1;
+            }
+        }
+        placement::place_new(&nodes, &load, existing, count)
     }
 
     /// A new producer id, never handed out before (by any broker, across restarts).
@@ -168,12 +304,18 @@ impl Broker {
         Ok(self.metadata.topic(name).await?.map(|t| self.cache_put(t)))
     }
 
-    /// Creates a topic; partitions are led by this broker.
+    /// Creates a topic, its partitions spread over the live brokers (`cluster::placement`).
     pub async fn create_topic(&self, spec: TopicSpec) -> Result<Arc<TopicMetadata>> {
         let name = spec.name.clone();
+        let leaders = self.placement(&[], usize::try_from(spec.partitions).unwrap_or(0));
+        let leaders = if leaders.is_empty() {
+            vec![self.settings.broker_id]
+        } else {
+            leaders
+        };
         let created = self
             .metadata
-            .create_topic(spec, self.settings.broker_id)
+            .create_topic_with_leaders(spec, &leaders)
             .await?;
         tracing::info!(topic = %name, partitions = created.partitions.len(), "created topic");
         Ok(self.cache_put(created))
@@ -193,19 +335,29 @@ impl Broker {
     /// Deletes a topic and forgets its partitions.
     pub async fn delete_topic(&self, name: &str) -> Result<Arc<TopicMetadata>> {
         let deleted = self.metadata.delete_topic(name).await?;
-        if let Ok(mut m) = self.topics.write() {
-            m.remove(name);
-        }
-        self.log.drop_topic(deleted.topic_id);
+        self.remove_topic(deleted.topic_id);
         tracing::info!(topic = %name, "deleted topic");
         Ok(Arc::new(deleted))
     }
 
-    /// Grows a topic to `total` partitions.
+    /// Grows a topic to `total` partitions, the new ones placed over the live brokers.
     pub async fn create_partitions(&self, name: &str, total: i32) -> Result<Arc<TopicMetadata>> {
+        let existing: Vec<BrokerId> = self
+            .topic(name)
+            .map(|t| t.partitions.iter().map(|p| p.leader).collect())
+            .unwrap_or_default();
+        let new = usize::try_from(total)
+            .unwrap_or(0)
+            .saturating_sub(existing.len());
+        // Indexed by partition: existing entries are ignored by the store.
+        let mut leaders = existing.clone();
+        leaders.extend(self.placement(&existing, new));
+        if leaders.is_empty() {
+            leaders.push(self.settings.broker_id);
+        }
         let grown = self
             .metadata
-            .create_partitions(name, total, self.settings.broker_id)
+            .create_partitions_with_leaders(name, total, &leaders)
             .await?;
         Ok(self.cache_put(grown))
     }
@@ -216,11 +368,18 @@ impl Broker {
         topic: &TopicMetadata,
         partition: PartitionId,
     ) -> Result<Arc<Partition>> {
-        if topic.partition(partition).is_none() {
+        let Some(state) = topic.partition(partition) else {
             return Err(BrokerError::UnknownPartition {
                 topic: topic.name.clone(),
                 partition,
             });
+        };
+        let tp = TopicPartition::new(topic.topic_id, partition);
+        // Led elsewhere as far as this broker knows: say so without asking the metadata
+        // service (a stale cache costs the client one retry, not a wrong answer: opening a
+        // partition always checks the stored leader).
+        if state.leader != self.settings.broker_id && self.log.get(&tp).is_none() {
+            return Err(not_leader(topic, partition, state.leader));
         }
         Ok(self.log.partition(topic, partition).await?)
     }
@@ -250,9 +409,19 @@ impl Broker {
         batch: &[u8],
         acks: Acks,
     ) -> Result<PendingAppend> {
+        let gate = self.gate(TopicPartition::new(topic.topic_id, partition));
+        let closed = gate.read().await;
+        if *closed {
+            return Err(BrokerError::Log(oxbow_segment_writer::Error::NotLeader(
+                format!(
+                    "{}-{partition} (being handed to another broker)",
+                    topic.name
+                ),
+            )));
+        }
         let p = self.partition(topic, partition).await?;
         let configs = &topic.configs;
-        Ok(self
+        let pending = self
             .log
             .enqueue(
                 &p,
@@ -261,7 +430,9 @@ impl Broker {
                 configs.log_append_time(),
                 acks,
             )
-            .await?)
+            .await?;
+        drop(closed);
+        Ok(pending)
     }
 
     /// Reads whole batches at `offset`, waiting up to `max_wait` for data if there is none
@@ -314,4 +485,11 @@ impl Broker {
             }
         }
     }
+}
+
+fn not_leader(topic: &TopicMetadata, partition: PartitionId, leader: BrokerId) -> BrokerError {
+    BrokerError::Log(oxbow_segment_writer::Error::NotLeader(format!(
+        "{}-{partition} (leader is broker {leader})",
+        topic.name
+    )))
 }

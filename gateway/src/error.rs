@@ -97,6 +97,10 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::OutOfOrderSequence => mapped(ResponseError::OutOfOrderSequenceNumber, 409, 40903),
         LogKind::ProducerFenced => mapped(ResponseError::InvalidProducerEpoch, 409, 40904),
         LogKind::Retriable => mapped(ResponseError::KafkaStorageError, 503, 50303),
+        LogKind::NotEnoughReplicas => mapped(ResponseError::NotEnoughReplicas, 503, 50305),
+        LogKind::NotEnoughReplicasAfterAppend => {
+            mapped(ResponseError::NotEnoughReplicasAfterAppend, 503, 50306)
+        }
         LogKind::DataCorruption => mapped(ResponseError::KafkaStorageError, 500, 50002),
         LogKind::Unavailable => mapped(ResponseError::KafkaStorageError, 503, 50304),
         LogKind::Internal => mapped(ResponseError::UnknownServerError, 500, 50001),
@@ -125,5 +129,10 @@ mod tests {
         assert_eq!(name.mapped().http_status, 422);
         let exists = BrokerError::Metadata(oxbow_metadata::Error::TopicExists("t".into()));
         assert_eq!(exists.code(), 36);
+        let isr = BrokerError::Log(oxbow_segment_writer::Error::NotEnoughReplicas {
+            in_sync: 1,
+            required: 2,
+        });
+        assert_eq!(isr.code(), 19);
     }
 }

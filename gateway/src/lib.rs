@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`broker`]: the operations both front ends share, over metadata and the log.
+//! - [`cluster`]: placement, the controller, leadership following and graceful handoff.
 //! - [`kafka`]: the Kafka protocol server (framing, pipelining, one handler per API).
 //! - [`http`]: the HTTP/JSON API (Confluent REST Proxy v2 compatible) and health/metrics.
 //! - [`error`]: the one mapping from internal errors to Kafka codes and HTTP statuses.
@@ -11,6 +12,7 @@
 pub mod broker;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod groups;

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a broker.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list, describe and delete topics.
     Topics(cli::TopicsArgs),
     /// Produce lines from stdin to a topic.
@@ -29,6 +29,10 @@ enum Command {
     Consume(cli::ConsumeArgs),
     /// Consumer groups: list, describe (members, assignment, lag), delete, reset offsets.
     Groups(cli::GroupsArgs),
+    /// The cluster: brokers, controller, partition leaders.
+    Cluster(cli::ClusterArgs),
+    /// Steer partition leadership: reassign, list pending reassignments.
+    Partitions(cli::PartitionsArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -59,12 +63,14 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => {
                 init_tracing(args.log_format);
-                server::serve(args).await
+                server::serve(*args).await
             }
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
             Command::Groups(args) => cli::groups::run(args).await,
+            Command::Cluster(args) => cli::cluster::run(args).await,
+            Command::Partitions(args) => cli::cluster::run_partitions(args).await,
         }
     });
     match result {

@@ -201,6 +201,27 @@ pub fn render(broker: &crate::broker::Broker) -> String {
     );
     write_metric(
         &mut out,
+        "oxbow_wal_written_bytes_total",
+        "counter",
+        "Bytes this broker's WAL wrote (fsynced) since start.",
+        &one(broker.log.wal_written_bytes() as f64),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_wal_replica_written_bytes_total",
+        "counter",
+        "Bytes of other brokers' WALs written (fsynced) here as their replica since start.",
+        &one(broker.log.replica_store.written_bytes() as f64),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_wal_in_sync_copies",
+        "gauge",
+        "In-sync copies of this broker's WAL, its own included (acks=all needs min.insync.replicas).",
+        &one(broker.log.replicator.in_sync_copies() as f64),
+    );
+    write_metric(
+        &mut out,
         "oxbow_unsealed_bytes",
         "gauge",
         "Bytes durable in the WAL, not yet in the object store.",

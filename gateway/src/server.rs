@@ -3,8 +3,10 @@
 //! Start-up: open the metadata store (`--metadata`: embedded under `--data-dir`, or etcd)
 //! and the object store (`--object-store`: a local directory under `--data-dir`, or S3),
 //! replay the WAL, bind both listeners, then report ready. Shutdown (Ctrl-C or SIGTERM):
-//! stop accepting, let connections finish their in-flight requests, wait until everything
-//! acknowledged is durable, seal it into the object store, exit 0.
+//! in a cluster, hand every partition led here to another live broker and deregister
+//! (`cluster::handoff`); then stop accepting, let connections finish their in-flight
+//! requests, wait until everything acknowledged is durable, seal it into the object
+//! store, exit 0.
 //!
 //! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
 //! `objects/` (the local object store), `cluster_id`.
@@ -17,6 +19,7 @@
 //! `oxbow_segment_writer::fence`).
 
 use crate::broker::{Broker, BrokerSettings};
+use crate::cluster;
 use crate::config::ByteSize;
 use crate::http::{self, HttpState};
 use crate::kafka;
@@ -24,7 +27,9 @@ use anyhow::Context;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::lease::{register, run_lease_keeper, NewLeaseHook};
 use oxbow_metadata::{open_store, BrokerRegistration, LeaseGuard, MetadataLocation};
-use oxbow_segment_writer::{objects, run_sealer, LogManager, LogSettings, WalSettings};
+use oxbow_segment_writer::{
+    objects, run_sealer, serve_internal, LogManager, LogSettings, ReplicationSettings, WalSettings,
+};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +92,21 @@ pub struct ServeArgs {
     /// Recent, already uploaded data kept in memory per partition for tail reads.
     #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
     pub partition_tail_bytes: ByteSize,
+    /// Largest per-partition segment compaction writes. Larger: fewer objects and catalog
+    /// entries and longer sequential reads, at the cost of memory while one is built (one
+    /// at a time) and more bytes re-written as small segments merge.
+    #[arg(long, env = "OXBOW_SEGMENT_BYTES", default_value = "512MiB")]
+    pub segment_bytes: ByteSize,
+    /// How often compaction rewrites small sealed objects into per-partition segments (`0s`
+    /// disables it). Shorter frees sealed objects and shrinks the catalog sooner, at the
+    /// cost of more PUTs (about one per partition with new data per round).
+    #[arg(long, env = "OXBOW_COMPACTION_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub compaction_interval: Duration,
+    /// How long an object replaced by compaction stays once nothing references it, so reads
+    /// that looked it up just before finish. Longer costs storage for that long; shorter
+    /// makes slow readers look the catalog up again.
+    #[arg(long, env = "OXBOW_COMPACTION_DELETE_DELAY", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub compaction_delete_delay: Duration,
     /// Log line format.
     #[arg(long, env = "OXBOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -176,6 +196,10 @@ fn advertised(args: &ServeArgs, bound: SocketAddr) -> anyhow::Result<(String, i3
     }
 }
 
+/// Longest the SIGTERM handoff may take before the broker stops anyway (what is left fails
+/// over when its lease ends).
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Waits for Ctrl-C or SIGTERM.
 async fn shutdown_signal() {
     #[cfg(unix)]
@@ -248,19 +272,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .await
     .context("registering the broker (--session-timeout)")?;
     let object_store = objects::from_url(&args.object_store, &args.data_dir)?;
+    // A WAL file is a small share of the budget: the file being appended to is never
+    // trimmed, so a full WAL must still be able to drain.
+    let wal_file_bytes_max = (args.wal_max_bytes.as_u64() / 8).clamp(1 << 20, 64 << 20);
     let log = LogManager::open(
         LogSettings {
             broker_id: args.broker_id,
             wal: WalSettings {
                 dir: args.data_dir.join("wal"),
-                // The newest WAL file is never trimmed (it is being appended to), so a file
-                // must be a small share of the budget or a full WAL could never drain.
-                file_bytes_max: (args.wal_max_bytes.as_u64() / 8).clamp(1 << 20, 64 << 20),
+                file_bytes_max: wal_file_bytes_max,
                 budget_bytes: args.wal_max_bytes.as_u64(),
             },
             flush_interval: args.flush_interval,
             flush_bytes: args.flush_bytes.as_u64(),
             partition_tail_bytes: args.partition_tail_bytes.as_usize(),
+            replication: ReplicationSettings {
+                az: args.az.clone(),
+                replication_factor: args.wal_replication_factor,
+                replica_lag_max: args.replica_lag_max,
+            },
+            durability: match args.durability {
+                Durability::Wal => oxbow_segment_writer::Durability::Wal,
+                Durability::Direct => oxbow_segment_writer::Durability::Direct,
+            },
         },
         metadata.clone(),
         object_store,
@@ -277,7 +311,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             auto_create_topics: args.auto_create_topics,
             default_partitions: args.default_partitions,
             max_request_bytes: args.max_request_bytes.as_usize(),
-            cluster_id: cluster_id(&args.data_dir)?,
+            cluster_id: match &args.metadata {
+                // Every broker of a cluster must report the same id (clients refuse to mix
+                // clusters): it is the cluster's name in the metadata service.
+                MetadataLocation::Etcd(etcd) => format!("oxbow-{}", etcd.cluster),
+                MetadataLocation::Embedded => cluster_id(&args.data_dir)?,
+            },
         },
         metadata.clone(),
         log.clone(),
@@ -291,6 +330,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
 
     background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
+    // Compaction of sealed objects into per-partition segments; stops with the sealer.
+    background.spawn(oxbow_segment_writer::run_compactor(
+        log.clone(),
+        oxbow_segment_writer::CompactSettings::new(
+            args.segment_bytes.as_u64(),
+            args.compaction_interval,
+            args.compaction_delete_delay,
+        ),
+        stop_sealing.clone(),
+    ));
+    // WAL replication: this broker's WAL to its replicas, other brokers' WALs to this one.
+    // Both run until the final seal, so replicas hear the last trim.
+    background.spawn(log.replicator.clone().run(stop_sealing.clone()));
+    background.spawn(serve_internal(
+        internal_listener,
+        args.broker_id,
+        log.replica_store.clone(),
+        stop_sealing.clone(),
+        background.clone(),
+    ));
     // The lease is revoked when the sealer stops (after the last acknowledged write).
     let hook_log = log.clone();
     let on_new_lease: NewLeaseHook = Arc::new(move |_lease| {
@@ -302,15 +361,44 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .map_err(|e| oxbow_metadata::Error::Unavailable(e.to_string()))
         })
     });
+    // The lease outlives the sealer, except after a complete SIGTERM handoff (below).
+    let stop_lease = CancellationToken::new();
     background.spawn(run_lease_keeper(
         metadata.clone(),
         registration,
         lease,
-        lease_guard,
+        lease_guard.clone(),
         Some(on_new_lease),
-        stop_sealing.clone(),
+        stop_lease.clone(),
     ));
     background.spawn(broker.coordinator.clone().run_ticker(stop_serving.clone()));
+    // The cluster (see `cluster`): follow membership and leadership, carry out transfer
+    // requests, and campaign for the controller post. The controller stops first on
+    // shutdown so it does not act against this broker's own handoff.
+    let stop_controller = CancellationToken::new();
+    let (handoff_tx, handoff_rx) = tokio::sync::mpsc::channel(cluster::handoff::QUEUE_CAPACITY);
+    background.spawn(cluster::follower::run_membership(
+        broker.clone(),
+        stop_serving.clone(),
+    ));
+    background.spawn(cluster::follower::run_topic_follower(
+        broker.clone(),
+        handoff_tx,
+        stop_serving.clone(),
+    ));
+    background.spawn(cluster::handoff::run_handoffs(
+        broker.clone(),
+        handoff_rx,
+        stop_serving.clone(),
+    ));
+    background.spawn(cluster::controller::run_controller(
+        metadata.clone(),
+        args.broker_id,
+        lease_guard.clone(),
+        broker.cluster.clone(),
+        cluster::controller_state::ControllerSettings::default(),
+        stop_controller.clone(),
+    ));
     background.spawn(kafka::serve(
         kafka_listener,
         broker.clone(),
@@ -337,8 +425,30 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
 
     shutdown_signal().await;
-    tracing::info!("shutting down: finishing in-flight requests");
     ready.store(false, Ordering::Release);
+    stop_controller.cancel();
+    // Controlled shutdown: while still serving, hand every partition led here to another
+    // live broker (seal, then move leadership). Clients get NOT_LEADER_OR_FOLLOWER and
+    // learn the new leader from any broker, this one included, instead of timing out on a
+    // closed port. Then deregister at once: nothing is led here, and no balancer should
+    // pick a broker that is leaving.
+    tracing::info!("shutting down: handing partitions over");
+    match tokio::time::timeout(HANDOFF_TIMEOUT, cluster::handoff::hand_off_all(&broker)).await {
+        Ok(cluster::handoff::ShutdownHandoff::Done { moved }) => {
+            tracing::info!(moved, "handed every partition over; deregistering");
+            stop_lease.cancel();
+        }
+        Ok(cluster::handoff::ShutdownHandoff::NoPeers) => {}
+        Ok(cluster::handoff::ShutdownHandoff::Partial { moved, left }) => tracing::warn!(
+            moved,
+            left,
+            "some partitions could not be handed over; they fail over once the lease ends"
+        ),
+        Err(_) => tracing::warn!(
+            "the handoff did not finish in time; the rest fails over once the lease ends"
+        ),
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
     stop_serving.cancel();
     connections.close();
     if tokio::time::timeout(Duration::from_secs(15), connections.wait())
@@ -351,6 +461,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("some acks=1 writes were not durable before shutdown");
     }
     stop_sealing.cancel();
+    stop_lease.cancel();
     background.close();
     if tokio::time::timeout(Duration::from_secs(30), background.wait())
         .await

@@ -73,6 +73,7 @@ async fn catalog(store: &dyn MetadataStore, run_for: Duration) -> anyhow_free::R
                 byte_len: 4096,
                 crc32c: 0xdead_beef,
                 leader_epoch: 0,
+                layout: oxbow_metadata::EntryLayout::Batches,
             })
             .collect();
         let t0 = Instant::now();

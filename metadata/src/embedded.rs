@@ -14,6 +14,7 @@
 //!   partition (4 bytes BE) → [`CommittedOffset`]; length-prefixed so any group id (even
 //!   one containing separators) owns exactly one key range.
 //! - `groups`: group id → the group record (version + base64 data)
+//! - `wal_replicas`: broker id → [`WalReplicaSet`] (its `version` is the compare)
 //! - `brokers`: emptied at open and no longer written (kept so older files open).
 //!
 //! Leases live only in this process's memory, and so does what is bound to them (broker
@@ -30,7 +31,7 @@
 //!
 //! redb calls block, so each operation runs on tokio's blocking pool.
 
-use crate::catalog::{CatalogCommit, CatalogEntry};
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
 use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
 use crate::group::{validate_group_id, CommittedOffset, GroupRecord, StoredGroup};
@@ -41,6 +42,7 @@ use crate::topic::{
     TopicSpec,
 };
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
+use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, Subscribers, TopicEvent, Watch};
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -56,6 +58,7 @@ const BROKERS: TableDefinition<i32, &[u8]> = TableDefinition::new("brokers");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 const GROUP_OFFSETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("group_offsets");
 const GROUPS: TableDefinition<&str, &[u8]> = TableDefinition::new("groups");
+const WAL_REPLICAS: TableDefinition<i32, &[u8]> = TableDefinition::new("wal_replicas");
 const NEXT_PRODUCER_ID: &str = "next_producer_id";
 /// How often the reaper looks for expired leases: well under the shortest TTL.
 const REAPER_INTERVAL: Duration = Duration::from_millis(100);
@@ -218,6 +221,7 @@ impl EmbeddedStore {
             txn.open_table(COUNTERS).map_err(storage)?;
             txn.open_table(GROUP_OFFSETS).map_err(storage)?;
             txn.open_table(GROUPS).map_err(storage)?;
+            txn.open_table(WAL_REPLICAS).map_err(storage)?;
             // Registrations of an earlier process: their leases died with it.
             let mut brokers = txn.open_table(BROKERS).map_err(storage)?;
             brokers.retain(|_, _| false).map_err(storage)?;
@@ -336,6 +340,20 @@ fn last_catalog_entry(
     }
 }
 
+/// A placement's leaders, owned (the store's closures outlive the call), never empty.
+fn checked_leaders(leaders: &[BrokerId]) -> Result<Vec<BrokerId>> {
+    if leaders.is_empty() {
+        return Err(Error::InvalidRequest(
+            "a placement needs at least one leader".into(),
+        ));
+    }
+    Ok(leaders.to_vec())
+}
+
+fn leader_of(leaders: &[BrokerId], partition: PartitionId) -> BrokerId {
+    crate::topic::placed_leader(leaders, partition).expect("leaders checked non-empty")
+}
+
 #[async_trait::async_trait]
 impl MetadataStore for EmbeddedStore {
     async fn register_broker(&self, broker: BrokerRegistration, ttl: Duration) -> Result<Lease> {
@@ -403,10 +421,15 @@ impl MetadataStore for EmbeddedStore {
         Ok(lock(&self.inner.live).topic_subs.subscribe())
     }
 
-    async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata> {
+    async fn create_topic_with_leaders(
+        &self,
+        spec: TopicSpec,
+        leaders: &[BrokerId],
+    ) -> Result<TopicMetadata> {
         validate_topic_name(&spec.name)?;
         validate_partition_count(spec.partitions)?;
         let configs = TopicConfigs::validated(spec.configs.clone())?;
+        let leaders = checked_leaders(leaders)?;
         self.run(move |inner| {
             let db = &inner.db;
             let txn = db.begin_write().map_err(storage)?;
@@ -421,7 +444,7 @@ impl MetadataStore for EmbeddedStore {
                     replication_factor: spec.replication_factor,
                     configs,
                     partitions: (0..spec.partitions)
-                        .map(|p| PartitionState::new(p, leader))
+                        .map(|p| PartitionState::new(p, leader_of(&leaders, p)))
                         .collect(),
                     created_at_ms: now_ms(),
                 };
@@ -512,13 +535,14 @@ impl MetadataStore for EmbeddedStore {
         .await
     }
 
-    async fn create_partitions(
+    async fn create_partitions_with_leaders(
         &self,
         name: &str,
         total: i32,
-        leader: BrokerId,
+        leaders: &[BrokerId],
     ) -> Result<TopicMetadata> {
         validate_partition_count(total)?;
+        let leaders = checked_leaders(leaders)?;
         let name = name.to_string();
         self.run(move |inner| {
             let db = &inner.db;
@@ -534,7 +558,9 @@ impl MetadataStore for EmbeddedStore {
                         reason: format!("topic '{name}' already has {current} partitions; partitions can only be added"),
                     });
                 }
-                topic.partitions.extend((current..total).map(|p| PartitionState::new(p, leader)));
+                topic.partitions.extend(
+                    (current..total).map(|p| PartitionState::new(p, leader_of(&leaders, p))),
+                );
                 write_topic(&mut topics, &topic)?;
                 topic
             };
@@ -790,6 +816,83 @@ impl MetadataStore for EmbeddedStore {
         .await
     }
 
+    // ---- segment catalog: compaction (replace_catalog_entries) ----
+
+    async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()> {
+        replace.validate()?;
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            let changed = {
+                let tp = replace.fence.topic_partition;
+                let ids = txn.open_table(TOPIC_IDS).map_err(storage)?;
+                let name = topic_name_by_id(&ids, tp.topic_id)?
+                    .ok_or_else(|| Error::UnknownTopic(tp.topic_id.to_string()))?;
+                let topics = txn.open_table(TOPICS).map_err(storage)?;
+                let topic = read_topic(&topics, &name)?.ok_or(Error::UnknownTopic(name.clone()))?;
+                let current = topic
+                    .partition(tp.partition)
+                    .ok_or(Error::UnknownPartition {
+                        topic: name.clone(),
+                        partition: tp.partition,
+                    })?
+                    .leader_epoch;
+                if current != replace.fence.leader_epoch {
+                    return Err(Error::Fenced {
+                        topic_partition: format!("{name}-{}", tp.partition),
+                        current,
+                        held: replace.fence.leader_epoch,
+                    });
+                }
+                let mut catalog = txn.open_table(CATALOG).map_err(storage)?;
+                // Every key of the run (old or new) lies in [base, last]; no other does.
+                let start = catalog_key(tp.topic_id, tp.partition, replace.base_offset());
+                let end = catalog_key(tp.topic_id, tp.partition, replace.last_offset());
+                let mut stored: Vec<CatalogEntry> = Vec::new();
+                for item in catalog
+                    .range(start.as_slice()..=end.as_slice())
+                    .map_err(storage)?
+                {
+                    let (k, v) = item.map_err(storage)?;
+                    stored.push(decode(&catalog_key_name(k.value()), v.value())?);
+                }
+                if stored == replace.new {
+                    // A retry whose first attempt landed.
+                    false
+                } else if stored != replace.old {
+                    return Err(Error::Conflict(format!(
+                        "catalog run {}-{} offsets {}..={} is not the one to replace (stored: {} entries, expected {})",
+                        name,
+                        tp.partition,
+                        replace.base_offset(),
+                        replace.last_offset(),
+                        stored.len(),
+                        replace.old.len()
+                    )));
+                } else {
+                    catalog
+                        .retain_in(start.as_slice()..=end.as_slice(), |_, _| false)
+                        .map_err(storage)?;
+                    for e in &replace.new {
+                        let key = catalog_key(e.topic_id, e.partition, e.base_offset);
+                        let bytes = encode(e)?;
+                        catalog
+                            .insert(key.as_slice(), bytes.as_slice())
+                            .map_err(storage)?;
+                    }
+                    true
+                }
+            };
+            if changed {
+                txn.commit().map_err(storage)
+            } else {
+                txn.abort().map_err(storage)
+            }
+        })
+        .await
+    }
+
+    // ---- end of replace_catalog_entries ----
+
     async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
         validate_group_id(group_id)?;
         let group_id = group_id.to_string();
@@ -945,6 +1048,72 @@ impl MetadataStore for EmbeddedStore {
         .await
     }
 
+    // ---- WAL replica sets ----
+
+    async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>> {
+        self.run(move |inner| {
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let t = txn.open_table(WAL_REPLICAS).map_err(storage)?;
+            read_wal_replica_set(&t, broker)
+        })
+        .await
+    }
+
+    async fn put_wal_replica_set(
+        &self,
+        set: WalReplicaSet,
+        expected_version: Option<u64>,
+    ) -> Result<WalReplicaSet> {
+        set.validate()?;
+        self.run(move |inner| {
+            let broker = set.broker_id;
+            let txn = inner.db.begin_write().map_err(storage)?;
+            let stored = {
+                let mut t = txn.open_table(WAL_REPLICAS).map_err(storage)?;
+                let current = read_wal_replica_set(&t, broker)?.map(|s| s.version);
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "WAL replica set of broker {broker} (version {current:?}, expected {expected_version:?})"
+                    )));
+                }
+                let stored = WalReplicaSet {
+                    version: expected_version.unwrap_or(0) + 1,
+                    ..set
+                };
+                let bytes = encode(&stored)?;
+                t.insert(broker, bytes.as_slice()).map_err(storage)?;
+                stored
+            };
+            txn.commit().map_err(storage)?;
+            Ok(stored)
+        })
+        .await
+    }
+
+    async fn delete_wal_replica_set(&self, broker: BrokerId, expected_version: u64) -> Result<()> {
+        self.run(move |inner| {
+            let txn = inner.db.begin_write().map_err(storage)?;
+            {
+                let mut t = txn.open_table(WAL_REPLICAS).map_err(storage)?;
+                match read_wal_replica_set(&t, broker)? {
+                    None => return Err(Error::UnknownWalReplicaSet(broker)),
+                    Some(s) if s.version != expected_version => {
+                        return Err(Error::Conflict(format!(
+                            "WAL replica set of broker {broker} (version {}, expected {expected_version})",
+                            s.version
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                t.remove(broker).map_err(storage)?;
+            }
+            txn.commit().map_err(storage)
+        })
+        .await
+    }
+
+    // ---- end WAL replica sets ----
+
     async fn campaign(&self, candidate: BrokerId, lease: LeaseId) -> Result<BrokerId> {
         let mut live = self.live();
         live.alive(lease)?;
@@ -977,6 +1146,20 @@ impl MetadataStore for EmbeddedStore {
         Ok(live.controller_subs.subscribe_with(now))
     }
 }
+
+// ---- WAL replica sets ----
+
+fn read_wal_replica_set(
+    t: &impl ReadableTable<i32, &'static [u8]>,
+    broker: BrokerId,
+) -> Result<Option<WalReplicaSet>> {
+    match t.get(broker).map_err(storage)? {
+        Some(v) => Ok(Some(decode(&format!("wal_replicas/{broker}"), v.value())?)),
+        None => Ok(None),
+    }
+}
+
+// ---- end WAL replica sets ----
 
 fn read_group(
     t: &impl ReadableTable<&'static str, &'static [u8]>,

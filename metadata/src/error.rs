@@ -56,6 +56,8 @@ pub enum Error {
     LeaseExpired(i64),
     #[error("group '{0}' does not exist")]
     UnknownGroup(String),
+    #[error("broker {0} has no WAL replica set")]
+    UnknownWalReplicaSet(crate::types::BrokerId),
     #[error("concurrent update of {0}; re-read and retry")]
     Conflict(String),
     #[error("value under key '{key}' cannot be decoded: {reason}")]
@@ -77,6 +79,7 @@ impl Error {
             | Error::InvalidRequest(_) => ErrorKind::Invalid,
             Error::Fenced { .. } | Error::LeaseExpired(_) => ErrorKind::Fenced,
             Error::UnknownGroup(_) => ErrorKind::NotFound,
+            Error::UnknownWalReplicaSet(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CorruptValue { .. } => ErrorKind::Data,
             Error::Storage(_) => ErrorKind::Internal,

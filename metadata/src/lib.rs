@@ -10,6 +10,7 @@
 //! - [`topic`]: topic specs, configs and their validation.
 //! - [`catalog`]: segment catalog entries and the epoch-fenced commit.
 //! - [`group`]: consumer group offsets and versioned coordinator records.
+//! - [`wal_replicas`]: each broker's WAL replica set (replicas, in-sync replicas).
 //! - [`store`]: the [`MetadataStore`] trait every backend implements.
 //! - [`watch`]: the [`Watch`] event streams (bounded mpsc; why, in its docs).
 //! - [`lease`]: [`LeaseGuard`] (is this broker's lease certainly alive?) and the keeper task.
@@ -38,9 +39,12 @@ pub mod store;
 pub mod testing;
 pub mod topic;
 pub mod types;
+pub mod wal_replicas;
 pub mod watch;
 
-pub use catalog::{CatalogCommit, CatalogEntry, EpochFence};
+pub use catalog::{
+    CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, REPLACE_NEW_ENTRIES_MAX,
+};
 pub use connect::{open_store, MetadataLocation};
 pub use embedded::EmbeddedStore;
 pub use error::{Error, ErrorKind, Result};
@@ -50,4 +54,5 @@ pub use lease::{run_lease_keeper, LeaseGuard};
 pub use store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
 pub use topic::{PartitionState, TopicConfigs, TopicMetadata, TopicSpec};
 pub use types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};
+pub use wal_replicas::WalReplicaSet;
 pub use watch::{BrokerEvent, TopicEvent, Watch};

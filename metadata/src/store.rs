@@ -1,11 +1,12 @@
 //! The [`MetadataStore`] trait: the seam between brokers and whatever holds cluster state
 //! (the embedded `redb` file on one node; etcd in a cluster).
 
-use crate::catalog::{CatalogCommit, CatalogEntry};
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
 use crate::error::Result;
 use crate::group::{CommittedOffset, GroupRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
+use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -72,7 +73,17 @@ pub trait MetadataStore: Send + Sync + 'static {
     // ---- topics and partitions ----
 
     /// Creates a topic whose partitions are all led by `leader` at epoch 0.
-    async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata>;
+    async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata> {
+        self.create_topic_with_leaders(spec, &[leader]).await
+    }
+    /// Creates a topic at epoch 0 whose partition `p` is led by
+    /// [`crate::topic::placed_leader`]`(leaders, p)` (the cluster's placement); an empty
+    /// `leaders` is [`crate::ErrorKind::Invalid`].
+    async fn create_topic_with_leaders(
+        &self,
+        spec: TopicSpec,
+        leaders: &[BrokerId],
+    ) -> Result<TopicMetadata>;
     /// Deletes a topic and its catalog entries; returns what was deleted.
     async fn delete_topic(&self, name: &str) -> Result<TopicMetadata>;
     async fn list_topics(&self) -> Result<Vec<TopicMetadata>>;
@@ -84,6 +95,17 @@ pub trait MetadataStore: Send + Sync + 'static {
         name: &str,
         total: i32,
         leader: BrokerId,
+    ) -> Result<TopicMetadata> {
+        self.create_partitions_with_leaders(name, total, &[leader])
+            .await
+    }
+    /// Grows a topic to `total` partitions (never shrinks); new partition `p` is led by
+    /// [`crate::topic::placed_leader`]`(leaders, p)` (existing ones keep theirs).
+    async fn create_partitions_with_leaders(
+        &self,
+        name: &str,
+        total: i32,
+        leaders: &[BrokerId],
     ) -> Result<TopicMetadata>;
     /// Compare-and-swap of one partition's state: succeeds only if the stored version equals
     /// `expected_version`; the stored version becomes `expected_version + 1`.
@@ -129,6 +151,20 @@ pub trait MetadataStore: Send + Sync + 'static {
         timestamp_ms: i64,
     ) -> Result<Option<CatalogEntry>>;
 
+    // ---- segment catalog: compaction ----
+
+    /// Replaces a contiguous run of one partition's catalog entries (`replace.old`, exactly
+    /// as stored) with entries covering the same offsets (`replace.new`), atomically: readers
+    /// see either every old entry or every new one. Fails, changing nothing, with
+    /// [`crate::Error::Fenced`] if the partition's leader epoch is not `replace.fence`'s,
+    /// [`crate::ErrorKind::Conflict`] if the stored run is not exactly `old` any more
+    /// (retention, a concurrent compactor), [`crate::ErrorKind::NotFound`] if the topic is
+    /// gone, [`crate::ErrorKind::Invalid`] if `old`/`new` break
+    /// [`CatalogReplace::validate`]. Idempotent: if the stored run already is exactly `new`
+    /// (a retry whose first attempt landed), it succeeds. At most 64 new entries (etcd's 128
+    /// operations per transaction); `old` may be any length.
+    async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()>;
+
     // ---- consumer groups ----
 
     /// Stores committed offsets of many partitions of one group atomically (last write wins
@@ -156,6 +192,24 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()>;
     /// Ids of every group that has a record or committed offsets.
     async fn list_groups(&self) -> Result<Vec<String>>;
+
+    // ---- WAL replica sets ----
+
+    /// The WAL replica set of `broker`, if it ever recorded one.
+    async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>>;
+    /// Compare-and-swap of a broker's WAL replica set: `expected_version` `None` creates it
+    /// (Conflict if it exists), `Some(v)` replaces version `v` (Conflict otherwise). Returns
+    /// the stored set with `version` bumped (created at 1). The `version` of `set` is
+    /// ignored. A set breaking [`WalReplicaSet`]'s invariants (`isr ⊆ replicas`,
+    /// `broker_id ∉ replicas`, no duplicates) gives [`crate::ErrorKind::Invalid`].
+    async fn put_wal_replica_set(
+        &self,
+        set: WalReplicaSet,
+        expected_version: Option<u64>,
+    ) -> Result<WalReplicaSet>;
+    /// Deletes a broker's WAL replica set (compare-and-swap on version): Conflict if it is
+    /// at another version, NotFound if there is none.
+    async fn delete_wal_replica_set(&self, broker: BrokerId, expected_version: u64) -> Result<()>;
 
     // ---- controller election ----
 

@@ -34,6 +34,12 @@ pub struct PartitionState {
     /// its WAL replicas) before it serves the partition, then clears this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recover_from: Option<BrokerId>,
+    /// A graceful move requested (by the controller's balancer or `oxbow partitions
+    /// reassign`): the current leader, seeing this through its topic watch, stops appends,
+    /// seals, then moves leadership to this broker itself (epoch + 1, field cleared). Only
+    /// the leader acts on it, so no acknowledged write is left behind unsealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_to: Option<BrokerId>,
     /// Bumped on every change; the compare in compare-and-swap.
     pub version: u64,
 }
@@ -47,9 +53,18 @@ impl PartitionState {
             leader_epoch: 0,
             log_start_offset: 0,
             recover_from: None,
+            transfer_to: None,
             version: 0,
         }
     }
+}
+
+/// The leader of partition `partition` under a placement: `leaders[partition % len]`, so one
+/// broker (`&[b]`) leads every partition and a full list gives each its own. `None` if
+/// `leaders` is empty.
+pub fn placed_leader(leaders: &[BrokerId], partition: PartitionId) -> Option<BrokerId> {
+    let i = usize::try_from(partition).ok()? % leaders.len().max(1);
+    leaders.get(i).copied()
 }
 
 /// A topic as the metadata service knows it.

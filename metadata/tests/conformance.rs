@@ -9,9 +9,9 @@
 use bytes::Bytes;
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{
-    BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CommittedOffset, EmbeddedStore,
-    EpochFence, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard, MetadataStore, TopicEvent,
-    TopicPartition, TopicSpec, Watch,
+    BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
+    EmbeddedStore, EpochFence, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard, MetadataStore,
+    TopicEvent, TopicPartition, TopicSpec, WalReplicaSet, Watch,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -77,6 +77,7 @@ fn entry(tp: TopicPartition, base: i64, last: i64, ts: i64, epoch: i32) -> Catal
         byte_len: 10,
         crc32c: 7,
         leader_epoch: epoch,
+        layout: oxbow_metadata::EntryLayout::Batches,
     }
 }
 
@@ -175,6 +176,57 @@ async fn partition_cas(store: &dyn MetadataStore) {
         .filter_map(|r| r.as_ref().err())
         .all(|e| e.kind() == ErrorKind::Conflict));
     store.delete_topic("cas").await.expect("cleanup");
+}
+
+// ---- placement (cluster) ----
+
+async fn placed_topics_and_transfers(store: &dyn MetadataStore) {
+    // Each partition gets its own leader; a shorter list repeats.
+    let t = store
+        .create_topic_with_leaders(spec("placed", 4), &[3, 1, 2])
+        .await
+        .expect("create");
+    let leaders: Vec<i32> = t.partitions.iter().map(|p| p.leader).collect();
+    assert_eq!(leaders, vec![3, 1, 2, 3]);
+    assert!(t.partitions.iter().all(|p| p.leader_epoch == 0));
+    let err = store
+        .create_topic_with_leaders(spec("nobody", 1), &[])
+        .await
+        .expect_err("no leaders");
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    // New partitions are placed by their own index; old ones keep their leaders.
+    let grown = store
+        .create_partitions_with_leaders("placed", 6, &[7, 8, 9, 7, 8, 9])
+        .await
+        .expect("grow");
+    let leaders: Vec<i32> = grown.partitions.iter().map(|p| p.leader).collect();
+    assert_eq!(leaders, vec![3, 1, 2, 3, 8, 9]);
+    let read = store.topic("placed").await.expect("read").expect("topic");
+    assert_eq!(read.partitions, grown.partitions);
+
+    // A transfer request round-trips and is cleared by the move that answers it.
+    let p1 = read.partitions[1].clone();
+    let mut asked = p1.clone();
+    asked.transfer_to = Some(2);
+    let asked = store
+        .update_partition(t.topic_id, p1.version, asked)
+        .await
+        .expect("request transfer");
+    let read = store.topic("placed").await.expect("read").expect("topic");
+    assert_eq!(read.partitions[1].transfer_to, Some(2));
+    let mut moved = asked.clone();
+    moved.leader = 2;
+    moved.leader_epoch += 1;
+    moved.transfer_to = None;
+    store
+        .update_partition(t.topic_id, asked.version, moved)
+        .await
+        .expect("move");
+    let read = store.topic("placed").await.expect("read").expect("topic");
+    assert_eq!(read.partitions[1].leader, 2);
+    assert_eq!(read.partitions[1].leader_epoch, 1);
+    assert_eq!(read.partitions[1].transfer_to, None);
+    store.delete_topic("placed").await.expect("cleanup");
 }
 
 async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
@@ -527,22 +579,401 @@ async fn wide_catalog_commit(store: &dyn MetadataStore) {
     store.delete_topic("wide").await.expect("cleanup");
 }
 
+// ---- catalog replace (compaction) ----
+
+fn segment_entry(tp: TopicPartition, base: i64, last: i64, ts: i64) -> CatalogEntry {
+    CatalogEntry {
+        object_key: format!("segments/{base}-{last}.oxs"),
+        byte_start: 1000,
+        byte_len: 80,
+        crc32c: 9,
+        layout: oxbow_metadata::EntryLayout::SegmentIndex,
+        ..entry(tp, base, last, ts, 0)
+    }
+}
+
+async fn catalog_replace(store: &dyn MetadataStore) {
+    let t = store
+        .create_topic(spec("compact", 2), 1)
+        .await
+        .expect("create");
+    let tp0 = TopicPartition::new(t.topic_id, 0);
+    let tp1 = TopicPartition::new(t.topic_id, 1);
+    let fence = |tp, leader_epoch| EpochFence {
+        topic_partition: tp,
+        leader_epoch,
+    };
+    // Partition 0: 200 entries of 10 offsets (more than etcd's 128 operations per
+    // transaction), committed 50 at a time; partition 1: one entry.
+    let all: Vec<i64> = (0..200).collect();
+    for chunk in all.chunks(50) {
+        store
+            .commit_catalog(CatalogCommit {
+                entries: chunk
+                    .iter()
+                    .map(|i| entry(tp0, i * 10, i * 10 + 9, *i, 0))
+                    .collect(),
+                fences: vec![fence(tp0, 0)],
+            })
+            .await
+            .expect("commit");
+    }
+    store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp1, 0, 9, 5, 0)],
+            fences: vec![fence(tp1, 0)],
+        })
+        .await
+        .expect("commit p1");
+    let stored = store
+        .catalog_entries(t.topic_id, 0, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(stored.len(), 200);
+
+    // The first 150 entries become two segments, in one step.
+    let segments = vec![
+        segment_entry(tp0, 0, 999, 99),
+        segment_entry(tp0, 1000, 1499, 149),
+    ];
+    let replace = CatalogReplace {
+        fence: fence(tp0, 0),
+        old: stored[..150].to_vec(),
+        new: segments.clone(),
+    };
+    store
+        .replace_catalog_entries(replace.clone())
+        .await
+        .expect("replace");
+    let after = store
+        .catalog_entries(t.topic_id, 0, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(after.len(), 52);
+    assert_eq!(after[..2], segments[..]);
+    assert_eq!(after[2], stored[150]);
+    let inside = store
+        .catalog_entries(t.topic_id, 0, 1234, 1)
+        .await
+        .expect("lookup");
+    assert_eq!(inside, vec![segments[1].clone()]);
+    let by_ts = store
+        .catalog_find_timestamp(t.topic_id, 0, 120)
+        .await
+        .expect("ts")
+        .expect("some");
+    assert_eq!(by_ts, segments[1]);
+    // A retry whose first attempt landed is a no-op.
+    store
+        .replace_catalog_entries(replace)
+        .await
+        .expect("idempotent retry");
+
+    // The old run is gone: replacing it some other way is a conflict.
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: stored[..150].to_vec(),
+            new: vec![segment_entry(tp0, 0, 1499, 149)],
+        })
+        .await
+        .expect_err("stale run");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    // Entries that differ from the stored ones (another compactor's view): a conflict.
+    let mut changed = stored[150].clone();
+    changed.crc32c += 1;
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: vec![changed, stored[151].clone()],
+            new: vec![segment_entry(tp0, 1500, 1519, 151)],
+        })
+        .await
+        .expect_err("different entry");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    // A run missing a stored entry in its middle: not contiguous, so invalid.
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: vec![stored[150].clone(), stored[152].clone()],
+            new: vec![segment_entry(tp0, 1500, 1529, 152)],
+        })
+        .await
+        .expect_err("gap");
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    // New entries that do not cover exactly the old offsets: invalid.
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: stored[150..152].to_vec(),
+            new: vec![segment_entry(tp0, 1500, 1518, 151)],
+        })
+        .await
+        .expect_err("short");
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    // More new entries than one etcd transaction can put: invalid on every backend.
+    let mut many: Vec<CatalogEntry> = (1500..1564).map(|o| entry(tp0, o, o, 0, 0)).collect();
+    many.push(entry(tp0, 1564, 1569, 0, 0));
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: stored[150..157].to_vec(),
+            new: many,
+        })
+        .await
+        .expect_err("too many");
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    let unchanged = store
+        .catalog_entries(t.topic_id, 0, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(unchanged, after, "failed replaces wrote nothing");
+
+    // The tail, including the partition's last entry: appends continue after it.
+    let tail = segment_entry(tp0, 1500, 1999, 199);
+    store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: stored[150..].to_vec(),
+            new: vec![tail.clone()],
+        })
+        .await
+        .expect("replace tail");
+    let last = store
+        .catalog_last(t.topic_id, 0)
+        .await
+        .expect("last")
+        .expect("some");
+    assert_eq!(last, tail);
+    store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp0, 2000, 2009, 300, 0)],
+            fences: vec![fence(tp0, 0)],
+        })
+        .await
+        .expect("append after a segment");
+    let err = store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp0, 1990, 2019, 300, 0)],
+            fences: vec![fence(tp0, 0)],
+        })
+        .await
+        .expect_err("overlap with the segment");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(
+        store
+            .catalog_entries(t.topic_id, 1, 0, 10)
+            .await
+            .expect("p1"),
+        vec![entry(tp1, 0, 9, 5, 0)],
+        "another partition is untouched"
+    );
+
+    // A compactor whose epoch moved is fenced and changes nothing.
+    let mut p0 = t.partitions[0].clone();
+    p0.leader_epoch = 1;
+    store
+        .update_partition(t.topic_id, p0.version, p0)
+        .await
+        .expect("bump");
+    let before = store
+        .catalog_entries(t.topic_id, 0, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(before.len(), 4);
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 0),
+            old: before[..2].to_vec(),
+            new: vec![segment_entry(tp0, 0, 1499, 149)],
+        })
+        .await
+        .expect_err("fenced");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(
+        store
+            .catalog_entries(t.topic_id, 0, 0, 1000)
+            .await
+            .expect("read"),
+        before
+    );
+
+    // Two compactors racing over overlapping runs: exactly one wins.
+    let r1 = CatalogReplace {
+        fence: fence(tp0, 1),
+        old: before[..2].to_vec(),
+        new: vec![segment_entry(tp0, 0, 1499, 149)],
+    };
+    let r2 = CatalogReplace {
+        fence: fence(tp0, 1),
+        old: before[1..3].to_vec(),
+        new: vec![segment_entry(tp0, 1000, 1999, 199)],
+    };
+    let (a, b) = futures::join!(
+        store.replace_catalog_entries(r1),
+        store.replace_catalog_entries(r2)
+    );
+    assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} {b:?}");
+    let loser = a.err().or(b.err()).expect("one lost");
+    assert_eq!(loser.kind(), ErrorKind::Conflict, "{loser}");
+    let raced = store
+        .catalog_entries(t.topic_id, 0, 0, 1000)
+        .await
+        .expect("read");
+    assert_eq!(raced.len(), 3);
+    let mut next = 0;
+    for e in &raced {
+        assert_eq!(e.base_offset, next, "still contiguous: {raced:?}");
+        next = e.last_offset + 1;
+    }
+    assert_eq!(next, 2010);
+
+    store.delete_topic("compact").await.expect("cleanup");
+    let err = store
+        .replace_catalog_entries(CatalogReplace {
+            fence: fence(tp0, 1),
+            old: raced.clone(),
+            new: vec![segment_entry(tp0, 0, 2009, 300)],
+        })
+        .await
+        .expect_err("topic gone");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+}
+
+// ---- end of catalog replace ----
+
 async fn producer_ids(store: &dyn MetadataStore) {
     let a = store.allocate_producer_ids(100).await.expect("alloc");
     let b = store.allocate_producer_ids(100).await.expect("alloc");
     assert!(b >= a + 100, "blocks never overlap: {a} then {b}");
 }
 
+// ---- WAL replica sets ----
+
+fn wal_set(broker_id: i32, replicas: &[i32], isr: &[i32]) -> WalReplicaSet {
+    WalReplicaSet {
+        broker_id,
+        incarnation: 3,
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+        version: 0,
+    }
+}
+
+async fn wal_replica_sets(store: &dyn MetadataStore) {
+    assert!(store.wal_replica_set(1).await.expect("read").is_none());
+
+    // Create at version 1 (the caller's `version` is ignored); a second create conflicts.
+    let mut asked = wal_set(1, &[2, 3], &[2, 3]);
+    asked.version = 42;
+    let v1 = store
+        .put_wal_replica_set(asked, None)
+        .await
+        .expect("create");
+    assert_eq!(
+        v1,
+        WalReplicaSet {
+            version: 1,
+            ..wal_set(1, &[2, 3], &[2, 3])
+        }
+    );
+    assert_eq!(
+        store.wal_replica_set(1).await.expect("read"),
+        Some(v1.clone())
+    );
+    let err = store
+        .put_wal_replica_set(wal_set(1, &[4], &[]), None)
+        .await
+        .expect_err("create twice");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+
+    // Another broker's set is independent.
+    let other = store
+        .put_wal_replica_set(wal_set(2, &[1], &[1]), None)
+        .await
+        .expect("create other");
+    assert_eq!(other.version, 1);
+
+    // Replace by compare-and-swap; a stale version conflicts and changes nothing.
+    let v2 = store
+        .put_wal_replica_set(wal_set(1, &[2, 3], &[3]), Some(1))
+        .await
+        .expect("shrink isr");
+    assert_eq!(v2.version, 2);
+    assert_eq!(v2.isr, vec![3]);
+    let err = store
+        .put_wal_replica_set(wal_set(1, &[2, 4], &[2]), Some(1))
+        .await
+        .expect_err("stale");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let err = store
+        .put_wal_replica_set(wal_set(1, &[2], &[]), Some(7))
+        .await
+        .expect_err("future version");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let err = store
+        .put_wal_replica_set(wal_set(5, &[2], &[]), Some(1))
+        .await
+        .expect_err("replace of an absent set");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        store.wal_replica_set(1).await.expect("read"),
+        Some(v2.clone())
+    );
+
+    // Invalid sets are refused, as a replace (whose version matches) and as a create.
+    for (b, expected_version) in [(1, Some(2)), (9, None)] {
+        for bad in [
+            wal_set(b, &[b, 2], &[]),     // the broker itself
+            wal_set(b, &[2, 2], &[2]),    // duplicate replica
+            wal_set(b, &[2, 3], &[4]),    // isr not a subset of replicas
+            wal_set(b, &[2, 3], &[3, 3]), // duplicate in-sync replica
+        ] {
+            let err = store
+                .put_wal_replica_set(bad.clone(), expected_version)
+                .await
+                .expect_err("invalid");
+            assert_eq!(err.kind(), ErrorKind::Invalid, "{bad:?}: {err}");
+        }
+    }
+    assert!(store.wal_replica_set(9).await.expect("read").is_none());
+    assert_eq!(store.wal_replica_set(1).await.expect("read"), Some(v2));
+
+    // Delete by compare-and-swap.
+    let err = store
+        .delete_wal_replica_set(1, 1)
+        .await
+        .expect_err("stale delete");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    store.delete_wal_replica_set(1, 2).await.expect("delete");
+    assert!(store.wal_replica_set(1).await.expect("read").is_none());
+    let err = store.delete_wal_replica_set(1, 2).await.expect_err("gone");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    // Re-created after a delete: version starts again at 1.
+    let again = store
+        .put_wal_replica_set(wal_set(1, &[], &[]), None)
+        .await
+        .expect("recreate");
+    assert_eq!(again.version, 1);
+    store.delete_wal_replica_set(1, 1).await.expect("cleanup");
+    store.delete_wal_replica_set(2, 1).await.expect("cleanup");
+}
+
+// ---- end WAL replica sets ----
+
 async fn run_all(store: &dyn MetadataStore) {
     producer_ids(store).await;
     topics_lifecycle(store).await;
     partition_cas(store).await;
+    placed_topics_and_transfers(store).await;
     catalog_fencing_and_lookup(store).await;
     wide_catalog_commit(store).await;
+    catalog_replace(store).await;
     topic_watch(store).await;
     consumer_groups(store).await;
     controller_election(store).await;
     brokers_and_leases(store).await;
+    wal_replica_sets(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,6 +998,10 @@ async fn embedded_on_file_survives_reopen() {
             .commit_offsets("g", vec![committed("kept", 0, 4)])
             .await
             .expect("offsets");
+        store
+            .put_wal_replica_set(wal_set(4, &[5, 6], &[5]), None)
+            .await
+            .expect("WAL replica set");
         old_lease = store
             .register_broker(registration(1), Duration::from_secs(60))
             .await
@@ -577,6 +1012,13 @@ async fn embedded_on_file_survives_reopen() {
     let kept = store.topic("kept").await.expect("get").expect("kept");
     assert_eq!(kept.partitions.len(), 2);
     assert_eq!(store.fetch_offsets("g").await.expect("fetch").len(), 1);
+    assert_eq!(
+        store.wal_replica_set(4).await.expect("read"),
+        Some(WalReplicaSet {
+            version: 1,
+            ..wal_set(4, &[5, 6], &[5])
+        })
+    );
     // A lease of the previous process is expired at open, with what was bound to it.
     assert!(store.list_brokers().await.expect("list").is_empty());
     let err = store.keep_alive(old_lease).await.expect_err("old lease");

@@ -247,6 +247,24 @@ pub mod testing {
         b[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
         b
     }
+
+    /// [`make_batch`] from an idempotent producer: id, epoch and first sequence set.
+    pub fn make_idempotent_batch(
+        count: i32,
+        timestamp: i64,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> Vec<u8> {
+        let mut b = make_batch(count, timestamp);
+        // producerId at 43, producerEpoch at 51, baseSequence at 53 (RecordBatch v2).
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+        let crc = crc32c::crc32c(&b[OFFSET_ATTRIBUTES..]);
+        b[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,11 @@ pub enum ErrorKind {
     ProducerFenced,
     /// Transient: retry (storage busy, WAL budget full, metadata unavailable).
     Retriable,
+    /// Fewer in-sync WAL copies than the topic's `min.insync.replicas` (`NOT_ENOUGH_REPLICAS`).
+    NotEnoughReplicas,
+    /// Written, but the in-sync set shrank below `min.insync.replicas` before the ack
+    /// (`NOT_ENOUGH_REPLICAS_AFTER_APPEND`); the producer may retry.
+    NotEnoughReplicasAfterAppend,
     /// Stored data failed its checksum on read; it is not served.
     DataCorruption,
     /// The broker is shutting down or its durability is compromised (fsync failed).
@@ -68,16 +73,30 @@ pub enum Error {
     },
     #[error("WAL is over its budget of {budget_bytes} bytes; waiting for uploads")]
     WalFull { budget_bytes: u64 },
+    #[error(
+        "{budget_bytes} bytes await upload (--durability direct); waiting for the object store"
+    )]
+    UnsealedFull { budget_bytes: u64 },
     #[error("WAL write failed; the broker no longer acknowledges writes: {0}")]
     WalFailed(String),
     #[error("object {key} failed its checksum at bytes {start}..{end}")]
     ChecksumMismatch { key: String, start: u64, end: u64 },
     #[error("object store: {0}")]
     ObjectStore(String),
+    /// The object a catalog entry named is gone: compaction replaced the entry and deleted
+    /// the object after its grace period. Look the catalog up again.
+    #[error("object {0} no longer exists (compacted away); look the catalog up again")]
+    ObjectNotFound(String),
     #[error("metadata: {0}")]
     Metadata(#[from] oxbow_metadata::Error),
     #[error("shutting down")]
     ShuttingDown,
+    #[error("only {in_sync} in-sync WAL copies, min.insync.replicas is {required}")]
+    NotEnoughReplicas { in_sync: usize, required: i32 },
+    #[error("written, but only {in_sync} in-sync WAL copies remain (min.insync.replicas {required}); not acknowledged")]
+    NotEnoughReplicasAfterAppend { in_sync: usize, required: i32 },
+    #[error("replication: {0}")]
+    Replication(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("internal: {0}")]
@@ -97,7 +116,13 @@ impl Error {
             Error::NotLeader(_) | Error::LeaseExpired => ErrorKind::NotLeader,
             Error::OutOfOrderSequence { .. } => ErrorKind::OutOfOrderSequence,
             Error::ProducerFenced { .. } => ErrorKind::ProducerFenced,
-            Error::WalFull { .. } | Error::ObjectStore(_) => ErrorKind::Retriable,
+            Error::WalFull { .. }
+            | Error::UnsealedFull { .. }
+            | Error::ObjectStore(_)
+            | Error::ObjectNotFound(_)
+            | Error::Replication(_) => ErrorKind::Retriable,
+            Error::NotEnoughReplicas { .. } => ErrorKind::NotEnoughReplicas,
+            Error::NotEnoughReplicasAfterAppend { .. } => ErrorKind::NotEnoughReplicasAfterAppend,
             Error::WalFailed(_) | Error::ShuttingDown => ErrorKind::Unavailable,
             Error::ChecksumMismatch { .. } => ErrorKind::DataCorruption,
             Error::Metadata(e) => match e.kind() {

@@ -4,15 +4,26 @@
 //! # Layout
 //! - [`batch`]: RecordBatch v2 headers — validate, stamp offsets, never recompress.
 //! - [`wal`]: the write-ahead log (group-commit fsync, torn-tail recovery, trimming).
+//! - [`commit`]: the commit point (local fsync + in-sync WAL replicas; pure).
+//! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
+//! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
+//!   protocol between brokers.
+//! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
 //! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
 //! - [`object`]: the sealed object format.
+//! - [`segment`]: the per-partition segment format (offset and time index).
+//! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
+//!   [`compact_state`]: its pure planning and deletion ledger.
 //! - [`read`]: reads from memory or from objects through the cache.
 //! - [`objects`]: building the object store from a URL.
 
 pub mod batch;
+pub mod commit;
+pub mod compact;
+pub mod compact_state;
 pub mod error;
 pub mod fence;
 pub mod log;
@@ -20,11 +31,21 @@ pub mod object;
 pub mod objects;
 pub mod partition;
 pub mod read;
+pub mod recover;
+pub mod replica;
+pub mod replica_proto;
+pub mod replica_store;
+pub mod replicate;
 pub mod seal;
+pub mod segment;
 pub mod wal;
 
+pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};
-pub use log::{Acks, Appended, LogManager, LogSettings, Partition, PendingAppend};
+pub use log::{Acks, Appended, Durability, LogManager, LogSettings, Partition, PendingAppend};
 pub use read::ReadResult;
+pub use replica::serve_internal;
+pub use replica_store::ReplicaStore;
+pub use replicate::{ReplicationSettings, Replicator};
 pub use seal::run_sealer;
 pub use wal::WalSettings;

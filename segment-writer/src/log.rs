@@ -11,14 +11,16 @@
 //! its durable sequence, which the sealer relies on when it trims the WAL.
 
 use crate::batch::{self, BatchHeader};
+use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
-use crate::wal::{Wal, WalEntry, WalSettings};
+use crate::replicate::{ReplicationSettings, Replicator};
+use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{
     BrokerId, LeaseGuard, MetadataStore, Offset, PartitionId, TopicId, TopicMetadata,
-    TopicPartition,
+    TopicPartition, WalReplicaSet,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +41,31 @@ pub struct LogSettings {
     /// Recent (already sealed) data kept in memory per partition for tail reads; larger
     /// serves more lagging readers without a GET, at the cost of broker memory.
     pub partition_tail_bytes: usize,
+    /// WAL replication to other zones.
+    pub replication: ReplicationSettings,
+    /// Where a write is durable before `acks=all` is answered.
+    pub durability: Durability,
 }
+
+/// Where a write is durable before `acks=all` is answered (`--durability`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// In the WAL (fsynced) and on every in-sync WAL replica: milliseconds.
+    #[default]
+    Wal,
+    /// In the object store and the catalog, with no WAL at all (WarpStream style): nothing
+    /// on the broker's disk, at the latency of a flush interval plus a PUT and a commit.
+    Direct,
+}
+
+/// Longest an `acks=all` write waits for its upload with `--durability direct` (the object
+/// store may be down; the producer gets a retriable error rather than a hung request).
+const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How far back a newly opened partition looks to rebuild idempotent-producer state: a
+/// producer retries only its last few in-flight batches.
+const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
+const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +91,8 @@ pub struct Appended {
 pub struct PendingAppend {
     pub appended: Appended,
     durable: Option<oneshot::Receiver<Result<u64>>>,
+    /// For `acks=all`: the in-sync set must still be large enough when the ack goes out.
+    insync_check: Option<(Arc<Replicator>, i32)>,
     /// Checked again once durable: the lease may have lapsed while the batch waited.
     lease: Option<LeaseGuard>,
 }
@@ -82,6 +110,15 @@ impl PendingAppend {
             }
         }
         check_lease(self.lease.as_ref())?;
+        if let Some((replicator, required)) = &self.insync_check {
+            let in_sync = replicator.in_sync_copies();
+            if (in_sync as i64) < i64::from(*required) {
+                return Err(Error::NotEnoughReplicasAfterAppend {
+                    in_sync,
+                    required: *required,
+                });
+            }
+        }
         Ok(self.appended)
     }
 }
@@ -101,7 +138,10 @@ pub struct Partition {
     /// Serializes appends so WAL order matches offset order (held across the WAL enqueue).
     append_order: tokio::sync::Mutex<()>,
     /// Publishes the high watermark, for long-polling fetches.
-    high_watermark_tx: watch::Sender<Offset>,
+    pub(crate) high_watermark_tx: watch::Sender<Offset>,
+    /// The topic's `min.insync.replicas` when the partition was opened: `acks=all` appends
+    /// need this many in-sync WAL copies (this broker's included).
+    min_insync_replicas: i32,
 }
 
 impl Partition {
@@ -158,7 +198,8 @@ pub struct LogManager {
     pub(crate) metadata: Arc<dyn MetadataStore>,
     pub(crate) objects: Arc<dyn ObjectStore>,
     pub(crate) cache: ReadCache,
-    pub(crate) wal: Wal,
+    /// `None` with `--durability direct`.
+    pub(crate) wal: Option<Wal>,
     pub(crate) partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     /// Wakes the sealer early when enough unsealed data is held.
     pub(crate) seal_wanted: Notify,
@@ -167,6 +208,22 @@ pub struct LogManager {
     /// This broker's lease (see [`LogManager::set_lease_guard`]); no guard: never fenced.
     pub(crate) lease: std::sync::OnceLock<LeaseGuard>,
     pub metrics: LogMetrics,
+    /// When WAL entries count as committed (local fsync + in-sync replicas).
+    pub(crate) commit: Arc<CommitTracker>,
+    /// Streams the WAL to replicas; run by [`Replicator::run`].
+    pub replicator: Arc<Replicator>,
+    /// Other brokers' WAL copies held here (`{data dir}/replicas`, beside `wal/`).
+    pub replica_store: Arc<crate::replica_store::ReplicaStore>,
+    /// Serializes partition opens (an open may recover a dead broker's tail first).
+    open_lock: tokio::sync::Mutex<()>,
+    /// Forgotten partitions whose unsealed entries the WAL must keep: lowest sequence each.
+    held: Mutex<HashMap<TopicPartition, u64>>,
+    /// Serializes seals: two seals of the same unsealed batches would race to catalogue
+    /// them in different objects (the sealer task, shutdown, handoff and tests all seal).
+    pub(crate) seal_lock: tokio::sync::Mutex<()>,
+    /// Set while the start-up recovers this broker's own tail after losing its WAL: the
+    /// replica set recorded by the previous incarnation.
+    self_recovery: Mutex<Option<WalReplicaSet>>,
 }
 
 fn now_ms() -> i64 {
@@ -184,8 +241,49 @@ impl LogManager {
         objects: Arc<dyn ObjectStore>,
         cache: ReadCache,
     ) -> Result<Arc<LogManager>> {
-        let (wal, entries) = Wal::open(settings.wal.clone())?;
+        let (wal, entries) = match settings.durability {
+            Durability::Wal => {
+                let (wal, entries) = Wal::open(settings.wal.clone())?;
+                (Some(wal), entries)
+            }
+            Durability::Direct => (None, Vec::new()),
+        };
+        let durable_sequence = wal.as_ref().map_or(0, Wal::durable_sequence);
+        let commit = Arc::new(CommitTracker::new(durable_sequence));
+        let mut replication = settings.replication.clone();
+        if wal.is_none() {
+            replication.replication_factor = 1; // no WAL, nothing to replicate
+        }
+        let replicator = Arc::new(Replicator::new(
+            settings.broker_id,
+            wal.as_ref().map_or(0, Wal::incarnation),
+            replication,
+            metadata.clone(),
+            commit.clone(),
+            durable_sequence,
+            // Raised by the first seal; until then no replica counts as covering the
+            // replayed, unsealed entries.
+            0,
+        ));
+        let mut lost_wal = false;
+        let mut previous = None;
+        if let Some(wal) = &wal {
+            let sink = replicator.clone();
+            wal.set_group_sink(Arc::new(move |first, next, bytes| {
+                sink.publish(first, next, bytes)
+            }));
+            previous = metadata.wal_replica_set(settings.broker_id).await?;
+            lost_wal = wal.is_new_incarnation()
+                && previous
+                    .as_ref()
+                    .is_some_and(|p| p.incarnation != wal.incarnation());
+        }
+        let replica_store = Arc::new(crate::replica_store::ReplicaStore::new(
+            settings.wal.dir.with_file_name("replicas"),
+            settings.wal.file_bytes_max,
+        ));
         let manager = Arc::new(LogManager {
+            replica_store,
             settings,
             metadata,
             objects,
@@ -197,28 +295,95 @@ impl LogManager {
             seal_sequence: AtomicU64::new(now_ms() as u64),
             lease: std::sync::OnceLock::new(),
             metrics: LogMetrics::default(),
+            commit,
+            replicator,
+            open_lock: tokio::sync::Mutex::new(()),
+            held: Mutex::new(HashMap::new()),
+            seal_lock: tokio::sync::Mutex::new(()),
+            self_recovery: Mutex::new(if lost_wal { previous } else { None }),
         });
         manager.replay(entries).await?;
+        if lost_wal {
+            manager.recover_own_tail().await?;
+        }
+        if manager.wal.is_some() {
+            // Nothing is acknowledged before the record says no replica is in sync yet.
+            manager.replicator.reset_record().await?;
+        }
         Ok(manager)
+    }
+
+    fn wal(&self) -> Result<&Wal> {
+        self.wal
+            .as_ref()
+            .ok_or_else(|| Error::Internal("no WAL with --durability direct".into()))
+    }
+
+    /// This broker lost its WAL directory (a new incarnation) while the metadata service
+    /// remembers an older one: reopen every partition it leads, each recovering the older
+    /// incarnation's tail from the WAL replicas before anything new is accepted.
+    async fn recover_own_tail(&self) -> Result<()> {
+        tracing::warn!("the WAL directory is new but this broker had a WAL before: recovering its tail from WAL replicas");
+        let me = self.settings.broker_id;
+        let mut recovered = 0;
+        for topic in self.metadata.list_topics().await? {
+            for p in topic.partitions.iter().filter(|p| p.leader == me) {
+                self.partition(&topic, p.partition).await?;
+                recovered += 1;
+            }
+        }
+        if let Ok(mut s) = self.self_recovery.lock() {
+            *s = None;
+        }
+        tracing::info!(
+            partitions = recovered,
+            "recovered this broker's tail from its WAL replicas"
+        );
+        Ok(())
     }
 
     async fn replay(&self, entries: Vec<WalEntry>) -> Result<()> {
         let count = entries.len();
         let mut replayed = 0usize;
+        // One metadata lookup per topic and one open per partition, not one per entry: a
+        // restart replays up to the whole WAL budget.
+        let mut topics: HashMap<TopicId, Option<TopicMetadata>> = HashMap::new();
+        let mut opened: HashMap<TopicPartition, Option<Arc<Partition>>> = HashMap::new();
         for e in entries {
-            let Some(topic) = self
-                .metadata
-                .topic_by_id(e.topic_partition.topic_id)
-                .await?
-            else {
+            let tp = e.topic_partition;
+            let topic = match topics.get(&tp.topic_id) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = self.metadata.topic_by_id(tp.topic_id).await?;
+                    topics.insert(tp.topic_id, t.clone());
+                    t
+                }
+            };
+            let Some(topic) = topic else {
                 continue; // deleted since: its data goes with it
             };
-            let partition = match self.partition(&topic, e.topic_partition.partition).await {
-                Ok(p) => p,
-                Err(err) => {
-                    tracing::warn!(error = %err, "skipping WAL entry of a partition this broker cannot open");
-                    continue;
+            let partition = match opened.get(&tp) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = match self.partition(&topic, tp.partition).await {
+                        Ok(p) => Some(p),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "holding the WAL entries of a partition this broker no longer leads");
+                            None
+                        }
+                    };
+                    opened.insert(tp, p.clone());
+                    p
                 }
+            };
+            let Some(partition) = partition else {
+                // Led elsewhere now (this broker was down): keep the entries until the new
+                // leader has recovered them (see `release_holds`).
+                if let Ok(mut held) = self.held.lock() {
+                    let h = held.entry(tp).or_insert(e.sequence);
+                    *h = (*h).min(e.sequence);
+                }
+                continue;
             };
             let Some(h) = batch::peek_header(&e.batch)? else {
                 return Err(Error::Internal(format!(
@@ -227,7 +392,13 @@ impl LogManager {
                 )));
             };
             let size = e.batch.len() as u64;
-            let applied = partition.lock()?.replay(&h, e.batch, e.sequence)?;
+            let applied = match partition.lock()?.replay(&h, e.batch, e.sequence) {
+                Ok(applied) => applied,
+                Err(err) => {
+                    tracing::error!(error = %err, sequence = e.sequence, "WAL entry does not continue its partition; skipped");
+                    false
+                }
+            };
             if applied {
                 replayed += 1;
                 self.unsealed_bytes.fetch_add(size, Ordering::AcqRel);
@@ -267,6 +438,10 @@ impl LogManager {
         if let Some(p) = self.get(&tp) {
             return Ok(p);
         }
+        let _opening = self.open_lock.lock().await;
+        if let Some(p) = self.get(&tp) {
+            return Ok(p);
+        }
         // The caller's topic may come from a cache; a partition must open at the epoch the
         // metadata service holds now (it moves when a lease is lost, see `fence.rs`), or its
         // first seal is fenced.
@@ -301,7 +476,66 @@ impl LogManager {
             )),
             append_order: tokio::sync::Mutex::new(()),
             high_watermark_tx: watch::channel(log_end).0,
+            min_insync_replicas: fresh.configs.min_insync_replicas(),
         });
+        if self.wal.is_none() {
+            opened.lock()?.set_direct();
+        }
+        if let Err(e) = self.restore_producers(&opened).await {
+            // Retries of batches stored before this open may then be appended twice.
+            tracing::warn!(error = %e, "could not rebuild idempotent producer state from the log");
+        }
+        let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
+        if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
+            // This broker forgot the partition with unsealed data (fenced, or a lost lease)
+            // and leads it again: its own WAL still holds that data.
+            let wal = wal.clone();
+            let incarnation = wal.incarnation();
+            let entries = tokio::task::spawn_blocking(move || wal.read_from(from_seq))
+                .await
+                .map_err(|e| Error::Internal(format!("WAL read task: {e}")))??;
+            let tail: crate::recover::Tail =
+                entries.into_iter().map(|e| (incarnation, e)).collect();
+            let log_end = opened.offsets()?.2;
+            self.append_recovered(&opened, &tail, log_end).await?;
+            if let Ok(mut h) = self.held.lock() {
+                h.remove(&tp);
+            }
+        }
+        let own_previous = self.self_recovery.lock().ok().and_then(|s| s.clone());
+        if let Some(previous) = own_previous {
+            let tail = crate::recover::fetch_tail(
+                &self.metadata,
+                self.settings.broker_id,
+                &self.replica_store,
+                self.settings.broker_id,
+                Some(&previous),
+                Some(self.wal()?.incarnation()),
+            )
+            .await?;
+            self.append_recovered(&opened, &tail, log_end).await?;
+        }
+        if let Some(source) = state.recover_from {
+            let record = self.metadata.wal_replica_set(source).await?;
+            let tail = crate::recover::fetch_tail(
+                &self.metadata,
+                self.settings.broker_id,
+                &self.replica_store,
+                source,
+                record.as_ref(),
+                None,
+            )
+            .await?;
+            let log_end = opened.offsets()?.2;
+            self.append_recovered(&opened, &tail, log_end).await?;
+            // Recovered data is now in this broker's WAL (and its in-sync replicas): the
+            // dead broker's copy is no longer needed for this partition.
+            let mut cleared = state.clone();
+            cleared.recover_from = None;
+            self.metadata
+                .update_partition(topic.topic_id, state.version, cleared)
+                .await?;
+        }
         let mut map = self
             .partitions
             .write()
@@ -309,16 +543,122 @@ impl LogManager {
         Ok(map.entry(tp).or_insert(opened).clone())
     }
 
-    /// Forgets every partition of a deleted topic.
-    pub fn drop_topic(&self, topic_id: TopicId) {
-        self.forget_where(|tp| tp.topic_id == topic_id);
+    /// Rebuilds idempotent-producer state from the end of the stored log (the last
+    /// [`PRODUCER_STATE_WINDOW_RECORDS`] records, at most [`PRODUCER_STATE_WINDOW_BYTES`]), so
+    /// a producer retrying a batch the previous leader stored gets the original offset
+    /// instead of a duplicate.
+    async fn restore_producers(&self, partition: &Partition) -> Result<()> {
+        let (log_start, _, log_end) = partition.offsets()?;
+        let mut next = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
+        let mut bytes = 0usize;
+        while next < log_end && bytes < PRODUCER_STATE_WINDOW_BYTES {
+            let r = self.read(partition, next, 1 << 20, true).await?;
+            if r.batches.is_empty() {
+                break;
+            }
+            let mut s = partition.lock()?;
+            for b in &r.batches {
+                let Some(h) = batch::peek_header(b)? else {
+                    continue;
+                };
+                bytes += b.len();
+                next = h.last_offset() + 1;
+                s.restore_producer(&h);
+            }
+        }
+        Ok(())
     }
 
-    /// Stops serving the partitions `which` selects; their unsealed data is dropped (the
-    /// topic is gone, or a new leader recovers it from the WAL replicas). Their WAL entries
-    /// stop holding back WAL trimming: once leadership can move (the cluster issue), a
-    /// fenced broker must keep them until the new leader has recovered the tail.
+    /// Appends the batches of `tail` that continue `partition` from `from` to this broker's
+    /// WAL, and waits until they are committed.
+    async fn append_recovered(
+        &self,
+        partition: &Arc<Partition>,
+        tail: &crate::recover::Tail,
+        from: Offset,
+    ) -> Result<()> {
+        let batches = crate::recover::chain(tail, partition.topic_partition, from)?;
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let mut waits = Vec::with_capacity(batches.len());
+        let mut bytes = 0u64;
+        {
+            let _order = partition.append_order.lock().await;
+            for b in &batches {
+                let Some(h) = batch::peek_header(b)? else {
+                    continue;
+                };
+                let base = {
+                    let mut s = partition.lock()?;
+                    if h.base_offset != s.next_offset() {
+                        return Err(Error::Internal(format!(
+                            "recovered batch at {} does not continue the log at {}",
+                            h.base_offset,
+                            s.next_offset()
+                        )));
+                    }
+                    s.append(&h, b.clone())
+                };
+                let (tx, rx) = oneshot::channel();
+                let p = partition.clone();
+                self.wal()?
+                    .append(
+                        partition.topic_partition,
+                        h.partition_leader_epoch,
+                        b,
+                        self.durability_callback(p, base, tx),
+                    )
+                    .await?;
+                waits.push(rx);
+                bytes += b.len() as u64;
+            }
+        }
+        self.unsealed_bytes.fetch_add(bytes, Ordering::AcqRel);
+        for rx in waits {
+            match rx.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::ShuttingDown),
+            }
+        }
+        tracing::info!(
+            partition = %format!("{}-{}", partition.topic_name, partition.topic_partition.partition),
+            batches = batches.len(), bytes, from, "recovered a WAL tail"
+        );
+        Ok(())
+    }
+
+    /// The WAL callback of an append: once the entry is committed (fsynced here and on every
+    /// in-sync replica), mark it durable in its partition and answer the waiter.
+    fn durability_callback(
+        &self,
+        partition: Arc<Partition>,
+        base_offset: Offset,
+        tx: oneshot::Sender<Result<u64>>,
+    ) -> OnDurable {
+        self.commit.gate(Box::new(move |result| {
+            if let Ok(seq) = &result {
+                partition.on_durable(base_offset, Some(*seq));
+            }
+            let _ = tx.send(result);
+        }))
+    }
+
+    /// Forgets every partition of a deleted topic (its unsealed data goes with it).
+    pub fn drop_topic(&self, topic_id: TopicId) {
+        self.forget_where(|tp| tp.topic_id == topic_id);
+        if let Ok(mut held) = self.held.lock() {
+            held.retain(|tp, _| tp.topic_id != topic_id);
+        }
+    }
+
+    /// Stops serving the partitions `which` selects and drops what memory holds of them.
+    /// Their unsealed WAL entries stay held in this broker's WAL (and so on its replicas)
+    /// until a new leader has recovered them (`recover_from` cleared) or this broker leads
+    /// the partition again and re-reads them itself (see [`Self::release_holds`]).
     pub fn forget_where(&self, which: impl Fn(&TopicPartition) -> bool) {
+        let mut newly_held = Vec::new();
         if let Ok(mut map) = self.partitions.write() {
             map.retain(|tp, p| {
                 if !which(tp) {
@@ -327,10 +667,51 @@ impl LogManager {
                 if let Ok(s) = p.state.lock() {
                     self.unsealed_bytes
                         .fetch_sub(s.unsealed_bytes() as u64, Ordering::AcqRel);
+                    if let Some(seq) = s.min_unsealed_wal_sequence() {
+                        newly_held.push((*tp, seq));
+                    }
                 }
                 false
             });
         }
+        if let Ok(mut held) = self.held.lock() {
+            for (tp, seq) in newly_held {
+                let e = held.entry(tp).or_insert(seq);
+                *e = (*e).min(seq);
+            }
+        }
+    }
+
+    /// Lowest WAL sequence held for forgotten partitions.
+    pub(crate) fn held_floor(&self) -> Option<u64> {
+        self.held.lock().ok()?.values().copied().min()
+    }
+
+    /// Lets go of held WAL entries whose partition no longer needs them: the topic is gone,
+    /// or another broker leads it and is not (or no longer) recovering from this one.
+    pub async fn release_holds(&self) -> Result<()> {
+        let held: Vec<TopicPartition> = match self.held.lock() {
+            Ok(h) => h.keys().copied().collect(),
+            Err(_) => return Ok(()),
+        };
+        let me = self.settings.broker_id;
+        for tp in held {
+            let state = self
+                .metadata
+                .topic_by_id(tp.topic_id)
+                .await?
+                .and_then(|t| t.partition(tp.partition).cloned());
+            let release = match state {
+                None => true,
+                Some(s) => s.leader != me && s.recover_from != Some(me),
+            };
+            if release {
+                if let Ok(mut h) = self.held.lock() {
+                    h.remove(&tp);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Appends one producer batch and waits as long as `acks` asks (see [`Self::enqueue`]).
@@ -360,11 +741,32 @@ impl LogManager {
         acks: Acks,
     ) -> Result<PendingAppend> {
         check_lease(self.lease.get())?;
+        // With direct durability an acknowledged write is in the object store, which keeps
+        // its own copies: min.insync.replicas is about WAL copies, of which there are none.
+        let check_insync = acks == Acks::All && self.wal.is_some();
+        if check_insync {
+            let in_sync = self.replicator.in_sync_copies();
+            if (in_sync as i64) < i64::from(partition.min_insync_replicas) {
+                return Err(Error::NotEnoughReplicas {
+                    in_sync,
+                    required: partition.min_insync_replicas,
+                });
+            }
+        }
         let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
         let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
         let (base_offset, durable_rx) = {
             let _order = partition.append_order.lock().await;
-            self.wal.check_accepting()?;
+            match &self.wal {
+                Some(wal) => wal.check_accepting()?,
+                // Direct: memory holds what awaits upload; bound it like the WAL budget.
+                None if self.unsealed_bytes() >= self.settings.wal.budget_bytes => {
+                    return Err(Error::UnsealedFull {
+                        budget_bytes: self.settings.wal.budget_bytes,
+                    });
+                }
+                None => {}
+            }
             let (base_offset, epoch, stamped) = {
                 let mut s = partition.lock()?;
                 match s.check_sequence(&header)? {
@@ -377,6 +779,7 @@ impl LogManager {
                                 duplicate: true,
                             },
                             durable: None,
+                            insync_check: None,
                             lease: self.lease.get().cloned(),
                         });
                     }
@@ -392,24 +795,40 @@ impl LogManager {
                 (base, s.leader_epoch, stamped)
             };
             let (tx, rx) = oneshot::channel();
-            let on_durable_partition = partition.clone();
-            let queued = self
-                .wal
-                .append(
-                    partition.topic_partition,
-                    epoch,
-                    &stamped,
-                    Box::new(move |result| {
-                        if let Ok(seq) = &result {
-                            on_durable_partition.on_durable(base_offset, Some(*seq));
-                        }
-                        let _ = tx.send(result);
-                    }),
-                )
-                .await;
-            if let Err(e) = queued {
-                partition.lock()?.undo_last_append(base_offset);
-                return Err(e);
+            match &self.wal {
+                Some(wal) => {
+                    let queued = wal
+                        .append(
+                            partition.topic_partition,
+                            epoch,
+                            &stamped,
+                            self.durability_callback(partition.clone(), base_offset, tx),
+                        )
+                        .await;
+                    if let Err(e) = queued {
+                        partition.lock()?.undo_last_append(base_offset);
+                        return Err(e);
+                    }
+                }
+                None => {
+                    // Direct: durable once sealed; the sealer's high watermark says when.
+                    let last_offset = base_offset + i64::from(header.last_offset_delta);
+                    let mut hw = partition.subscribe();
+                    tokio::spawn(async move {
+                        let sealed = tokio::time::timeout(
+                            DIRECT_ACK_TIMEOUT,
+                            hw.wait_for(|hw| *hw > last_offset),
+                        )
+                        .await;
+                        let _ = tx.send(match sealed {
+                            Ok(Ok(_)) => Ok(0),
+                            Ok(Err(_)) => Err(Error::ShuttingDown),
+                            Err(_) => Err(Error::ObjectStore(format!(
+                                "not uploaded within {DIRECT_ACK_TIMEOUT:?}"
+                            ))),
+                        });
+                    });
+                }
             }
             (base_offset, rx)
         };
@@ -434,6 +853,8 @@ impl LogManager {
                 duplicate: false,
             },
             durable: (acks == Acks::All).then_some(durable_rx),
+            insync_check: check_insync
+                .then(|| (self.replicator.clone(), partition.min_insync_replicas)),
             lease: self.lease.get().cloned(),
         })
     }
@@ -451,7 +872,11 @@ impl LogManager {
             if !pending {
                 return true;
             }
-            if tokio::time::Instant::now() >= deadline || self.wal.check_accepting().is_err() {
+            let Some(wal) = &self.wal else {
+                // Direct: the final seal is what makes pending writes durable.
+                return true;
+            };
+            if tokio::time::Instant::now() >= deadline || wal.check_accepting().is_err() {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -460,7 +885,12 @@ impl LogManager {
 
     /// Bytes the WAL holds on disk.
     pub fn wal_bytes(&self) -> u64 {
-        self.wal.bytes()
+        self.wal.as_ref().map_or(0, Wal::bytes)
+    }
+
+    /// Bytes this broker's WAL has written since start.
+    pub fn wal_written_bytes(&self) -> u64 {
+        self.wal.as_ref().map_or(0, Wal::written_bytes)
     }
 
     /// Bytes held in memory not yet uploaded.

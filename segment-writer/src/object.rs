@@ -19,7 +19,7 @@
 
 use crate::error::{Error, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use oxbow_metadata::{CatalogEntry, LeaderEpoch, Offset, TopicId, TopicPartition};
+use oxbow_metadata::{CatalogEntry, EntryLayout, LeaderEpoch, Offset, TopicId, TopicPartition};
 
 const MAGIC_HEAD: &[u8; 8] = b"OXBOWOBJ";
 const MAGIC_FOOT: &[u8; 8] = b"OXBOWEND";
@@ -77,6 +77,7 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
             byte_len: (end - start) as u64,
             crc32c: crc32c::crc32c(&body[start..end]),
             leader_epoch: c.leader_epoch,
+            layout: EntryLayout::Batches,
         });
     }
     let index_start = body.len();
@@ -115,33 +116,107 @@ pub fn verify_range(entry: &CatalogEntry, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Reads a whole object's index back (used by compaction and repair tools, and tests).
+/// Reads a whole object's index back (used by repair tools and tests; compaction uses
+/// [`fetch_index`], which reads only the object's ends).
 pub fn read_index(key: &str, body: &[u8]) -> Result<Vec<CatalogEntry>> {
-    let corrupt = |what: &str| Error::ChecksumMismatch {
+    let len = body.len() as u64;
+    if body.len() < HEADER_BYTES + FOOTER_BYTES {
+        return Err(corrupt_object(key, "bad header", len));
+    }
+    check_header(key, &body[..HEADER_BYTES], len)?;
+    let (index_start, index_len, index_crc) =
+        parse_footer(key, &body[body.len() - FOOTER_BYTES..], len)?;
+    let index = &body[index_start as usize..(index_start + index_len) as usize];
+    index_rows(key, index, index_crc, len)
+}
+
+/// Reads an object's index with three small ranged GETs (footer, header, index) instead of
+/// the whole object: what compaction needs to know which partitions an object holds.
+pub async fn fetch_index(
+    store: &dyn object_store::ObjectStore,
+    key: &str,
+) -> std::result::Result<Vec<CatalogEntry>, FetchIndexError> {
+    use object_store::{GetOptions, GetRange};
+    let path = object_store::path::Path::from(key);
+    let footer = store
+        .get_opts(
+            &path,
+            GetOptions {
+                range: Some(GetRange::Suffix(FOOTER_BYTES as u64)),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let len = footer.meta.size;
+    let footer = footer.bytes().await?;
+    if len < (HEADER_BYTES + FOOTER_BYTES) as u64 || footer.len() != FOOTER_BYTES {
+        return Err(corrupt_object(key, "bad header", len).into());
+    }
+    let (index_start, index_len, index_crc) = parse_footer(key, &footer, len)?;
+    let header =
+        object_store::ObjectStoreExt::get_range(store, &path, 0..HEADER_BYTES as u64).await?;
+    check_header(key, &header, len)?;
+    let index =
+        object_store::ObjectStoreExt::get_range(store, &path, index_start..index_start + index_len)
+            .await?;
+    Ok(index_rows(key, &index, index_crc, len)?)
+}
+
+/// Why [`fetch_index`] failed: the object store (the object may be gone) or the object.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchIndexError {
+    #[error(transparent)]
+    Store(#[from] object_store::Error),
+    #[error(transparent)]
+    Object(#[from] Error),
+}
+
+fn corrupt_object(key: &str, what: &str, len: u64) -> Error {
+    Error::ChecksumMismatch {
         key: format!("{key} ({what})"),
         start: 0,
-        end: body.len() as u64,
-    };
-    if body.len() < HEADER_BYTES + FOOTER_BYTES || &body[..8] != MAGIC_HEAD {
-        return Err(corrupt("bad header"));
+        end: len,
     }
-    let version = u16::from_be_bytes([body[8], body[9]]);
+}
+
+fn check_header(key: &str, header: &[u8], len: u64) -> Result<()> {
+    if header.len() < HEADER_BYTES || &header[..8] != MAGIC_HEAD {
+        return Err(corrupt_object(key, "bad header", len));
+    }
+    let version = u16::from_be_bytes([header[8], header[9]]);
     if version != FORMAT_VERSION {
-        return Err(corrupt(&format!("unknown format version {version}")));
+        return Err(corrupt_object(
+            key,
+            &format!("unknown format version {version}"),
+            len,
+        ));
     }
-    let mut foot = &body[body.len() - FOOTER_BYTES..];
-    let index_start = foot.get_u64() as usize;
-    let index_len = foot.get_u32() as usize;
+    Ok(())
+}
+
+/// (index start, index length, index CRC) from the footer of an object of `len` bytes,
+/// checked to lie between the header and the footer.
+fn parse_footer(key: &str, footer: &[u8], len: u64) -> Result<(u64, u64, u32)> {
+    let mut foot = footer;
+    let index_start = foot.get_u64();
+    let index_len = u64::from(foot.get_u32());
     let index_crc = foot.get_u32();
     if foot != MAGIC_FOOT {
-        return Err(corrupt("bad footer"));
+        return Err(corrupt_object(key, "bad footer", len));
     }
-    let index = body
-        .get(index_start..index_start.saturating_add(index_len))
-        .filter(|_| index_start + index_len == body.len() - FOOTER_BYTES)
-        .ok_or_else(|| corrupt("index out of bounds"))?;
-    if crc32c::crc32c(index) != index_crc || index.len() % INDEX_ROW_BYTES != 0 {
-        return Err(corrupt("index checksum"));
+    if index_start < HEADER_BYTES as u64
+        || index_start.checked_add(index_len) != Some(len - FOOTER_BYTES as u64)
+    {
+        return Err(corrupt_object(key, "index out of bounds", len));
+    }
+    Ok((index_start, index_len, index_crc))
+}
+
+fn index_rows(key: &str, index: &[u8], index_crc: u32, len: u64) -> Result<Vec<CatalogEntry>> {
+    if crc32c::crc32c(index) != index_crc
+        || !index.chunks_exact(INDEX_ROW_BYTES).remainder().is_empty()
+    {
+        return Err(corrupt_object(key, "index checksum", len));
     }
     let mut out = Vec::new();
     let mut rows = index;
@@ -159,6 +234,7 @@ pub fn read_index(key: &str, body: &[u8]) -> Result<Vec<CatalogEntry>> {
             crc32c: rows.get_u32(),
             object_key: key.to_string(),
             leader_epoch: -1,
+            layout: EntryLayout::Batches,
         });
     }
     Ok(out)
@@ -206,5 +282,50 @@ mod tests {
         let n = bad.len();
         bad[n - FOOTER_BYTES - 1] ^= 1;
         assert!(read_index("k", &bad).is_err());
+        for cut in 1..obj.body.len() {
+            assert!(read_index("k", &obj.body[..obj.body.len() - cut]).is_err());
+        }
+    }
+
+    #[tokio::test]
+    async fn fetch_index_reads_only_the_ends() {
+        use object_store::{memory::InMemory, ObjectStoreExt};
+        let tp = TopicPartition::new(TopicId(uuid::Uuid::from_u128(1)), 4);
+        let obj = build(
+            "k".into(),
+            1,
+            &[Chunk {
+                topic_partition: tp,
+                leader_epoch: 0,
+                base_offset: 7,
+                last_offset: 8,
+                max_timestamp_ms: 1,
+                batches: vec![Bytes::from_static(b"batchbytes")],
+            }],
+        );
+        let store = InMemory::new();
+        let path = object_store::path::Path::from("k");
+        store
+            .put(&path, obj.body.clone().into())
+            .await
+            .expect("put");
+        let rows = fetch_index(&store, "k").await.expect("index");
+        assert_eq!(rows, read_index("k", &obj.body).expect("whole"));
+        assert_eq!(rows[0].topic_partition(), tp);
+        let mut bad = obj.body.to_vec();
+        let n = bad.len();
+        bad[n - FOOTER_BYTES - 2] ^= 1;
+        store
+            .put(&path, Bytes::from(bad).into())
+            .await
+            .expect("put");
+        assert!(matches!(
+            fetch_index(&store, "k").await,
+            Err(FetchIndexError::Object(_))
+        ));
+        assert!(matches!(
+            fetch_index(&store, "gone").await,
+            Err(FetchIndexError::Store(object_store::Error::NotFound { .. }))
+        ));
     }
 }

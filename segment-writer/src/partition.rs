@@ -71,6 +71,9 @@ pub struct PartitionLogState {
     memory_bytes: usize,
     unsealed_bytes: usize,
     producers: HashMap<i64, ProducerEntry>,
+    /// `--durability direct`: no WAL; a batch becomes durable (and visible) when it is
+    /// sealed, so the sealer takes batches that are not durable yet.
+    direct: bool,
 }
 
 impl PartitionLogState {
@@ -90,7 +93,13 @@ impl PartitionLogState {
             memory_bytes: 0,
             unsealed_bytes: 0,
             producers: HashMap::new(),
+            direct: false,
         }
+    }
+
+    /// Switches to `--durability direct` (see the field's docs).
+    pub fn set_direct(&mut self) {
+        self.direct = true;
     }
 
     /// Bytes held in memory, sealed or not.
@@ -152,6 +161,12 @@ impl PartitionLogState {
             });
         }
         Ok(SequenceCheck::Append)
+    }
+
+    /// Remembers an already stored batch's producer sequence (state rebuilt from the log
+    /// when a partition opens on a new leader), so retries of it are recognised.
+    pub fn restore_producer(&mut self, h: &BatchHeader) {
+        self.record_producer(h, h.base_offset);
     }
 
     fn record_producer(&mut self, h: &BatchHeader, base_offset: Offset) {
@@ -322,17 +337,20 @@ impl PartitionLogState {
             .map(|b| b.bytes.clone())
     }
 
-    /// Durable batches not yet sealed, in offset order.
+    /// Batches to seal next, in offset order: durable ones not yet sealed (in direct mode,
+    /// every one not yet sealed).
     pub fn unsealed(&self) -> Vec<MemBatch> {
         self.batches
             .iter()
-            .filter(|b| !b.sealed && b.last_offset < self.high_watermark)
+            .filter(|b| !b.sealed && (self.direct || b.last_offset < self.high_watermark))
             .cloned()
             .collect()
     }
 
-    /// Records that everything up to and including `last_offset` is catalogued.
-    pub fn mark_sealed(&mut self, last_offset: Offset) {
+    /// Records that everything up to and including `last_offset` is catalogued. Returns
+    /// whether the high watermark moved (only in direct mode, where sealed means durable).
+    pub fn mark_sealed(&mut self, last_offset: Offset) -> bool {
+        let mut newly_durable = Vec::new();
         for b in self.batches.iter_mut() {
             if b.last_offset > last_offset {
                 break;
@@ -341,8 +359,16 @@ impl PartitionLogState {
                 b.sealed = true;
                 self.unsealed_bytes -= b.bytes.len();
             }
+            if !b.durable {
+                newly_durable.push(b.base_offset);
+            }
         }
         self.sealed_end = self.sealed_end.max(last_offset + 1);
+        let mut moved = false;
+        for base in newly_durable {
+            moved |= self.mark_durable(base, None);
+        }
+        moved
     }
 
     /// Lowest WAL sequence of a batch that is not yet sealed (the WAL must keep it).

@@ -1,15 +1,22 @@
 //! Reads: from the partition's in-memory tail when it holds the offset, else from sealed
-//! objects through the read cache (design brief → Read path).
+//! objects and segments through the read cache (design brief → Read path).
+//!
+//! A catalog entry of a sealed object names the range of batches; one of a segment names
+//! its index, from which the chunk holding the offset (or timestamp) is found and read —
+//! every range checked against its CRC. An object may vanish under a reader that looked
+//! its entry up before compaction swapped it out (past the delete delay): NotFound makes
+//! the reader look the catalog up again, once per position.
 
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
+use crate::segment::SegmentIndex;
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
-use oxbow_metadata::{CatalogEntry, Offset};
+use oxbow_metadata::{CatalogEntry, EntryLayout, Offset};
 use std::sync::atomic::Ordering;
 
 /// Catalog entries fetched per lookup when reading from objects.
@@ -52,46 +59,46 @@ impl LogManager {
         let batches = match plan {
             ReadPlan::Memory(b) => b,
             ReadPlan::Objects => {
-                let mut out = Vec::new();
-                let mut total = 0usize;
-                let mut next = offset;
-                'entries: while next < sealed_end && total < max_bytes {
+                let tp = partition.topic_partition;
+                let mut acc = Collect {
+                    out: Vec::new(),
+                    total: 0,
+                    next: offset,
+                    max_bytes,
+                    min_one,
+                    stopped: false,
+                };
+                // Where the catalog was last looked up again after a NotFound.
+                let mut relooked_at: Option<Offset> = None;
+                while acc.next < sealed_end && acc.total < max_bytes && !acc.stopped {
                     let entries = self
                         .metadata
                         .catalog_entries(
-                            partition.topic_partition.topic_id,
-                            partition.topic_partition.partition,
-                            next,
+                            tp.topic_id,
+                            tp.partition,
+                            acc.next,
                             CATALOG_ENTRIES_PER_READ,
                         )
                         .await?;
                     if entries.is_empty() {
                         break;
                     }
-                    for entry in entries {
-                        let range = self.read_entry(&entry).await?;
-                        for (h, b) in batch::iter_batches(&range) {
-                            if h.last_offset() < next {
-                                continue;
-                            }
-                            if total + b.len() > max_bytes && !(min_one && out.is_empty()) {
-                                break 'entries;
-                            }
-                            total += b.len();
-                            next = h.last_offset() + 1;
-                            out.push(b);
+                    match self.read_entries(&entries, &mut acc).await {
+                        Ok(()) => {}
+                        // Compaction replaced these entries and deleted their object after
+                        // its grace period: the catalog names where the data is now. Look it
+                        // up again, once per position.
+                        Err(Error::ObjectNotFound(key)) if relooked_at != Some(acc.next) => {
+                            tracing::debug!(%key, offset = acc.next, "object gone; looking the catalog up again");
+                            relooked_at = Some(acc.next);
                         }
-                        if next <= entry.last_offset {
-                            return Err(Error::Internal(format!(
-                                "object {} ends before offset {} its catalog entry promises",
-                                entry.object_key, entry.last_offset
-                            )));
-                        }
+                        Err(e) => return Err(e),
                     }
                 }
-                if total < max_bytes && next >= sealed_end {
+                let mut out = acc.out;
+                if acc.total < max_bytes && acc.next >= sealed_end {
                     let s = partition.lock()?;
-                    for b in s.read_memory_from(next, max_bytes - total) {
+                    for b in s.read_memory_from(acc.next, max_bytes - acc.total) {
                         out.push(b);
                     }
                 }
@@ -120,7 +127,12 @@ impl LogManager {
             .objects
             .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
             .await
-            .map_err(|e| Error::ObjectStore(format!("GET {}: {e}", entry.object_key)))?;
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => {
+                    Error::ObjectNotFound(entry.object_key.clone())
+                }
+                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
+            })?;
         if let Err(e) = object::verify_range(entry, &bytes) {
             self.metrics
                 .checksum_failures
@@ -137,6 +149,74 @@ impl LogManager {
         Ok(bytes)
     }
 
+    /// Reads the batches of `entries` (one partition's, in offset order) from `acc.next` on
+    /// into `acc`, until it is full. A segment entry is read through its index: the chunks
+    /// from the one holding `acc.next`.
+    async fn read_entries(&self, entries: &[CatalogEntry], acc: &mut Collect) -> Result<()> {
+        for entry in entries {
+            match entry.layout {
+                EntryLayout::Batches => self.read_range_into(entry, acc).await?,
+                EntryLayout::SegmentIndex => {
+                    let index = self.segment_index(entry).await?;
+                    let mut i = index.chunk_for_offset(acc.next);
+                    while let Some(chunk) = index.chunk_entry(entry, i) {
+                        if acc.stopped || acc.total >= acc.max_bytes {
+                            return Ok(());
+                        }
+                        self.read_range_into(&chunk, acc).await?;
+                        i += 1;
+                    }
+                }
+            }
+            if acc.stopped || acc.total >= acc.max_bytes {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one range of batches (a sealed object's chunk or a segment's chunk) into `acc`.
+    async fn read_range_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<()> {
+        let range = self.read_entry(entry).await?;
+        for (h, b) in batch::iter_batches(&range) {
+            if h.last_offset() < acc.next {
+                continue;
+            }
+            if acc.total + b.len() > acc.max_bytes && !(acc.min_one && acc.out.is_empty()) {
+                acc.stopped = true;
+                return Ok(());
+            }
+            acc.total += b.len();
+            acc.next = h.last_offset() + 1;
+            acc.out.push(b);
+        }
+        if acc.next <= entry.last_offset {
+            return Err(Error::Internal(format!(
+                "object {} ends before offset {} its catalog entry promises",
+                entry.object_key, entry.last_offset
+            )));
+        }
+        Ok(())
+    }
+
+    /// The index of the segment a catalog entry names: fetched through the cache and
+    /// checked against the entry's CRC, like any range.
+    pub(crate) async fn segment_index(&self, entry: &CatalogEntry) -> Result<SegmentIndex> {
+        let bytes = self.read_entry(entry).await?;
+        let index = SegmentIndex::decode(&entry.object_key, &bytes)?;
+        if (index.base_offset(), index.last_offset()) != (entry.base_offset, entry.last_offset) {
+            return Err(Error::ChecksumMismatch {
+                key: format!(
+                    "{} (index does not match its catalog entry)",
+                    entry.object_key
+                ),
+                start: entry.byte_start,
+                end: entry.byte_start + entry.byte_len,
+            });
+        }
+        Ok(index)
+    }
+
     /// The first batch (below the high watermark) whose max timestamp is at or after
     /// `timestamp_ms`; the caller finds the exact record inside it.
     pub async fn find_batch_by_timestamp(
@@ -144,14 +224,49 @@ impl LogManager {
         partition: &Partition,
         timestamp_ms: i64,
     ) -> Result<Option<Bytes>> {
+        let mut relooked = false;
+        loop {
+            match self.find_sealed_by_timestamp(partition, timestamp_ms).await {
+                Ok(Some(b)) => return Ok(Some(b)),
+                Ok(None) => break,
+                // Compacted away under us: the catalog names the new segment (see `read`).
+                Err(Error::ObjectNotFound(_)) if !relooked => relooked = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(partition.lock()?.find_timestamp_in_memory(timestamp_ms))
+    }
+
+    async fn find_sealed_by_timestamp(
+        &self,
+        partition: &Partition,
+        timestamp_ms: i64,
+    ) -> Result<Option<Bytes>> {
         let tp = partition.topic_partition;
-        if let Some(entry) = self
+        let Some(entry) = self
             .metadata
             .catalog_find_timestamp(tp.topic_id, tp.partition, timestamp_ms)
             .await?
-        {
-            let log_start = partition.lock()?.log_start_offset;
-            let range = self.read_entry(&entry).await?;
+        else {
+            return Ok(None);
+        };
+        let log_start = partition.lock()?.log_start_offset;
+        let chunks = match entry.layout {
+            EntryLayout::Batches => vec![entry],
+            EntryLayout::SegmentIndex => {
+                // The time index names the first chunk reaching the timestamp; later chunks
+                // only matter if that one's batches all lie below the log start.
+                let index = self.segment_index(&entry).await?;
+                match index.chunk_for_timestamp(timestamp_ms) {
+                    Some(first) => (first..index.chunks.len())
+                        .filter_map(|i| index.chunk_entry(&entry, i))
+                        .collect(),
+                    None => Vec::new(),
+                }
+            }
+        };
+        for chunk in chunks {
+            let range = self.read_entry(&chunk).await?;
             let found = batch::iter_batches(&range)
                 .find(|(h, _)| h.max_timestamp >= timestamp_ms && h.last_offset() >= log_start)
                 .map(|(_, b)| b);
@@ -159,6 +274,18 @@ impl LogManager {
                 return Ok(found);
             }
         }
-        Ok(partition.lock()?.find_timestamp_in_memory(timestamp_ms))
+        Ok(None)
     }
+}
+
+/// A read in progress: what it has collected and where it stands.
+struct Collect {
+    out: Vec<Bytes>,
+    total: usize,
+    /// The next offset wanted.
+    next: Offset,
+    max_bytes: usize,
+    min_one: bool,
+    /// A batch did not fit: the read is complete.
+    stopped: bool,
 }

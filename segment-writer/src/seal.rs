@@ -22,6 +22,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// How often the sealed floor is recomputed between seals.
+const FLOOR_REFRESH: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Most batch bytes in one sealed object unless `flush_bytes` is larger.
 pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
 
@@ -29,14 +32,25 @@ pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
 pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(log.settings.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The sealed floor also moves without a seal (nothing unsealed left, or new entries
+    // committed): replicas waiting to rejoin the in-sync set need to see it promptly.
+    let mut floor_tick = tokio::time::interval(FLOOR_REFRESH);
+    floor_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
             _ = log.seal_wanted.notified() => {}
+            _ = floor_tick.tick() => {
+                log.refresh_sealed_floor();
+                continue;
+            }
         }
         if let Err(e) = log.seal_once().await {
             tracing::warn!(error = %e, "sealing failed; data stays in the WAL and is retried");
+        }
+        if let Err(e) = log.release_holds().await {
+            tracing::warn!(error = %e, "could not check held WAL entries; keeping them");
         }
     }
     // Drain: everything durable goes to the object store before the broker exits.
@@ -54,6 +68,7 @@ impl LogManager {
     /// Seals everything durable and unsealed, in objects of at most [`OBJECT_BYTES_MAX`]
     /// (usually one). Returns the bytes uploaded.
     pub async fn seal_once(&self) -> Result<u64> {
+        let _sealing = self.seal_lock.lock().await;
         let mut total = 0;
         loop {
             let (bytes, more) = self.seal_one_object().await?;
@@ -66,7 +81,7 @@ impl LogManager {
 
     /// Seals one object's worth; also says whether more was left out for lack of room.
     async fn seal_one_object(&self) -> Result<(u64, bool)> {
-        let durable_sequence = self.wal.durable_sequence();
+        let durable_sequence = self.wal.as_ref().map_or(0, |w| w.durable_sequence());
         let room = self.settings.flush_bytes.max(OBJECT_BYTES_MAX);
         let mut taken = 0u64;
         let mut more = false;
@@ -161,7 +176,11 @@ impl LogManager {
             if let Some(p) = self.get(&c.topic_partition) {
                 let mut s = p.lock()?;
                 let before = s.unsealed_bytes();
-                s.mark_sealed(c.last_offset);
+                if s.mark_sealed(c.last_offset) {
+                    // Direct durability: sealed is durable; waiting producers and readers
+                    // learn it through the high watermark.
+                    p.high_watermark_tx.send_replace(s.high_watermark);
+                }
                 s.evict(self.settings.partition_tail_bytes);
                 let sealed_bytes = (before - s.unsealed_bytes()) as u64;
                 self.unsealed_bytes
@@ -179,15 +198,38 @@ impl LogManager {
         Ok((size, more))
     }
 
-    fn trim_wal(&self, durable_sequence: u64) -> Result<()> {
-        let keep_from = self
-            .open_partitions()
+    /// The first WAL sequence that may not be in the object store yet.
+    fn sealed_floor(&self, durable_sequence: u64) -> u64 {
+        // Entries fsynced here but not yet committed (waiting for replicas) are not marked in
+        // their partitions yet: never go past what the commit tracker has applied.
+        let applied = durable_sequence.min(self.commit.applied());
+        self.open_partitions()
             .iter()
             .filter_map(|p| p.lock().ok()?.min_unsealed_wal_sequence())
+            .chain(self.held_floor())
             .min()
-            .unwrap_or(durable_sequence)
-            .min(durable_sequence);
-        self.wal.trim(keep_from)
+            .unwrap_or(applied)
+            .min(applied)
+    }
+
+    /// Tells replication where the sealed floor is now (no trim).
+    pub(crate) fn refresh_sealed_floor(&self) {
+        if let Some(wal) = &self.wal {
+            let floor = self.sealed_floor(wal.durable_sequence());
+            self.replicator.set_sealed_floor(floor);
+        }
+    }
+
+    fn trim_wal(&self, durable_sequence: u64) -> Result<()> {
+        let Some(wal) = &self.wal else {
+            return Ok(());
+        };
+        let keep_from = self.sealed_floor(durable_sequence);
+        wal.trim(keep_from)?;
+        // Replicas may drop what is sealed, and a replica whose stream started at or
+        // before this point holds everything still unsealed.
+        self.replicator.set_sealed_floor(keep_from);
+        Ok(())
     }
 }
 

@@ -61,6 +61,14 @@ pub struct WalEntry {
 /// to it already applied.
 pub type OnDurable = Box<dyn FnOnce(Result<u64>) + Send>;
 
+/// Sees every write group (first sequence, one past its last, entries in WAL framing) before
+/// it is fsynced, so replication overlaps the local fsync. Runs on the writer thread: it
+/// must not block.
+pub type GroupSink = Arc<dyn Fn(u64, u64, &[u8]) + Send + Sync>;
+
+/// Name of the file holding the WAL's incarnation (see [`Wal::incarnation`]).
+const INCARNATION_FILE: &str = "incarnation";
+
 struct Append {
     payload: Vec<u8>,
     on_durable: OnDurable,
@@ -80,6 +88,11 @@ struct Shared {
     durable_sequence: AtomicU64,
     failed: AtomicBool,
     total_bytes: AtomicU64,
+    sink: std::sync::OnceLock<GroupSink>,
+    /// Bytes ever written (for write amplification figures).
+    written_bytes: AtomicU64,
+    incarnation: u64,
+    new_incarnation: bool,
 }
 
 /// Handle to the WAL; cheap to clone.
@@ -110,9 +123,19 @@ fn encode_payload(sequence: u64, tp: TopicPartition, epoch: LeaderEpoch, batch: 
     p
 }
 
+#[cfg(test)]
+pub(crate) fn encode_payload_for_test(
+    sequence: u64,
+    tp: TopicPartition,
+    epoch: LeaderEpoch,
+    batch: &[u8],
+) -> Vec<u8> {
+    encode_payload(sequence, tp, epoch, batch)
+}
+
 /// Parses the entries of one file. Returns the entries and the length of the valid prefix;
 /// anything after it is a torn or corrupt tail.
-fn parse_file(data: &[u8]) -> (Vec<WalEntry>, usize) {
+pub(crate) fn parse_file(data: &[u8]) -> (Vec<WalEntry>, usize) {
     let mut entries = Vec::new();
     let mut pos = 0usize;
     while data.len() - pos >= ENTRY_HEADER_BYTES {
@@ -167,6 +190,7 @@ impl Wal {
             }
         }
         firsts.sort_unstable();
+        let (incarnation, new_incarnation) = read_or_create_incarnation(&settings.dir)?;
         let mut entries = Vec::new();
         let mut files = Vec::new();
         let mut next_sequence = 0u64;
@@ -207,6 +231,10 @@ impl Wal {
             durable_sequence: AtomicU64::new(next_sequence),
             failed: AtomicBool::new(false),
             total_bytes: AtomicU64::new(total),
+            sink: std::sync::OnceLock::new(),
+            written_bytes: AtomicU64::new(0),
+            incarnation,
+            new_incarnation,
         });
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let settings = Arc::new(settings);
@@ -278,6 +306,36 @@ impl Wal {
         self.shared.durable_sequence.load(Ordering::Acquire)
     }
 
+    /// Every whole entry on disk with a sequence at or after `from` (blocking: reads files).
+    pub fn read_from(&self, from: u64) -> Result<Vec<WalEntry>> {
+        let paths: Vec<PathBuf> = self
+            .shared
+            .files
+            .lock()
+            .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
+            .iter()
+            .map(|f| f.path.clone())
+            .collect();
+        let mut out = Vec::new();
+        for path in paths {
+            let mut data = Vec::new();
+            match File::open(&path) {
+                Ok(mut f) => f.read_to_end(&mut data)?,
+                // Trimmed meanwhile: everything in it was sealed.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let (entries, _) = parse_file(&data);
+            out.extend(entries.into_iter().filter(|e| e.sequence >= from));
+        }
+        Ok(out)
+    }
+
+    /// Bytes written since the WAL was opened.
+    pub fn written_bytes(&self) -> u64 {
+        self.shared.written_bytes.load(Ordering::Relaxed)
+    }
+
     /// Bytes the WAL holds on disk.
     pub fn bytes(&self) -> u64 {
         self.shared.total_bytes.load(Ordering::Acquire)
@@ -307,6 +365,47 @@ impl Wal {
     /// The directory the WAL lives in.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// Identifies this life of the WAL directory: created with the directory, so a broker
+    /// whose disk was lost comes back with a new one (its sequences restart, and replicas
+    /// keep the old incarnation's entries apart).
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation
+    }
+
+    /// Whether this start created the incarnation (an empty or lost WAL directory).
+    pub fn is_new_incarnation(&self) -> bool {
+        self.shared.new_incarnation
+    }
+
+    /// Installs the sink that sees every write group (replication); set once.
+    pub fn set_group_sink(&self, sink: GroupSink) {
+        let _ = self.shared.sink.set(sink);
+    }
+}
+
+fn read_or_create_incarnation(dir: &Path) -> Result<(u64, bool)> {
+    let path = dir.join(INCARNATION_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match u64::from_str_radix(text.trim(), 16) {
+            Ok(n) => Ok((n, false)),
+            Err(_) => Err(Error::Internal(format!(
+                "{} does not hold a hex incarnation: {text:?}",
+                path.display()
+            ))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let n = uuid::Uuid::new_v4().as_u64_pair().0;
+            let tmp = dir.join("incarnation.tmp");
+            let mut f = File::create(&tmp)?;
+            f.write_all(format!("{n:016x}\n").as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            File::open(dir)?.sync_all()?;
+            Ok((n, true))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -361,6 +460,9 @@ impl Writer {
             buf.extend_from_slice(&a.payload);
             callbacks.push((sequence, a.on_durable));
             queued.push(a.queued);
+        }
+        if let Some(sink) = self.shared.sink.get() {
+            sink(first_sequence, self.next_sequence, &buf);
         }
         let written = self.write_and_sync(first_sequence, &buf);
         drop(queued);
@@ -429,6 +531,9 @@ impl Writer {
         self.shared
             .total_bytes
             .fetch_add(buf.len() as u64, Ordering::AcqRel);
+        self.shared
+            .written_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -41,6 +41,8 @@ async fn setup() -> (
             flush_interval: Duration::from_secs(3600),
             flush_bytes: 1 << 30,
             partition_tail_bytes: 0,
+            durability: Default::default(),
+            replication: Default::default(),
         },
         metadata.clone(),
         objects::local(&dir.path().join("objects")).expect("objects"),

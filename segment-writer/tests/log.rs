@@ -23,6 +23,8 @@ fn settings(dir: &Path) -> LogSettings {
         flush_interval: Duration::from_secs(3600),
         flush_bytes: 1 << 30,
         partition_tail_bytes: 0,
+        durability: Default::default(),
+        replication: Default::default(),
     }
 }
 
@@ -251,4 +253,150 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .expect("catalog")
         .expect("entry");
     assert_eq!((last.last_offset, last.leader_epoch), (2, 1));
+}
+
+#[tokio::test]
+async fn a_forgotten_partition_keeps_its_unsealed_data_in_the_wal_until_reopened() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
+    let topic = metadata
+        .create_topic(
+            TopicSpec {
+                name: "held".into(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            },
+            1,
+        )
+        .await
+        .expect("topic");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("p0");
+    for i in 0..4 {
+        log.append(&p, &make_batch(2, 1000 + i), 1 << 20, false, Acks::All)
+            .await
+            .expect("append");
+    }
+    // As after a lost lease whose seal failed: memory is dropped, nothing was uploaded.
+    log.forget_where(|_| true);
+    // Seals (and the WAL trim that follows) must not drop the held entries.
+    log.seal_once().await.expect("seal");
+    log.release_holds().await.expect("release");
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    let r = log.read(&p, 0, 1 << 20, true).await.expect("read");
+    assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6]);
+    assert!(log.seal_once().await.expect("seal") > 0);
+}
+
+#[tokio::test]
+async fn direct_durability_acks_after_the_upload_and_keeps_no_wal() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
+    let topic = metadata
+        .create_topic(
+            TopicSpec {
+                name: "direct".into(),
+                partitions: 1,
+                replication_factor: 1,
+                // The object store keeps the copies: no WAL copies are asked for.
+                configs: BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]),
+            },
+            1,
+        )
+        .await
+        .expect("topic");
+    let mut s = settings(dir.path());
+    s.durability = oxbow_segment_writer::Durability::Direct;
+    let store = objects::local(&dir.path().join("objects")).expect("object store");
+    let log = LogManager::open(s, metadata.clone(), store, ReadCache::new(1 << 20))
+        .await
+        .expect("open");
+    let p = log.partition(&topic, 0).await.expect("p0");
+    let pending = log
+        .enqueue(&p, &make_batch(3, 1000), 1 << 20, false, Acks::All)
+        .await
+        .expect("enqueue");
+    // Not visible, not acknowledged, until sealed.
+    assert_eq!(
+        p.offsets().expect("offsets").1,
+        0,
+        "high watermark before the seal"
+    );
+    let waiter = tokio::spawn(pending.wait());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "acked before the upload");
+    assert!(log.seal_once().await.expect("seal") > 0);
+    let appended = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("acked after the seal")
+        .expect("task")
+        .expect("append");
+    assert_eq!(appended.base_offset, 0);
+    assert_eq!(p.offsets().expect("offsets").1, 3);
+    let last = metadata
+        .catalog_last(topic.topic_id, 0)
+        .await
+        .expect("catalog")
+        .expect("catalogued");
+    assert_eq!(last.next_offset(), 3);
+    assert!(
+        !dir.path().join("wal").exists(),
+        "no WAL directory in direct mode"
+    );
+}
+
+#[tokio::test]
+async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
+    let topic = metadata
+        .create_topic(
+            TopicSpec {
+                name: "idem".into(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            },
+            1,
+        )
+        .await
+        .expect("topic");
+    let batches: Vec<Vec<u8>> = (0..3)
+        .map(|i| batch::testing::make_idempotent_batch(2, 1000, 77, 0, i * 2))
+        .collect();
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        for b in &batches {
+            log.append(&p, b, 1 << 20, false, Acks::All)
+                .await
+                .expect("append");
+        }
+        assert!(log.seal_once().await.expect("seal") > 0);
+    }
+    // A new leader (here: a fresh log whose WAL holds nothing unsealed) opens the partition.
+    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    let retry = log
+        .append(&p, &batches[2], 1 << 20, false, Acks::All)
+        .await
+        .expect("retry");
+    assert!(retry.duplicate, "the retry is recognised");
+    assert_eq!(retry.base_offset, 4);
+    let next = log
+        .append(
+            &p,
+            &batch::testing::make_idempotent_batch(1, 1000, 77, 0, 6),
+            1 << 20,
+            false,
+            Acks::All,
+        )
+        .await
+        .expect("next in sequence");
+    assert_eq!(next.base_offset, 6);
 }

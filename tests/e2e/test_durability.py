@@ -26,6 +26,15 @@ from helpers import (
 )
 
 
+@pytest.fixture(params=["wal", pytest.param("direct", marks=pytest.mark.oxbow_only)])
+def broker(request, broker_factory):
+    """Every test here runs in both durability modes: `wal` (acks after the WAL fsync) and
+    `direct` (no WAL; acks after the object PUT and catalog commit)."""
+    if request.param == "direct":
+        return broker_factory(extra_args=["--durability", "direct", "--flush-interval", "50ms"])
+    return broker_factory()
+
+
 class BackgroundProducer(threading.Thread):
     """Produces numbered records (acks=all, no idempotence) until stopped, noting every
     delivery report: (partition, offset) for successes, the error for failures."""
@@ -154,6 +163,8 @@ def test_acks_all_then_kill9_immediately(broker):
     at = {(r.partition, r.offset): r.value for recs in records.values() for r in recs}
     assert all(at.get((r.partition, r.offset)) == r.value for r in reports)
     assert len(at) == 2000
+    if "direct" in broker.options.get("extra_args", []):
+        assert not (broker.data_dir / "wal").exists(), "direct durability keeps no WAL"
 
 
 def test_sigterm_exits_zero_and_restart_keeps_topics_records_offsets(broker):

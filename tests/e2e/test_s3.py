@@ -10,91 +10,22 @@ change past its S3 client's retry window (a few seconds).
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from brokers import REPO_ROOT, free_ports
+from brokers import free_ports
+from cluster import BUCKET, s3_env
+from cluster import MotoServer as Moto
 from helpers import assert_dense, consume_partitions, create_topic, produce_all, producer, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
 
 OUTAGE_S = 15.0
-BUCKET = "oxbow-e2e"
-
-
-def moto_bin() -> str:
-    venv = REPO_ROOT / ".venv" / "bin" / "moto_server"
-    if venv.is_file():
-        return str(venv)
-    found = shutil.which("moto_server")
-    if not found:
-        pytest.fail("moto_server not found: run `scripts/test.sh setup` (installs tests/e2e/requirements.txt)")
-    return found
-
-
-class Moto:
-    """`moto_server` on a free loopback port, with one bucket."""
-
-    def __init__(self, workdir: Path):
-        (self.port,) = free_ports(1)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "moto.log"
-        self.sizes: dict[str, str] = {}  # key -> size, from the last listings
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [moto_bin(), "-H", "127.0.0.1", "-p", str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            wait_until(self._up, timeout=30, what="moto_server answering")
-            r = requests.put(f"{self.url}/{BUCKET}", timeout=10)
-            assert r.status_code == 200, r.text
-        except BaseException:
-            self.close()
-            raise
-
-    def _up(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"moto_server exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-        try:
-            requests.get(f"{self.url}/", timeout=1)
-            return True
-        except requests.RequestException:
-            return False
-
-    def keys(self, prefix: str = "") -> list[str]:
-        """Every key in the bucket under prefix (ListObjectsV2, following continuation)."""
-        keys: list[str] = []
-        params = {"list-type": "2", "prefix": prefix}
-        while True:
-            r = requests.get(f"{self.url}/{BUCKET}", params=params, timeout=10)
-            assert r.status_code == 200, r.text
-            keys += re.findall(r"<Key>([^<]*)</Key>", r.text)
-            self.sizes.update(re.findall(r"<Key>([^<]*)</Key>.*?<Size>(\d+)</Size>", r.text, re.S))
-            token = re.search(r"<NextContinuationToken>([^<]*)</NextContinuationToken>", r.text)
-            if not token:
-                return keys
-            params["continuation-token"] = token.group(1)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 class CuttableProxy:
@@ -204,18 +135,6 @@ def proxy(moto):
     p = CuttableProxy(moto.port)
     yield p
     p.close()
-
-
-def s3_env(port: int) -> dict[str, str]:
-    return {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "RUST_LOG": os.environ.get("RUST_LOG", "info"),
-    }
 
 
 def metrics(broker) -> dict[str, float]:

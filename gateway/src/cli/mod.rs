@@ -10,11 +10,13 @@
 //! - [`produce`]: `oxbow produce TOPIC` reads records from stdin, one per line
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
 //! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
+//! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
 
 use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
+pub mod cluster;
 pub mod consume;
 pub mod groups;
 #[cfg(test)]
@@ -22,6 +24,7 @@ mod live_tests;
 pub mod produce;
 pub mod topics;
 
+pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;
 pub use produce::ProduceArgs;

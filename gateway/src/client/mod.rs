@@ -13,6 +13,7 @@
 //! - [`frame`], [`versions`], [`requests`], [`records`], [`metadata`]: sans-I/O pieces
 //!   (framing, version negotiation, request builders, record batches, typed metadata).
 //! - [`partitioner`]: the Java client's murmur2 key partitioner, shared with the HTTP API.
+//! - [`cluster`]: partition reassignment (steering leadership) for `oxbow partitions`.
 //! - [`groups`]: consumer-group admin (find coordinator, list, describe, delete groups,
 //!   fetch and commit a group's offsets) for `oxbow groups`.
 //! - [`error`]: the [`ClientError`] type.
@@ -38,6 +39,7 @@
 //! ```
 
 mod admin;
+pub mod cluster;
 pub mod connection;
 mod data;
 pub mod error;

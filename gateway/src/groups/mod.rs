@@ -4,7 +4,11 @@
 //! Each group's state machine ([`group::Group`]) is pure; this driver holds one per group
 //! behind a mutex, parks JoinGroup and SyncGroup requests until their answers are ready,
 //! and runs a ticker for session and rebalance timeouts. On one node this broker
-//! coordinates every group.
+//! coordinates every group; in a cluster, the groups `cluster::placement::coordinator_for`
+//! gives it (the Kafka handlers answer NOT_COORDINATOR for the others), and when membership
+//! changes it drops the groups it no longer coordinates ([`Coordinator::retain_groups`]):
+//! members re-find their coordinator and rejoin there, and committed offsets are read back
+//! from the metadata service, where every commit was written through.
 //!
 //! Committed offsets are written through to the metadata service (one write per
 //! OffsetCommit request, carrying all its partitions) and cached per group, so OffsetFetch
@@ -125,6 +129,30 @@ impl Coordinator {
                 }))
             })
             .clone()
+    }
+
+    /// Keeps only the groups `keep` accepts (the ones this broker still coordinates):
+    /// the others' members lose their parked JoinGroup/SyncGroup waits (answered
+    /// REBALANCE_IN_PROGRESS, then NOT_COORDINATOR on retry), and their cached offsets go,
+    /// so a group that comes back later is read fresh from the metadata service.
+    pub fn retain_groups(&self, keep: impl Fn(&str) -> bool) {
+        let dropped: Vec<String> = match self.groups.lock() {
+            Ok(mut g) => {
+                let gone: Vec<String> = g.keys().filter(|id| !keep(id)).cloned().collect();
+                g.retain(|id, _| keep(id));
+                gone
+            }
+            Err(_) => Vec::new(),
+        };
+        if let Ok(mut o) = self.offsets.lock() {
+            o.retain(|id, _| keep(id));
+        }
+        if !dropped.is_empty() {
+            tracing::info!(
+                groups = dropped.len(),
+                "no longer coordinating some groups (membership changed)"
+            );
+        }
     }
 
     fn existing(&self, group_id: &str) -> Option<Arc<Mutex<Slot>>> {

@@ -48,6 +48,8 @@ pub async fn start(auto_create_topics: bool) -> Server {
         flush_interval: Duration::from_secs(3600),
         flush_bytes: 1 << 30,
         partition_tail_bytes: 1 << 20,
+        durability: Default::default(),
+        replication: Default::default(),
     };
     let store = objects::local(&dir.path().join("objects")).expect("object store");
     let log = LogManager::open(

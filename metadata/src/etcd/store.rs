@@ -2,7 +2,7 @@
 //! transaction, retried as a whole by [`EtcdStore::call`].
 
 use super::{is_lease_not_found, Attempt, EtcdStore};
-use crate::catalog::{CatalogCommit, CatalogEntry};
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
 use crate::error::{Error, Result};
 use crate::group::{validate_group_id, CommittedOffset, GroupRecord};
 use crate::keys::{self, prefix_end, topic::TopicRecord};
@@ -12,6 +12,7 @@ use crate::topic::{
     TopicSpec,
 };
 use crate::types::{BrokerId, Offset, PartitionId, TopicId, TopicPartition};
+use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
 use bytes::Bytes;
 use etcd_client::{
@@ -54,6 +55,20 @@ fn unchanged(key: &str, kv: Option<&KeyValue>) -> Compare {
 
 fn default_partition(partition: PartitionId, leader: BrokerId) -> PartitionState {
     PartitionState::new(partition, leader)
+}
+
+/// A placement needs at least one leader.
+fn check_leaders(leaders: &[BrokerId]) -> Result<()> {
+    if leaders.is_empty() {
+        return Err(Error::InvalidRequest(
+            "a placement needs at least one leader".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn leader_of(leaders: &[BrokerId], partition: PartitionId) -> BrokerId {
+    crate::topic::placed_leader(leaders, partition).expect("leaders checked non-empty")
 }
 
 /// A topic record plus its stored partition states → the topic as callers see it.
@@ -366,6 +381,144 @@ fn last_opts(prefix: &str) -> GetOptions {
         .with_limit(1)
 }
 
+// ---- segment catalog: compaction (replace_catalog_entries) ----
+
+impl EtcdStore {
+    /// One replace attempt: one snapshot read, checks, then one transaction. `Ok(false)`:
+    /// the transaction's compares failed (something changed since the read); read again.
+    async fn try_replace_catalog(
+        &self,
+        c: &mut Client,
+        r: &CatalogReplace,
+    ) -> std::result::Result<bool, Attempt> {
+        let root = &self.root;
+        let tp = r.fence.topic_partition;
+        let id_key = keys::topic_id::ser_key(root, tp.topic_id);
+        let part_key = keys::partition::ser_key(root, tp.topic_id, tp.partition);
+        // Every key of the run (old or new) lies in [base, last]; no other does.
+        let first_key = keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.base_offset());
+        let last_key = keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.last_offset());
+        let mut range_end = last_key.into_bytes();
+        range_end.push(0);
+        // One more than either side holds, so an extra stored key shows.
+        let limit = r.old.len().max(r.new.len()) + 1;
+        let read = c
+            .txn(
+                Txn::new().and_then([
+                    TxnOp::get(id_key.clone(), None),
+                    TxnOp::get(part_key.clone(), None),
+                    TxnOp::get(
+                        first_key.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_range(range_end.clone())
+                                .with_limit(limit as i64),
+                        ),
+                    ),
+                ]),
+            )
+            .await?;
+        let revision = read.header().map(|h| h.revision()).unwrap_or(0);
+        let mut gets = read.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(g) => Ok(g),
+            _ => Err(Attempt::Done(Error::Storage(
+                "etcd answered a get with something else".into(),
+            ))),
+        });
+        let mut next = || {
+            gets.next().unwrap_or_else(|| {
+                Err(Attempt::Done(Error::Storage(
+                    "etcd answered too few gets".into(),
+                )))
+            })
+        };
+        let (id, part, run) = (next()?, next()?, next()?);
+        let Some(id_kv) = first(&id) else {
+            return Err(Error::UnknownTopic(tp.topic_id.to_string()).into());
+        };
+        let name = keys::topic_id::deser_value(id_kv.key(), id_kv.value())?;
+        let part_kv = first(&part);
+        let current = match part_kv {
+            Some(kv) => keys::partition::deser_value(kv.key(), kv.value())?.leader_epoch,
+            None => 0,
+        };
+        if current != r.fence.leader_epoch {
+            return Err(Error::Fenced {
+                topic_partition: format!("{name}-{}", tp.partition),
+                current,
+                held: r.fence.leader_epoch,
+            }
+            .into());
+        }
+        let mut stored = Vec::with_capacity(run.kvs().len());
+        for kv in run.kvs() {
+            stored.push(keys::catalog::deser_value(kv.key(), kv.value())?);
+        }
+        if stored == r.new {
+            // A retry whose first attempt landed.
+            return Ok(true);
+        }
+        let (Some(first_kv), Some(last_kv)) = (run.kvs().first(), run.kvs().last()) else {
+            return Err(Error::Conflict(format!(
+                "catalog run {name}-{} offsets {}..={} is gone",
+                tp.partition,
+                r.base_offset(),
+                r.last_offset()
+            ))
+            .into());
+        };
+        if stored != r.old {
+            return Err(Error::Conflict(format!(
+                "catalog run {name}-{} offsets {}..={} is not the one to replace (stored: {} entries, expected {})",
+                tp.partition,
+                r.base_offset(),
+                r.last_offset(),
+                stored.len(),
+                r.old.len()
+            ))
+            .into());
+        }
+        // The run is exactly `old` at `revision`. It is still exactly `old` at commit if no
+        // key in its range was created or changed since (one range compare, whatever the
+        // run's length) and its first and last keys are still there: every way an entry
+        // leaves the catalog (retention from the front, another replace, which puts a key
+        // at its own run's start, topic deletion) removes one of them or adds a key inside
+        // the range.
+        let compares = vec![
+            unchanged(&id_key, Some(id_kv)),
+            unchanged(&part_key, part_kv),
+            Compare::mod_revision(first_key.clone(), CompareOp::Less, revision + 1)
+                .with_range(range_end.clone()),
+            Compare::mod_revision(first_kv.key(), CompareOp::Equal, first_kv.mod_revision()),
+            Compare::mod_revision(last_kv.key(), CompareOp::Equal, last_kv.mod_revision()),
+        ];
+        // The old run goes in DeleteRanges, whatever its length: etcd refuses a put inside
+        // a range deleted by the same transaction, so the ranges are the gaps between the
+        // new entries' keys (which the puts overwrite): (new[i], new[i+1]) and
+        // (new[last], run end].
+        let mut ops = Vec::with_capacity(2 * r.new.len());
+        for (i, e) in r.new.iter().enumerate() {
+            let key = keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset);
+            let mut after = key.clone().into_bytes();
+            after.push(0);
+            let gap_end = match r.new.get(i + 1) {
+                Some(n) => keys::catalog::ser_key(root, n.topic_id, n.partition, n.base_offset)
+                    .into_bytes(),
+                None => range_end.clone(),
+            };
+            ops.push(TxnOp::put(key, keys::catalog::ser_value(e)?, None));
+            ops.push(TxnOp::delete(
+                after,
+                Some(DeleteOptions::new().with_range(gap_end)),
+            ));
+        }
+        let resp = c.txn(Txn::new().when(compares).and_then(ops)).await?;
+        Ok(resp.succeeded())
+    }
+}
+
+// ---- end of replace_catalog_entries helpers ----
+
 fn lease_ttl_secs(ttl: Duration) -> Result<i64> {
     if ttl < LEASE_TTL_MIN {
         return Err(Error::InvalidRequest(format!(
@@ -444,17 +597,22 @@ impl MetadataStore for EtcdStore {
         self.subscribe_brokers().await
     }
 
-    async fn create_topic(&self, spec: TopicSpec, leader: BrokerId) -> Result<TopicMetadata> {
+    async fn create_topic_with_leaders(
+        &self,
+        spec: TopicSpec,
+        leaders: &[BrokerId],
+    ) -> Result<TopicMetadata> {
         validate_topic_name(&spec.name)?;
         validate_partition_count(spec.partitions)?;
         let configs = TopicConfigs::validated(spec.configs.clone())?;
+        check_leaders(leaders)?;
         let topic = TopicMetadata {
             name: spec.name.clone(),
             topic_id: TopicId::new_random(),
             replication_factor: spec.replication_factor,
             configs,
             partitions: (0..spec.partitions)
-                .map(|p| default_partition(p, leader))
+                .map(|p| default_partition(p, leader_of(leaders, p)))
                 .collect(),
             created_at_ms: now_ms(),
         };
@@ -557,13 +715,14 @@ impl MetadataStore for EtcdStore {
         .await
     }
 
-    async fn create_partitions(
+    async fn create_partitions_with_leaders(
         &self,
         name: &str,
         total: i32,
-        leader: BrokerId,
+        leaders: &[BrokerId],
     ) -> Result<TopicMetadata> {
         validate_partition_count(total)?;
+        check_leaders(leaders)?;
         let root = &self.root;
         self.call("create partitions", |mut c| async move {
             for _ in 0..CAS_ATTEMPTS {
@@ -580,12 +739,12 @@ impl MetadataStore for EtcdStore {
                 }
                 topic
                     .partitions
-                    .extend((current..total).map(|p| default_partition(p, leader)));
+                    .extend((current..total).map(|p| default_partition(p, leader_of(leaders, p))));
                 let key = keys::topic::ser_key(root, name);
                 let value = keys::topic::ser_value(&TopicRecord {
                     initial_leaders: {
                         let mut l = keys::topic::deser_value(kv.key(), kv.value())?.initial_leaders;
-                        l.extend((current..total).map(|_| leader));
+                        l.extend((current..total).map(|p| leader_of(leaders, p)));
                         l
                     },
                     ..TopicRecord::from_metadata(&topic)
@@ -793,6 +952,26 @@ impl MetadataStore for EtcdStore {
         .await
     }
 
+    // ---- segment catalog: compaction (replace_catalog_entries) ----
+
+    async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()> {
+        // Validation caps the new entries at REPLACE_NEW_ENTRIES_MAX: each is one put plus
+        // one DeleteRange (see `try_replace_catalog`), within TXN_OPS_MAX.
+        replace.validate()?;
+        let replace = &replace;
+        self.call("replace catalog entries", |mut c| async move {
+            for _ in 0..CAS_ATTEMPTS {
+                if self.try_replace_catalog(&mut c, replace).await? {
+                    return Ok(());
+                }
+            }
+            Err(Error::Conflict("catalog replace kept losing to concurrent changes".into()).into())
+        })
+        .await
+    }
+
+    // ---- end of replace_catalog_entries ----
+
     async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
         validate_group_id(group_id)?;
         let root = &self.root;
@@ -979,6 +1158,92 @@ impl MetadataStore for EtcdStore {
         })
         .await
     }
+
+    // ---- WAL replica sets ----
+
+    async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>> {
+        let key = keys::wal_replicas::ser_key(&self.root, broker);
+        let key = &key;
+        self.call("read WAL replica set", |mut c| async move {
+            let resp = c.get(key.clone(), None).await?;
+            match first(&resp) {
+                Some(kv) => Ok(Some(keys::wal_replicas::deser_value(kv.key(), kv.value())?)),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn put_wal_replica_set(
+        &self,
+        set: WalReplicaSet,
+        expected_version: Option<u64>,
+    ) -> Result<WalReplicaSet> {
+        set.validate()?;
+        let broker = set.broker_id;
+        let key = keys::wal_replicas::ser_key(&self.root, broker);
+        let (key, set) = (&key, &set);
+        self.call("write WAL replica set", |mut c| async move {
+            for _ in 0..CAS_ATTEMPTS {
+                let resp = c.get(key.clone(), None).await?;
+                let kv = first(&resp);
+                let current = match kv {
+                    Some(kv) => Some(keys::wal_replicas::deser_value(kv.key(), kv.value())?.version),
+                    None => None,
+                };
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "WAL replica set of broker {broker} (version {current:?}, expected {expected_version:?})"
+                    ))
+                    .into());
+                }
+                let stored = WalReplicaSet {
+                    version: expected_version.unwrap_or(0) + 1,
+                    ..set.clone()
+                };
+                let txn = Txn::new().when([unchanged(key, kv)]).and_then([TxnOp::put(
+                    key.clone(),
+                    keys::wal_replicas::ser_value(&stored)?,
+                    None,
+                )]);
+                if c.txn(txn).await?.succeeded() {
+                    return Ok(stored);
+                }
+            }
+            Err(Error::Conflict(format!("WAL replica set of broker {broker}")).into())
+        })
+        .await
+    }
+
+    async fn delete_wal_replica_set(&self, broker: BrokerId, expected_version: u64) -> Result<()> {
+        let key = keys::wal_replicas::ser_key(&self.root, broker);
+        let key = &key;
+        self.call("delete WAL replica set", |mut c| async move {
+            for _ in 0..CAS_ATTEMPTS {
+                let resp = c.get(key.clone(), None).await?;
+                let Some(kv) = first(&resp) else {
+                    return Err(Error::UnknownWalReplicaSet(broker).into());
+                };
+                let current = keys::wal_replicas::deser_value(kv.key(), kv.value())?.version;
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "WAL replica set of broker {broker} (version {current}, expected {expected_version})"
+                    ))
+                    .into());
+                }
+                let txn = Txn::new()
+                    .when([unchanged(key, Some(kv))])
+                    .and_then([TxnOp::delete(key.clone(), None)]);
+                if c.txn(txn).await?.succeeded() {
+                    return Ok(());
+                }
+            }
+            Err(Error::Conflict(format!("WAL replica set of broker {broker}")).into())
+        })
+        .await
+    }
+
+    // ---- end WAL replica sets ----
 
     async fn campaign(&self, candidate: BrokerId, lease: LeaseId) -> Result<BrokerId> {
         let key = keys::controller::ser_key(&self.root);

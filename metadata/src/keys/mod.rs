@@ -12,6 +12,7 @@
 //! | [`counter`]     | `counters/{name}`                                      | `{"next"}`                 | no               |
 //! | [`offset`]      | `offsets/{group}/{topic}/{partition:010}`              | `CommittedOffset`          | no               |
 //! | [`group`]       | `groups/{group}`                                       | group record               | no               |
+//! | [`wal_replicas`]| `wal_replicas/{broker_id:010}`                         | `WalReplicaSet`            | no               |
 //! | [`controller`]  | `controller`                                           | `{"broker_id"}`            | yes              |
 //!
 //! Topics, their ids and their partition states share the `topics/` prefix so one etcd
@@ -40,6 +41,7 @@ pub mod offset;
 pub mod partition;
 pub mod topic;
 pub mod topic_id;
+pub mod wal_replicas;
 
 use crate::error::{Error, Result};
 

@@ -415,6 +415,8 @@ mod tests {
                 flush_interval: Duration::from_secs(3600),
                 flush_bytes: 1 << 30,
                 partition_tail_bytes: 1 << 20,
+                durability: Default::default(),
+                replication: Default::default(),
             },
             metadata.clone(),
             objects::local(&dir.join("objects")).expect("object store"),

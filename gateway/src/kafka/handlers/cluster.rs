@@ -1,8 +1,12 @@
-//! DescribeCluster and FindCoordinator. On one node this broker is the controller and the
-//! coordinator of every group.
+//! DescribeCluster and FindCoordinator, for the whole cluster: every live broker (rack =
+//! its `--az`), the elected controller, and each group's coordinator — the live broker
+//! `cluster::placement::coordinator_for` picks (rendezvous hashing of the group id), so every
+//! broker gives the same answer. On one node this broker is all of them.
 
+use super::metadata::{controller_id, live_brokers};
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::cluster::split_host_port;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -22,17 +26,36 @@ pub fn describe(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeCl
     let s = &broker.settings;
     let r = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&s.cluster_id))
-        .with_controller_id(BrokerId(s.broker_id))
+        .with_controller_id(BrokerId(controller_id(broker)))
         .with_endpoint_type(req.endpoint_type);
     if req.endpoint_type != ENDPOINT_BROKERS {
         return r
             .with_error_code(ResponseError::UnsupportedEndpointType.code())
             .with_error_message(Some(str_bytes("only broker endpoints are exposed")));
     }
-    r.with_brokers(vec![DescribeClusterBroker::default()
-        .with_broker_id(BrokerId(s.broker_id))
-        .with_host(str_bytes(&s.advertised_host))
-        .with_port(s.advertised_port)])
+    r.with_brokers(
+        live_brokers(broker)
+            .into_iter()
+            .map(|(id, host, port, az)| {
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(id))
+                    .with_host(str_bytes(&host))
+                    .with_port(port)
+                    .with_rack(az.map(|a| str_bytes(&a)))
+            })
+            .collect(),
+    )
+}
+
+/// (node id, host, port) of the broker coordinating `group`, if it is reachable.
+fn coordinator_of(broker: &Broker, group: &str) -> Option<(i32, String, i32)> {
+    let s = &broker.settings;
+    let id = broker.cluster.coordinator_for(group);
+    if id == s.broker_id {
+        return Some((id, s.advertised_host.clone(), s.advertised_port));
+    }
+    let (host, port) = split_host_port(&broker.cluster.broker(id)?.kafka_addr)?;
+    Some((id, host, port))
 }
 
 pub fn find_coordinator(
@@ -40,35 +63,50 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let s = &broker.settings;
-    let (code, message) = if req.key_type == KEY_GROUP {
-        (0, None)
-    } else {
-        (
-            ResponseError::CoordinatorNotAvailable.code(),
-            Some(str_bytes("transactions are not supported yet")),
-        )
+    // (node, host, port, error code, message) for one key.
+    let answer = |key: &str| {
+        if req.key_type != KEY_GROUP {
+            return (
+                -1,
+                String::new(),
+                -1,
+                ResponseError::CoordinatorNotAvailable.code(),
+                Some(str_bytes("transactions are not supported yet")),
+            );
+        }
+        match coordinator_of(broker, key) {
+            Some((id, host, port)) => (id, host, port, 0, None),
+            None => (
+                -1,
+                String::new(),
+                -1,
+                ResponseError::CoordinatorNotAvailable.code(),
+                Some(str_bytes("the group's coordinator is not reachable yet")),
+            ),
+        }
     };
     if version >= 4 {
         let coordinators = req
             .coordinator_keys
-            .into_iter()
+            .iter()
             .map(|key| {
+                let (id, host, port, code, message) = answer(key);
                 Coordinator::default()
-                    .with_key(key)
-                    .with_node_id(BrokerId(s.broker_id))
-                    .with_host(str_bytes(&s.advertised_host))
-                    .with_port(s.advertised_port)
+                    .with_key(key.clone())
+                    .with_node_id(BrokerId(id))
+                    .with_host(str_bytes(&host))
+                    .with_port(port)
                     .with_error_code(code)
-                    .with_error_message(message.clone())
+                    .with_error_message(message)
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
+    let (id, host, port, code, message) = answer(&req.key);
     FindCoordinatorResponse::default()
         .with_error_code(code)
         .with_error_message(message.filter(|_| version >= 1))
-        .with_node_id(BrokerId(s.broker_id))
-        .with_host(str_bytes(&s.advertised_host))
-        .with_port(s.advertised_port)
+        .with_node_id(BrokerId(id))
+        .with_host(str_bytes(&host))
+        .with_port(port)
 }

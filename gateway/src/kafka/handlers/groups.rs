@@ -1,6 +1,11 @@
 //! The classic consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! ListGroups, DescribeGroups, DeleteGroups; and offsets: OffsetCommit, OffsetFetch,
 //! OffsetDelete. Membership logic lives in [`crate::groups`]; this maps wire fields.
+//!
+//! In a cluster each group has one coordinator (`cluster::placement::coordinator_for` over
+//! the live brokers); every group request for a group this broker does not coordinate is
+//! answered NOT_COORDINATOR, which clients handle by asking FindCoordinator again.
+//! ListGroups lists only the groups this broker coordinates (clients ask every broker).
 
 use super::{str_bytes, topic_name, Reply};
 use crate::broker::Broker;
@@ -36,6 +41,11 @@ fn group_id(id: &str) -> GroupId {
     GroupId(str_bytes(id))
 }
 
+/// `Some(NOT_COORDINATOR)` if another broker coordinates `group`.
+fn not_coordinator(broker: &Broker, group: &str) -> Option<i16> {
+    (!broker.coordinates(group)).then(|| ResponseError::NotCoordinator.code())
+}
+
 pub fn join(
     broker: &Arc<Broker>,
     req: JoinGroupRequest,
@@ -47,6 +57,15 @@ pub fn join(
     Reply::Later(
         async move {
             let id = req.group_id.0.to_string();
+            if let Some(code) = not_coordinator(&broker, &id) {
+                return ResponseKind::JoinGroup(
+                    JoinGroupResponse::default()
+                        .with_error_code(code)
+                        .with_generation_id(-1)
+                        .with_protocol_name((version < 7).then(|| str_bytes("")))
+                        .with_member_id(req.member_id.clone()),
+                );
+            }
             let join = JoinRequest {
                 member_id: req.member_id.to_string(),
                 instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
@@ -109,6 +128,9 @@ pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply 
     let broker = broker.clone();
     Reply::Later(
         async move {
+            if let Some(code) = not_coordinator(&broker, &req.group_id.0) {
+                return ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code));
+            }
             let r = broker
                 .coordinator
                 .sync(
@@ -136,6 +158,9 @@ pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply 
 }
 
 pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
+    if let Some(code) = not_coordinator(broker, &req.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(code);
+    }
     let code = broker.coordinator.heartbeat(
         &req.group_id.0,
         &req.member_id,
@@ -147,6 +172,9 @@ pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatRespon
 
 pub fn leave(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
     let id = req.group_id.0.to_string();
+    if let Some(code) = not_coordinator(broker, &id) {
+        return LeaveGroupResponse::default().with_error_code(code);
+    }
     if version < 3 {
         let code = broker.coordinator.leave(&id, &req.member_id, None);
         return LeaveGroupResponse::default().with_error_code(code);
@@ -178,6 +206,7 @@ pub async fn list(
             groups
                 .into_iter()
                 .filter(|(_, _, st)| states.is_empty() || states.contains(&st.to_lowercase()))
+                .filter(|(id, _, _)| broker.coordinates(id))
                 .map(|(id, pt, st)| {
                     let g = ListedGroup::default()
                         .with_group_id(group_id(&id))
@@ -210,6 +239,14 @@ pub async fn describe(
 ) -> DescribeGroupsResponse {
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
+        if let Some(code) = not_coordinator(broker, &id.0) {
+            groups.push(
+                DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(code),
+            );
+            continue;
+        }
         let view = broker.coordinator.describe(&id.0).await;
         groups.push({
             let d = DescribedGroup::default().with_group_id(id.clone());
@@ -253,7 +290,10 @@ pub async fn describe(
 pub async fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in &req.groups_names {
-        let code = broker.coordinator.delete(&id.0).await;
+        let code = match not_coordinator(broker, &id.0) {
+            Some(code) => code,
+            None => broker.coordinator.delete(&id.0).await,
+        };
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(id.clone())
@@ -269,12 +309,15 @@ pub async fn commit(
     version: i16,
 ) -> OffsetCommitResponse {
     let id = req.group_id.0.to_string();
-    let check = broker.coordinator.check_commit(
-        &id,
-        &req.member_id,
-        req.group_instance_id.as_deref(),
-        req.generation_id_or_member_epoch,
-    );
+    let check = match not_coordinator(broker, &id) {
+        Some(_) => Err(ResponseError::NotCoordinator),
+        None => broker.coordinator.check_commit(
+            &id,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            req.generation_id_or_member_epoch,
+        ),
+    };
     let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
     let mut to_store = Vec::new();
     for t in &req.topics {
@@ -350,6 +393,9 @@ async fn offsets_for(
     wanted: Option<Vec<(String, Vec<i32>)>>,
     version: i16,
 ) -> Result<Vec<(String, Vec<(i32, i64, i32, String)>)>, i16> {
+    if let Some(code) = not_coordinator(broker, group) {
+        return Err(code);
+    }
     let stored = broker.coordinator.fetch_offsets(group).await.map_err(|e| {
         tracing::warn!(group, error = %e, "offset fetch failed");
         ResponseError::CoordinatorNotAvailable.code()
@@ -476,6 +522,9 @@ pub async fn delete_offsets(
                 .map(|p| (t.name.0.to_string(), p.partition_index))
         })
         .collect();
+    if let Some(code) = not_coordinator(broker, &req.group_id.0) {
+        return OffsetDeleteResponse::default().with_error_code(code);
+    }
     match broker
         .coordinator
         .delete_offsets(&req.group_id.0, wanted)

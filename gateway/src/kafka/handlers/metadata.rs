@@ -1,9 +1,17 @@
 //! Metadata: brokers, and each topic's partitions with leader and leader epoch. Requested
 //! topics that do not exist are created when the client allows it and the broker's
 //! `--auto-create-topics` is on.
+//!
+//! Brokers are every live broker this broker sees (`cluster::ClusterView`), itself always
+//! included (it is answering); rack is the broker's `--az`. A partition whose stored leader
+//! has no live lease (between its death and the controller's failover) is reported with
+//! leader -1 and LEADER_NOT_AVAILABLE, the dead leader as an offline replica: clients wait
+//! and refresh instead of dialling a dead broker. Replicas and ISR are the leader alone:
+//! partitions have no follower replicas in Oxbow (durability is the WAL replicas and S3).
 
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
+use crate::cluster::split_host_port;
 use crate::error::BrokerError;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -13,24 +21,79 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use oxbow_metadata::TopicMetadata;
 use std::sync::Arc;
 
-pub fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
-    vec![MetadataResponseBroker::default()
-        .with_node_id(BrokerId(broker.settings.broker_id))
-        .with_host(str_bytes(&broker.settings.advertised_host))
-        .with_port(broker.settings.advertised_port)]
+/// Every live broker as (id, host, port, az), sorted by id, this broker always included.
+pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {
+    let s = &broker.settings;
+    let mut out: Vec<_> = broker
+        .cluster
+        .brokers()
+        .into_iter()
+        .filter(|b| b.broker_id != s.broker_id)
+        .filter_map(|b| {
+            let (host, port) = split_host_port(&b.kafka_addr)?;
+            Some((b.broker_id, host, port, b.az))
+        })
+        .collect();
+    let my_az = broker.cluster.broker(s.broker_id).and_then(|b| b.az);
+    out.push((
+        s.broker_id,
+        s.advertised_host.clone(),
+        s.advertised_port,
+        my_az,
+    ));
+    out.sort_by_key(|b| b.0);
+    out
 }
 
-pub fn describe_topic(topic: &TopicMetadata, version: i16) -> MetadataResponseTopic {
+/// The controller to report: the elected one if live, else this broker (admin clients send
+/// some requests to "the controller", and any Oxbow broker can serve them).
+pub fn controller_id(broker: &Broker) -> i32 {
+    broker
+        .cluster
+        .controller()
+        .filter(|c| broker.cluster.is_live(*c))
+        .unwrap_or(broker.settings.broker_id)
+}
+
+pub fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
+    live_brokers(broker)
+        .into_iter()
+        .map(|(id, host, port, az)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(&host))
+                .with_port(port)
+                .with_rack(az.map(|a| str_bytes(&a)))
+        })
+        .collect()
+}
+
+pub fn describe_topic(
+    broker: &Broker,
+    topic: &TopicMetadata,
+    version: i16,
+) -> MetadataResponseTopic {
+    let me = broker.settings.broker_id;
     let partitions = topic
         .partitions
         .iter()
         .map(|p| {
-            MetadataResponsePartition::default()
+            let r = MetadataResponsePartition::default()
                 .with_partition_index(p.partition)
-                .with_leader_id(BrokerId(p.leader))
                 .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
-                .with_replica_nodes(vec![BrokerId(p.leader)])
-                .with_isr_nodes(vec![BrokerId(p.leader)])
+                .with_replica_nodes(vec![BrokerId(p.leader)]);
+            if p.leader == me || broker.cluster.is_live(p.leader) {
+                r.with_leader_id(BrokerId(p.leader))
+                    .with_isr_nodes(vec![BrokerId(p.leader)])
+            } else {
+                r.with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_offline_replicas(if version >= 5 {
+                        vec![BrokerId(p.leader)]
+                    } else {
+                        Vec::new()
+                    })
+            }
         })
         .collect();
     MetadataResponseTopic::default()
@@ -61,7 +124,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         broker
             .topics()
             .iter()
-            .map(|t| describe_topic(t, version))
+            .map(|t| describe_topic(broker, t, version))
             .collect()
     } else {
         let mut out = Vec::new();
@@ -74,7 +137,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                     .ok_or_else(|| BrokerError::UnknownTopic(t.topic_id.to_string())),
             };
             out.push(match result {
-                Ok(topic) => describe_topic(&topic, version),
+                Ok(topic) => describe_topic(broker, &topic, version),
                 Err(e) => {
                     let mut r = topic_error(by_name.as_deref(), t.topic_id, &e);
                     if by_name.is_none() {
@@ -91,7 +154,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         // cluster_id exists from v2, controller_id from v1.
         .with_cluster_id((version >= 2).then(|| str_bytes(&broker.settings.cluster_id)))
         .with_controller_id(BrokerId(if version >= 1 {
-            broker.settings.broker_id
+            controller_id(broker)
         } else {
             -1
         }))

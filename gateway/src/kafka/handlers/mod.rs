@@ -11,6 +11,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod producer_id;
+mod reassign;
 mod topics;
 
 use crate::broker::Broker;
@@ -85,6 +86,12 @@ pub async fn handle(
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_id::init(broker, r).await)
+        }
+        RequestKind::AlterPartitionReassignments(r) => {
+            ResponseKind::AlterPartitionReassignments(reassign::alter(broker, r, v).await)
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            ResponseKind::ListPartitionReassignments(reassign::list(broker, r).await)
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)

@@ -1,0 +1,223 @@
+//! Every broker's view of the cluster, kept current from the metadata service.
+//!
+//! Two background loops per broker, each of the same shape: subscribe to a watch, list
+//! (subscribe first, so nothing falls between), apply every event, and subscribe and list
+//! again when the watch ends or every [`RECONCILE_EVERY`]:
+//! - [`run_membership`]: live brokers → [`super::ClusterView`] (Metadata, FindCoordinator,
+//!   placement). When membership changes, groups this broker no longer coordinates are
+//!   dropped from its coordinator (their members get NOT_COORDINATOR and re-find).
+//! - [`run_topic_follower`]: topics and partition states → the broker's topic cache. A
+//!   partition this broker has open but no longer leads (another leader, or a newer epoch)
+//!   is forgotten at once, so it answers NOT_LEADER_OR_FOLLOWER; a transfer request
+//!   (`transfer_to`) on a partition it leads goes to the handoff worker.
+
+use super::handoff::Handoff;
+use crate::broker::Broker;
+use oxbow_metadata::{BrokerEvent, PartitionState, TopicEvent, TopicId, TopicPartition};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use super::controller::RECONCILE_EVERY;
+
+/// Pause before subscribing again after the metadata service failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+async fn pause(shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(RETRY) => {}
+    }
+}
+
+/// Keeps [`Broker::cluster`] current until `shutdown`.
+pub async fn run_membership(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let metadata = broker.metadata.clone();
+    while !shutdown.is_cancelled() {
+        let mut watch = match metadata.watch_brokers().await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!(error = %e, "watching brokers failed; retrying");
+                pause(&shutdown).await;
+                continue;
+            }
+        };
+        match metadata.list_brokers().await {
+            Ok(list) => {
+                if broker.cluster.set_brokers(list) {
+                    membership_changed(&broker);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "listing brokers failed; retrying");
+                pause(&shutdown).await;
+                continue;
+            }
+        }
+        let relist = tokio::time::sleep(RECONCILE_EVERY);
+        tokio::pin!(relist);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = &mut relist => break,
+                event = watch.recv() => {
+                    let changed = match event {
+                        Some(BrokerEvent::Joined(b)) => {
+                            tracing::info!(broker = b.broker_id, az = ?b.az, addr = %b.kafka_addr, "broker joined");
+                            broker.cluster.joined(b)
+                        }
+                        Some(BrokerEvent::Left(id)) => {
+                            tracing::info!(broker = id, "broker left (lease ended)");
+                            broker.cluster.left(id)
+                        }
+                        None => break,
+                    };
+                    if changed {
+                        membership_changed(&broker);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn membership_changed(broker: &Broker) {
+    let me = broker.settings.broker_id;
+    let view = broker.cluster.clone();
+    broker
+        .coordinator
+        .retain_groups(|group| view.coordinator_for(group) == me);
+}
+
+/// Keeps the broker's topic cache current until `shutdown`, forgetting partitions it no
+/// longer leads and passing transfer requests to `handoffs`.
+pub async fn run_topic_follower(
+    broker: Arc<Broker>,
+    handoffs: mpsc::Sender<Handoff>,
+    shutdown: CancellationToken,
+) {
+    let metadata = broker.metadata.clone();
+    // Recoveries of partitions this broker was given with `recover_from` set.
+    let recoveries = TaskTracker::new();
+    run_topic_watch(&broker, &handoffs, &recoveries, &shutdown).await;
+    recoveries.close();
+    recoveries.wait().await;
+    drop(metadata);
+}
+
+async fn run_topic_watch(
+    broker: &Arc<Broker>,
+    handoffs: &mpsc::Sender<Handoff>,
+    recoveries: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    let metadata = broker.metadata.clone();
+    while !shutdown.is_cancelled() {
+        let mut watch = match metadata.watch_topics().await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!(error = %e, "watching topics failed; retrying");
+                pause(shutdown).await;
+                continue;
+            }
+        };
+        match metadata.list_topics().await {
+            Ok(list) => {
+                for t in broker.replace_topics(list) {
+                    for p in &t.partitions {
+                        follow(broker, t.topic_id, p, handoffs, recoveries);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "listing topics failed; retrying");
+                pause(shutdown).await;
+                continue;
+            }
+        }
+        let relist = tokio::time::sleep(RECONCILE_EVERY);
+        tokio::pin!(relist);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = &mut relist => break,
+                event = watch.recv() => match event {
+                    Some(TopicEvent::Changed(t)) => {
+                        let t = broker.apply_topic(t);
+                        for p in &t.partitions {
+                            follow(broker, t.topic_id, p, handoffs, recoveries);
+                        }
+                    }
+                    Some(TopicEvent::Deleted { topic_id, .. }) => broker.remove_topic(topic_id),
+                    Some(TopicEvent::PartitionChanged { topic_id, state }) => {
+                        if let Some(t) = broker.apply_partition(topic_id, state.clone()) {
+                            if let Some(p) = t.partition(state.partition) {
+                                follow(broker, topic_id, p, handoffs, recoveries);
+                            }
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+    }
+}
+
+/// Acts on one partition's current state: forget it if led elsewhere (or at a newer
+/// epoch), hand it over if asked to.
+fn follow(
+    broker: &Arc<Broker>,
+    topic_id: TopicId,
+    state: &PartitionState,
+    handoffs: &mpsc::Sender<Handoff>,
+    recoveries: &TaskTracker,
+) {
+    let me = broker.settings.broker_id;
+    let tp = TopicPartition::new(topic_id, state.partition);
+    if let Some(open) = broker.log.get(&tp) {
+        let open_epoch = open.leader_epoch().unwrap_or(i32::MAX);
+        if state.leader != me || state.leader_epoch > open_epoch {
+            tracing::info!(
+                partition = %format!("{}-{}", open.topic_name, state.partition),
+                leader = state.leader, leader_epoch = state.leader_epoch, open_epoch,
+                "no longer the leader; stopped serving the partition"
+            );
+            broker.forget_partition(tp);
+        }
+    }
+    if state.leader == me && state.recover_from.is_some() && broker.log.get(&tp).is_none() {
+        // Given a possibly dead broker's partition: recover its tail now, not at the first
+        // client request, so the dead broker's replicas can let go of it and the partition
+        // is ready when clients come back.
+        if let Some(topic) = broker.topic_by_id(topic_id.0) {
+            let broker = broker.clone();
+            let partition = state.partition;
+            recoveries.spawn(async move {
+                if let Err(e) = broker.log.partition(&topic, partition).await {
+                    tracing::warn!(error = %e, partition = %format!("{}-{partition}", topic.name),
+                        "recovering a moved partition failed; retried on first use");
+                }
+            });
+        }
+    }
+    if state.leader == me {
+        if let Some(to) = state.transfer_to.filter(|t| *t != me) {
+            let request = Handoff {
+                topic_id,
+                partition: state.partition,
+                to,
+                requested: true,
+            };
+            if handoffs.try_send(request).is_err() {
+                // Full: the controller withdraws the request after its timeout and asks
+                // again; nothing is lost by dropping it here.
+                tracing::warn!(
+                    partition = state.partition,
+                    "handoff queue full; transfer request dropped"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The cluster: several brokers sharing one metadata service and one object store.
+//!
+//! Responsibility: who leads which partition, who coordinates which consumer group, and
+//! moving leadership when brokers come and go — without copying data, because every
+//! sealed byte is in the object store and only a WAL tail is local.
+//!
+//! # Layout
+//! - [`placement`]: pure rules — leaders for new partitions, the moves that rebalance,
+//!   the coordinator of a group (rendezvous hashing).
+//! - [`controller_state`]: the controller's pure core, `step(event) -> Vec<Action>`: failover
+//!   of a dead broker's partitions, graceful-transfer requests for balance, their timeouts.
+//! - [`controller`]: its driver: campaign for the post (every broker), and while holding it
+//!   feed the core from broker/topic watches plus a periodic full re-list, and apply its
+//!   actions by compare-and-swap.
+//! - [`follower`]: every broker's view of the cluster — live brokers (for Metadata,
+//!   FindCoordinator) and topics with their leaders (the topic cache) — from watches plus
+//!   re-lists; it forgets partitions this broker no longer leads and passes transfer
+//!   requests addressed to this broker's partitions to [`handoff`].
+//! - [`handoff`]: graceful transfer by the current leader: close the partition's append
+//!   gate, wait until what was appended is durable, seal, move leadership by CAS (epoch +
+//!   1), forget. Also the SIGTERM handoff of everything this broker leads.
+//!
+//! Lifecycle: `server.rs` spawns the follower, the handoff worker and the controller on the
+//! broker's `TaskTracker`; the follower and handoff worker stop with the listeners, the
+//! controller stops (resigning the post) before the SIGTERM handoff so it does not fight it.
+
+pub mod controller;
+pub mod controller_state;
+pub mod follower;
+pub mod handoff;
+pub mod placement;
+
+use oxbow_metadata::{BrokerId, BrokerRegistration};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::RwLock;
+
+/// This broker's view of the live brokers and of the controller, kept current by
+/// [`follower::run_membership`] and [`controller::run_controller`]. Cheap to read on every
+/// request.
+pub struct ClusterView {
+    me: BrokerId,
+    brokers: RwLock<BTreeMap<BrokerId, BrokerRegistration>>,
+    /// The controller's id; -1 when unknown.
+    controller: AtomicI32,
+}
+
+impl ClusterView {
+    /// A view holding only `brokers` (this broker's own registration among them once
+    /// registered).
+    pub fn new(me: BrokerId, brokers: Vec<BrokerRegistration>) -> ClusterView {
+        ClusterView {
+            me,
+            brokers: RwLock::new(brokers.into_iter().map(|b| (b.broker_id, b)).collect()),
+            controller: AtomicI32::new(-1),
+        }
+    }
+
+    pub fn me(&self) -> BrokerId {
+        self.me
+    }
+
+    /// Replaces the live brokers (a full re-list). Returns whether the set of ids changed.
+    pub fn set_brokers(&self, brokers: Vec<BrokerRegistration>) -> bool {
+        let next: BTreeMap<_, _> = brokers.into_iter().map(|b| (b.broker_id, b)).collect();
+        match self.brokers.write() {
+            Ok(mut m) => {
+                let changed = !m.keys().eq(next.keys());
+                *m = next;
+                changed
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A broker registered (or re-registered). Returns whether it is new to the view.
+    pub fn joined(&self, b: BrokerRegistration) -> bool {
+        self.brokers
+            .write()
+            .map(|mut m| m.insert(b.broker_id, b).is_none())
+            .unwrap_or(false)
+    }
+
+    /// A broker's lease ended. Returns whether it was in the view.
+    pub fn left(&self, id: BrokerId) -> bool {
+        self.brokers
+            .write()
+            .map(|mut m| m.remove(&id).is_some())
+            .unwrap_or(false)
+    }
+
+    /// The live brokers, by id.
+    pub fn brokers(&self) -> Vec<BrokerRegistration> {
+        self.brokers
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Ids of the live brokers, sorted.
+    pub fn live_ids(&self) -> Vec<BrokerId> {
+        self.brokers
+            .read()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn is_live(&self, id: BrokerId) -> bool {
+        self.brokers
+            .read()
+            .map(|m| m.contains_key(&id))
+            .unwrap_or(false)
+    }
+
+    pub fn broker(&self, id: BrokerId) -> Option<BrokerRegistration> {
+        self.brokers.read().ok()?.get(&id).cloned()
+    }
+
+    /// The placement view of the live brokers.
+    pub fn nodes(&self) -> Vec<placement::Node> {
+        self.brokers()
+            .iter()
+            .map(|b| placement::Node::new(b.broker_id, b.az.as_deref()))
+            .collect()
+    }
+
+    /// The broker coordinating `group_id`. Before this broker has seen any registration
+    /// (the first moments of start-up) it is itself: a single node must never answer
+    /// NOT_COORDINATOR for its own groups.
+    pub fn coordinator_for(&self, group_id: &str) -> BrokerId {
+        let live = self.live_ids();
+        placement::coordinator_for(group_id, &live).unwrap_or(self.me)
+    }
+
+    pub fn controller(&self) -> Option<BrokerId> {
+        match self.controller.load(Ordering::Acquire) {
+            -1 => None,
+            id => Some(id),
+        }
+    }
+
+    pub fn set_controller(&self, id: Option<BrokerId>) {
+        self.controller.store(id.unwrap_or(-1), Ordering::Release);
+    }
+}
+
+/// `host:port` → (host, port), for a registration's `kafka_addr`.
+pub fn split_host_port(addr: &str) -> Option<(String, i32)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port: i32 = port.parse().ok()?;
+    Some((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(id: BrokerId) -> BrokerRegistration {
+        BrokerRegistration {
+            broker_id: id,
+            az: Some(format!("az{id}")),
+            kafka_addr: format!("127.0.0.1:{}", 9000 + id),
+            http_addr: String::new(),
+            internal_addr: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_view_follows_joins_and_departures() {
+        let v = ClusterView::new(1, vec![reg(1)]);
+        assert_eq!(v.coordinator_for("g"), 1);
+        assert!(v.joined(reg(2)));
+        assert!(!v.joined(reg(2)));
+        assert_eq!(v.live_ids(), vec![1, 2]);
+        assert!(v.left(2));
+        assert!(!v.is_live(2));
+        assert!(v.set_brokers(vec![reg(1), reg(3)]));
+        assert!(!v.set_brokers(vec![reg(3), reg(1)]));
+        // Nobody registered yet: this broker coordinates.
+        let empty = ClusterView::new(7, Vec::new());
+        assert_eq!(empty.coordinator_for("g"), 7);
+        assert_eq!(empty.controller(), None);
+        empty.set_controller(Some(3));
+        assert_eq!(empty.controller(), Some(3));
+    }
+
+    #[test]
+    fn addresses_split() {
+        assert_eq!(split_host_port("h:1"), Some(("h".into(), 1)));
+        assert_eq!(split_host_port("[::1]:9092"), Some(("::1".into(), 9092)));
+        assert_eq!(split_host_port("nope"), None);
+    }
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""acks=all on a 3-broker Oxbow cluster in 3 zones (real etcd, moto S3 on loopback):
+records/s, MB/s, produce latency p50/p99/p999, S3 PUTs per GiB ingested, and local disk
+bytes written (WAL + WAL replica copies) per produced byte — for `--durability wal` and
+`--durability direct`.
+
+Starts and stops everything itself (etcd, moto, brokers) through the e2e harness
+(tests/e2e/cluster.py). Usage, after `scripts/test.sh setup` and a release build:
+
+  OXBOW_BIN=target/release/oxbow .venv/bin/python loadtest/scripts/cluster_durability_bench.py \\
+      --durability wal --records 200000 [--rate 20000]
+
+Prints one JSON object. Latency is librdkafka's Message.latency() (produce() to delivery
+report); with --rate the producer is paced (open loop) so latency is measured at a known
+load, not at saturation where it only shows the client's queue. Bounded: every wait has a
+timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from cluster import Cluster, EtcdServer, MotoServer  # noqa: E402
+
+COUNTERS = (
+    "oxbow_appended_bytes_total",
+    "oxbow_objects_uploaded_total",
+    "oxbow_object_bytes_uploaded_total",
+    "oxbow_wal_written_bytes_total",
+    "oxbow_wal_replica_written_bytes_total",
+)
+
+
+def scrape(http: str) -> dict[str, float]:
+    text = requests.get(f"{http}/metrics", timeout=5).text
+    out = {}
+    for name in COUNTERS:
+        m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
+        out[name] = float(m.group(1)) if m else 0.0
+    return out
+
+
+def totals(cluster: Cluster) -> dict[str, float]:
+    sums = {n: 0.0 for n in COUNTERS}
+    for b in cluster.brokers:
+        for k, v in scrape(b.http).items():
+            sums[k] += v
+    return sums
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, int(round(p / 100.0 * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--durability", choices=["wal", "direct"], default="wal")
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=12)
+    ap.add_argument("--min-insync", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=0, help="records/s to pace at (0: as fast as possible)")
+    ap.add_argument("--flush-interval", default=None, help="default 250ms (wal) / 50ms (direct)")
+    ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--wal-replication-factor", type=int, default=3)
+    args = ap.parse_args()
+
+    flush = args.flush_interval or ("250ms" if args.durability == "wal" else "50ms")
+    work = Path(tempfile.mkdtemp(prefix="oxbow-cluster-bench-"))
+    for sub in ("etcd", "moto", "cluster"):
+        (work / sub).mkdir()
+    etcd = EtcdServer(work / "etcd")
+    moto = MotoServer(work / "moto")
+    cluster = Cluster(
+        work / "cluster",
+        etcd,
+        moto,
+        flush_interval=flush,
+        extra_args=["--durability", args.durability, "--wal-replication-factor", str(args.wal_replication_factor)],
+        log_format="json",
+    )
+    try:
+        for _ in range(3):
+            cluster.add_broker()
+        bootstrap = cluster.bootstrap
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics(
+            [NewTopic(topic, num_partitions=args.partitions, replication_factor=3, config={"min.insync.replicas": str(args.min_insync)})]
+        )[topic].result(30)
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "batch.size": 65536,
+                "message.timeout.ms": 60000,
+                "log_level": 3,
+            }
+        )
+        # Warm up until every partition takes an acks=all write (replicas in sync).
+        warm_errors = []
+        for part in range(args.partitions):
+            p.produce(topic, b"warm", partition=part, on_delivery=lambda e, m: e and warm_errors.append(e))
+        assert p.flush(60) == 0 and not warm_errors, warm_errors
+        before = totals(cluster)
+
+        payload = b"x" * args.record_size
+        latencies: list[float] = []
+        errors: list[str] = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(str(err))
+            else:
+                latencies.append(msg.latency())
+
+        start = time.monotonic()
+        deadline = start + args.timeout_s
+        for i in range(args.records):
+            if args.rate > 0:
+                due = start + i / args.rate
+                while time.monotonic() < due:
+                    p.poll(0)
+            while True:
+                try:
+                    p.produce(topic, payload, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            if i % 1000 == 0:
+                p.poll(0)
+            if time.monotonic() > deadline:
+                break
+        left = p.flush(max(1.0, deadline - time.monotonic()))
+        elapsed = time.monotonic() - start
+        time.sleep(1.5)  # let the last seals land before reading the counters
+        after = totals(cluster)
+        d = {k: after[k] - before[k] for k in COUNTERS}
+        appended = d["oxbow_appended_bytes_total"] or 1.0
+        lat = sorted(latencies)
+        acked = len(latencies)
+        print(
+            json.dumps(
+                {
+                    "durability": args.durability,
+                    "flush_interval": flush,
+                    "records_acked": acked,
+                    "errors": len(errors),
+                    "undelivered": left,
+                    "elapsed_s": round(elapsed, 2),
+                    "records_per_s": round(acked / elapsed),
+                    "mb_per_s": round(acked * args.record_size / elapsed / 1e6, 1),
+                    "latency_ms_p50": round(percentile(lat, 50) * 1000, 2),
+                    "latency_ms_p99": round(percentile(lat, 99) * 1000, 2),
+                    "latency_ms_p999": round(percentile(lat, 99.9) * 1000, 2),
+                    "s3_puts_per_gib": round(d["oxbow_objects_uploaded_total"] / (appended / 2**30), 1),
+                    "object_bytes_per_produced_byte": round(d["oxbow_object_bytes_uploaded_total"] / appended, 3),
+                    "local_wal_bytes_per_produced_byte": round(d["oxbow_wal_written_bytes_total"] / appended, 3),
+                    "replica_wal_bytes_per_produced_byte": round(d["oxbow_wal_replica_written_bytes_total"] / appended, 3),
+                    "rate": args.rate,
+                }
+            )
+        )
+    finally:
+        cluster.close()
+        moto.close()
+        etcd.close()
+
+
+if __name__ == "__main__":
+    main()

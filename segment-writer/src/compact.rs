@@ -1,0 +1,685 @@
+//! The compactor: rewrites a partition's small catalog entries (its chunks of sealed
+//! multi-partition objects, and small segments) into per-partition segments
+//! ([`crate::segment`]), swaps them in the catalog atomically, and deletes superseded
+//! objects once nothing can read them (design brief → Write path, step 6).
+//!
+//! Lifecycle: one task per broker ([`run_compactor`]), for the partitions this broker has
+//! open (it leads them). Every `interval` it runs one round: for each partition, read its
+//! catalog entries below what the sealer has finished committing (`sealed_end`: an entry
+//! whose commit may still be retried is never touched), plan runs
+//! ([`crate::compact_state::plan`]), and for each run: fetch the old ranges (CRC-checked,
+//! bypassing the read-cache insert so a compaction scan does not evict what readers use),
+//! build the segment in memory, PUT it create-only, then
+//! [`MetadataStore::replace_catalog_entries`] fenced by the partition's current leader
+//! epoch. Then it collects garbage ([`crate::compact_state::DeletionLedger`]). On shutdown
+//! it stops between runs and deletes only what is already due: nothing waits.
+//!
+//! Failure: a run whose data fails a CRC is frozen (left alone for the process's life,
+//! logged, counted); a fenced, conflicting or failed replace leaves the catalog as it was,
+//! and its new segment becomes a deletion candidate like any superseded object — deleted
+//! only if the catalog does not reference it, so an unknown outcome (a timeout whose
+//! transaction landed) is safe. A crash between the replace and the deletion leaves the
+//! superseded objects behind (garbage, never lost data); the ledger lives in memory.
+//!
+//! Bounds per round: `round_bytes_max` of data read, `round_segments_max` segments written,
+//! [`CATALOG_SCAN_MAX`] entries read per partition, and for deletion [`GC_INDEX_READS_MAX`]
+//! object-index reads and [`GC_CATALOG_READS_MAX`] catalog reads. Memory peaks at one
+//! segment being built (at most `segment_bytes`, or one entry larger than that) plus one
+//! fetched range.
+
+use crate::batch;
+use crate::compact_state::{plan, DeletionLedger, ObjectRef, PlanEntry, PlanKind, PlanLimits};
+use crate::error::{Error, Result};
+use crate::log::{LogManager, Partition};
+use crate::object;
+use crate::segment::{self, SegmentBuilder, SegmentIndex, INDEX_INTERVAL_BYTES};
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use oxbow_metadata::{
+    CatalogEntry, CatalogReplace, EntryLayout, EpochFence, ErrorKind as MetadataErrorKind,
+    LeaderEpoch, Offset, TopicPartition,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Catalog entries read per partition per round (bounds memory and metadata reads; the
+/// rest waits for the next round).
+pub const CATALOG_SCAN_MAX: usize = 10_000;
+/// Catalog entries per lookup while scanning.
+const CATALOG_PAGE: usize = 1_000;
+/// Most old entries one segment replaces (one catalog transaction reads them all).
+const ENTRIES_PER_RUN_MAX: usize = 4_096;
+/// References (partition, offset) of deletion candidates settled per round.
+pub const GC_REFS_MAX: usize = 100_000;
+/// Catalog reads per round to settle them (one per partition, [`GC_CATALOG_PAGE`] entries).
+pub const GC_CATALOG_READS_MAX: usize = 2_000;
+const GC_CATALOG_PAGE: usize = 1_000;
+/// Sealed objects whose index is read per round (three small ranged GETs each): above the
+/// seals of one default round (4 per second for 60 s) so the backlog does not grow.
+pub const GC_INDEX_READS_MAX: usize = 1_000;
+/// Most objects awaiting deletion; past it, superseded objects are left behind (and logged).
+const LEDGER_CAPACITY: usize = 100_000;
+/// Most entries remembered as failing their checks.
+const FROZEN_MAX: usize = 10_000;
+
+/// Settings of the compactor (typed; the CLI maps flags onto them).
+#[derive(Clone, Debug)]
+pub struct CompactSettings {
+    /// Largest segment written. Larger means fewer catalog entries and objects and longer
+    /// sequential reads, at the cost of more memory while one is built (the compactor holds
+    /// one segment at a time) and more bytes re-written when small segments merge.
+    pub segment_bytes: u64,
+    /// How often a round runs; zero disables compaction. Shorter frees sealed objects (and
+    /// their duplicate storage) sooner and keeps the catalog small, at the cost of more PUTs
+    /// (about one per partition with new data per round) and more re-writing of small
+    /// segments.
+    pub interval: Duration,
+    /// How long a superseded object stays after nothing references it, so readers that
+    /// looked the old catalog entries up just before the swap can finish. Longer costs
+    /// storage for that long; shorter makes slow readers re-look-up the catalog.
+    pub delete_delay: Duration,
+    /// Most data read per round (bounds a round's time and object-store traffic).
+    pub round_bytes_max: u64,
+    /// Most segments written per round.
+    pub round_segments_max: usize,
+    /// Bytes per chunk of a segment (one offset-index row); see
+    /// [`segment::INDEX_INTERVAL_BYTES`].
+    pub index_interval_bytes: u64,
+}
+
+impl CompactSettings {
+    /// Settings with the given segment size, interval and delete delay; defaults otherwise.
+    pub fn new(segment_bytes: u64, interval: Duration, delete_delay: Duration) -> Self {
+        CompactSettings {
+            segment_bytes: segment_bytes.max(1),
+            interval,
+            delete_delay,
+            round_bytes_max: (2u64 << 30).max(segment_bytes),
+            round_segments_max: 256,
+            index_interval_bytes: INDEX_INTERVAL_BYTES,
+        }
+    }
+}
+
+impl Default for CompactSettings {
+    fn default() -> Self {
+        CompactSettings::new(512 << 20, Duration::from_secs(60), Duration::from_secs(300))
+    }
+}
+
+/// Counters of the compactor.
+#[derive(Debug, Default)]
+pub struct CompactMetrics {
+    pub rounds: AtomicU64,
+    pub segments_written: AtomicU64,
+    pub segment_bytes_written: AtomicU64,
+    pub entries_replaced: AtomicU64,
+    pub objects_deleted: AtomicU64,
+    pub replace_conflicts: AtomicU64,
+    pub replace_fenced: AtomicU64,
+    pub checksum_failures: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+/// What one round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundStats {
+    pub segments_written: u64,
+    pub entries_replaced: u64,
+    pub bytes_read: u64,
+    pub objects_deleted: u64,
+}
+
+/// The compactor of one broker (driven by [`run_compactor`], or by tests a round at a time).
+pub struct Compactor {
+    log: Arc<LogManager>,
+    settings: CompactSettings,
+    ledger: DeletionLedger,
+    /// Entries whose data failed a check: never rewritten by this process.
+    frozen: BTreeSet<(TopicPartition, Offset)>,
+    /// Per partition, where the entries that may still change begin (everything before is
+    /// segments too large to merge). Only saves catalog reads; forgotten on restart.
+    cursors: HashMap<TopicPartition, Offset>,
+    /// Partitions whose replace was fenced, with the epoch this broker held: skipped until
+    /// the broker reopens them at another epoch (the sealer deals with a deposed leader).
+    fenced: HashMap<TopicPartition, LeaderEpoch>,
+    pub metrics: Arc<CompactMetrics>,
+}
+
+/// Runs the compactor until `shutdown` (a zero interval disables it).
+pub async fn run_compactor(
+    log: Arc<LogManager>,
+    settings: CompactSettings,
+    shutdown: CancellationToken,
+) {
+    if settings.interval.is_zero() {
+        tracing::info!("compaction disabled (--compaction-interval 0)");
+        return;
+    }
+    let mut tick = tokio::time::interval(settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate; the first round waits one interval, after start-up.
+    tick.tick().await;
+    let mut compactor = Compactor::new(log, settings);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        match compactor.run_once(&shutdown).await {
+            Ok(stats) if stats != RoundStats::default() => {
+                tracing::debug!(?stats, "compaction round");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "compaction round failed; retried next round"),
+        }
+    }
+    // Drain: delete what is already due; nothing waits for a grace period on shutdown.
+    let now = tokio::time::Instant::now().into_std();
+    if let Err(e) = compactor
+        .collect_garbage(now, &CancellationToken::new())
+        .await
+    {
+        tracing::debug!(error = %e, "final garbage collection failed; objects left behind");
+    }
+}
+
+impl Compactor {
+    pub fn new(log: Arc<LogManager>, settings: CompactSettings) -> Self {
+        Compactor {
+            log,
+            settings,
+            ledger: DeletionLedger::new(LEDGER_CAPACITY),
+            frozen: BTreeSet::new(),
+            cursors: HashMap::new(),
+            fenced: HashMap::new(),
+            metrics: Arc::new(CompactMetrics::default()),
+        }
+    }
+
+    /// Objects awaiting deletion.
+    pub fn pending_deletions(&self) -> usize {
+        self.ledger.len()
+    }
+
+    /// One round: compact every open partition (within the round's bounds, stopping early
+    /// once `stop` is cancelled), then collect garbage.
+    pub async fn run_once(&mut self, stop: &CancellationToken) -> Result<RoundStats> {
+        self.run_once_at(tokio::time::Instant::now().into_std(), stop)
+            .await
+    }
+
+    /// [`Self::run_once`] with the time given (tests step it instead of waiting).
+    pub async fn run_once_at(
+        &mut self,
+        now: Instant,
+        stop: &CancellationToken,
+    ) -> Result<RoundStats> {
+        self.metrics.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut stats = RoundStats::default();
+        let mut partitions = self.log.open_partitions();
+        partitions.sort_by_key(|p| p.topic_partition);
+        let open = |tp: &TopicPartition| partitions.iter().any(|p| p.topic_partition == *tp);
+        self.cursors.retain(|tp, _| open(tp));
+        self.fenced.retain(|tp, _| open(tp));
+        for p in partitions {
+            if stop.is_cancelled() || !self.has_budget(&stats) {
+                break;
+            }
+            if let Err(e) = self.compact_partition(&p, &mut stats, stop).await {
+                self.metrics.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(partition = %p.topic_partition, error = %e, "compaction of a partition failed; retried next round");
+            }
+        }
+        stats.objects_deleted = self.collect_garbage(now, stop).await?;
+        Ok(stats)
+    }
+
+    fn has_budget(&self, stats: &RoundStats) -> bool {
+        stats.bytes_read < self.settings.round_bytes_max
+            && (stats.segments_written as usize) < self.settings.round_segments_max
+    }
+
+    /// The partition's entries from its cursor up to `sealed_end`.
+    async fn scan(&self, tp: TopicPartition, sealed_end: Offset) -> Result<Vec<CatalogEntry>> {
+        let mut next = self.cursors.get(&tp).copied().unwrap_or(0);
+        let mut out: Vec<CatalogEntry> = Vec::new();
+        while next < sealed_end && out.len() < CATALOG_SCAN_MAX {
+            let page = self
+                .log
+                .metadata
+                .catalog_entries(tp.topic_id, tp.partition, next, CATALOG_PAGE)
+                .await?;
+            let Some(last) = page.last() else { break };
+            next = last.next_offset();
+            out.extend(
+                page.into_iter()
+                    .filter(|e| e.last_offset < sealed_end)
+                    .take(CATALOG_SCAN_MAX - out.len()),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn compact_partition(
+        &mut self,
+        p: &Partition,
+        stats: &mut RoundStats,
+        stop: &CancellationToken,
+    ) -> Result<()> {
+        let tp = p.topic_partition;
+        let (leader_epoch, sealed_end) = {
+            let s = p.lock()?;
+            (s.leader_epoch, s.sealed_end)
+        };
+        if self.fenced.get(&tp) == Some(&leader_epoch) {
+            return Ok(());
+        }
+        let entries = self.scan(tp, sealed_end).await?;
+        let segment_bytes = self.settings.segment_bytes;
+        let plan_entries: Vec<PlanEntry> = entries
+            .iter()
+            .map(|e| PlanEntry {
+                base_offset: e.base_offset,
+                last_offset: e.last_offset,
+                bytes: segment::data_bytes(e),
+                leader_epoch: e.leader_epoch,
+                kind: if self.frozen.contains(&(tp, e.base_offset)) {
+                    PlanKind::Frozen
+                } else {
+                    match e.layout {
+                        EntryLayout::Batches => PlanKind::Shared,
+                        EntryLayout::SegmentIndex => PlanKind::Segment,
+                    }
+                },
+            })
+            .collect();
+        // Segments too large to merge with anything never change: the next scan starts
+        // after them.
+        let settled = plan_entries
+            .iter()
+            .take_while(|e| {
+                e.kind == PlanKind::Segment && e.bytes.saturating_mul(2) > segment_bytes
+            })
+            .count();
+        let cursor = match entries.get(settled) {
+            Some(e) => Some(e.base_offset),
+            None => entries.last().map(CatalogEntry::next_offset),
+        };
+        if let (true, Some(cursor)) = (settled > 0, cursor) {
+            self.cursors.insert(tp, cursor);
+        }
+        let runs = plan(
+            &plan_entries,
+            &PlanLimits {
+                segment_bytes,
+                entries_per_run_max: ENTRIES_PER_RUN_MAX,
+            },
+        );
+        for run in runs {
+            if stop.is_cancelled() || !self.has_budget(stats) {
+                break;
+            }
+            let old = &entries[run];
+            match self.compact_run(tp, leader_epoch, old, stats).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == crate::ErrorKind::NotLeader => {
+                    // Fenced: another broker leads the partition now; leave it to it.
+                    self.fenced.insert(tp, leader_epoch);
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.metrics.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %tp, base_offset = old[0].base_offset, error = %e, "compacting a run failed; retried next round");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites `old` (contiguous entries of one epoch) into one segment and swaps it in.
+    async fn compact_run(
+        &mut self,
+        tp: TopicPartition,
+        leader_epoch: i32,
+        old: &[CatalogEntry],
+        stats: &mut RoundStats,
+    ) -> Result<()> {
+        let (Some(first), Some(last)) = (old.first(), old.last()) else {
+            return Ok(());
+        };
+        let bytes: u64 = old.iter().map(segment::data_bytes).sum();
+        let mut builder = SegmentBuilder::new(
+            tp,
+            first.leader_epoch,
+            self.settings.index_interval_bytes,
+            usize::try_from(bytes).unwrap_or(0),
+        );
+        for e in old {
+            let pushed = self.push_entry(&mut builder, e, stats).await;
+            if let Err(err) = pushed {
+                if err.kind() == crate::ErrorKind::DataCorruption {
+                    // Never copy (or keep retrying) data that fails its checks: leave this
+                    // entry where it is and compact around it.
+                    self.metrics
+                        .checksum_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    if self.frozen.len() < FROZEN_MAX {
+                        self.frozen.insert((tp, e.base_offset));
+                    }
+                    tracing::error!(partition = %tp, base_offset = e.base_offset, key = %e.object_key, error = %err, "catalogued data failed its checks; not compacting it");
+                }
+                return Err(err);
+            }
+        }
+        if builder.next_offset() != Some(last.next_offset()) {
+            return Err(Error::Internal(format!(
+                "run {}..={} of {tp} rebuilt up to {:?}",
+                first.base_offset,
+                last.last_offset,
+                builder.next_offset()
+            )));
+        }
+        let key = segment::segment_key(tp, first.base_offset, first.leader_epoch);
+        let built = builder.finish(key)?;
+        let size = built.body.len() as u64;
+        let path = ObjectPath::from(built.key.as_str());
+        let new_ref = ObjectRef {
+            topic_partition: tp,
+            offset: first.base_offset,
+        };
+        let put = self
+            .log
+            .objects
+            .put_opts(
+                &path,
+                PutPayload::from_bytes(built.body.clone()),
+                PutOptions {
+                    // Create-only, like sealed objects: nothing ever overwrites a key.
+                    mode: PutMode::Create,
+                    ..Default::default()
+                },
+            )
+            .await;
+        if let Err(e) = put {
+            // The PUT may have landed all the same; nothing references the key, so it is
+            // deleted after the delay if it exists.
+            self.note_superseded(built.key.clone(), Some(vec![new_ref]), false);
+            return Err(Error::ObjectStore(format!("PUT {}: {e}", built.key)));
+        }
+        let replace = CatalogReplace {
+            fence: EpochFence {
+                topic_partition: tp,
+                leader_epoch,
+            },
+            old: old.to_vec(),
+            new: vec![built.entry.clone()],
+        };
+        match self.log.metadata.replace_catalog_entries(replace).await {
+            Ok(()) => {}
+            Err(e) => {
+                let kind = e.kind();
+                // Whatever happened, the new segment is deleted if (and only if) the catalog
+                // ends up not referencing it. If the outcome is unknown, the replace may
+                // have landed: the old objects are candidates too (gated the same way).
+                self.note_superseded(built.key.clone(), Some(vec![new_ref]), true);
+                match kind {
+                    MetadataErrorKind::Fenced => {
+                        self.metrics.replace_fenced.fetch_add(1, Ordering::Relaxed);
+                    }
+                    MetadataErrorKind::Conflict
+                    | MetadataErrorKind::NotFound
+                    | MetadataErrorKind::Invalid => {
+                        self.metrics
+                            .replace_conflicts
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    MetadataErrorKind::Unavailable
+                    | MetadataErrorKind::AlreadyExists
+                    | MetadataErrorKind::Data
+                    | MetadataErrorKind::Internal => self.note_old_objects(tp, old),
+                }
+                return Err(Error::Metadata(e));
+            }
+        }
+        // The index is what the first reader of the segment fetches.
+        let index_range = built.entry.byte_start as usize
+            ..(built.entry.byte_start + built.entry.byte_len) as usize;
+        self.log.cache.insert(
+            &built.key,
+            built.entry.byte_start,
+            built.entry.byte_len,
+            built.body.slice(index_range),
+        );
+        self.note_old_objects(tp, old);
+        stats.segments_written += 1;
+        stats.entries_replaced += old.len() as u64;
+        self.metrics
+            .segments_written
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .segment_bytes_written
+            .fetch_add(size, Ordering::Relaxed);
+        self.metrics
+            .entries_replaced
+            .fetch_add(old.len() as u64, Ordering::Relaxed);
+        tracing::debug!(partition = %tp, key = %built.key, bytes = size, replaced = old.len(), "compacted");
+        Ok(())
+    }
+
+    /// Appends the batches of one old entry to `builder`, checking that they are exactly
+    /// the entry's offsets.
+    async fn push_entry(
+        &self,
+        builder: &mut SegmentBuilder,
+        e: &CatalogEntry,
+        stats: &mut RoundStats,
+    ) -> Result<()> {
+        let chunks = match e.layout {
+            EntryLayout::Batches => vec![e.clone()],
+            EntryLayout::SegmentIndex => {
+                let bytes = self.fetch(e).await?;
+                let index = SegmentIndex::decode(&e.object_key, &bytes)?;
+                if (index.base_offset(), index.last_offset()) != (e.base_offset, e.last_offset) {
+                    return Err(Error::ChecksumMismatch {
+                        key: format!("{} (index does not match its catalog entry)", e.object_key),
+                        start: e.byte_start,
+                        end: e.byte_start + e.byte_len,
+                    });
+                }
+                (0..index.chunks.len())
+                    .filter_map(|i| index.chunk_entry(e, i))
+                    .collect()
+            }
+        };
+        for c in &chunks {
+            let bytes = self.fetch(c).await?;
+            stats.bytes_read += bytes.len() as u64;
+            let mut seen = 0usize;
+            let mut next = c.base_offset;
+            for (h, b) in batch::iter_batches(&bytes) {
+                if h.base_offset != next {
+                    break;
+                }
+                builder.push(&b)?;
+                next = h.last_offset() + 1;
+                seen += b.len();
+            }
+            if seen != bytes.len() || next != c.next_offset() {
+                return Err(Error::ChecksumMismatch {
+                    key: format!(
+                        "{} (range does not hold offsets {}..={} as its catalog entry says)",
+                        c.object_key, c.base_offset, c.last_offset
+                    ),
+                    start: c.byte_start,
+                    end: c.byte_start + c.byte_len,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of a catalog entry's range: from the read cache if there, else a ranged GET
+    /// checked against the entry's CRC (not inserted into the cache: a compaction scan must
+    /// not evict what readers use).
+    async fn fetch(&self, entry: &CatalogEntry) -> Result<Bytes> {
+        if let Some(b) = self
+            .log
+            .cache
+            .get(&entry.object_key, entry.byte_start, entry.byte_len)
+        {
+            return Ok(b);
+        }
+        let path = ObjectPath::from(entry.object_key.as_str());
+        let bytes = self
+            .log
+            .objects
+            .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
+            .await
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => {
+                    Error::ObjectNotFound(entry.object_key.clone())
+                }
+                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
+            })?;
+        object::verify_range(entry, &bytes)?;
+        Ok(bytes)
+    }
+
+    fn note_superseded(&mut self, key: String, refs: Option<Vec<ObjectRef>>, recheck: bool) {
+        if !self.ledger.superseded(key.clone(), refs, recheck) {
+            tracing::warn!(%key, "too many objects awaiting deletion; leaving this one behind");
+        }
+    }
+
+    /// The objects of replaced entries become deletion candidates.
+    fn note_old_objects(&mut self, tp: TopicPartition, old: &[CatalogEntry]) {
+        let mut seen = BTreeSet::new();
+        for e in old {
+            if !seen.insert(e.object_key.clone()) {
+                continue;
+            }
+            let refs = match e.layout {
+                // A sealed object is referenced by every partition its index lists.
+                EntryLayout::Batches => None,
+                // A segment holds one partition and is catalogued by one entry.
+                EntryLayout::SegmentIndex => Some(vec![ObjectRef {
+                    topic_partition: tp,
+                    offset: e.base_offset,
+                }]),
+            };
+            self.note_superseded(e.object_key.clone(), refs, false);
+        }
+    }
+
+    /// Whether the catalog entry of `r`'s partition at `r`'s offset is in object `key`.
+    async fn references(&self, key: &str, r: ObjectRef) -> Result<bool> {
+        let tp = r.topic_partition;
+        let entries = self
+            .log
+            .metadata
+            .catalog_entries(tp.topic_id, tp.partition, r.offset, 1)
+            .await?;
+        Ok(entries
+            .first()
+            .is_some_and(|e| e.object_key == key && e.base_offset <= r.offset))
+    }
+
+    /// Learns candidates' references, looks them up, and deletes objects unreferenced for
+    /// `delete_delay` by `now`. Returns how many were deleted.
+    pub async fn collect_garbage(&mut self, now: Instant, stop: &CancellationToken) -> Result<u64> {
+        for key in self.ledger.needing_refs(GC_INDEX_READS_MAX) {
+            if stop.is_cancelled() {
+                return Ok(0);
+            }
+            match object::fetch_index(self.log.objects.as_ref(), &key).await {
+                Ok(rows) => {
+                    let refs = rows
+                        .iter()
+                        .map(|row| ObjectRef {
+                            topic_partition: row.topic_partition(),
+                            offset: row.base_offset,
+                        })
+                        .collect();
+                    self.ledger.set_refs(&key, refs);
+                }
+                Err(object::FetchIndexError::Store(object_store::Error::NotFound { .. })) => {
+                    self.ledger.forget(&key);
+                }
+                Err(object::FetchIndexError::Object(e)) => {
+                    // Without its index no one can tell who references it: keep it.
+                    tracing::error!(%key, error = %e, "superseded object has no readable index; leaving it");
+                    self.ledger.forget(&key);
+                }
+                Err(object::FetchIndexError::Store(e)) => {
+                    tracing::debug!(%key, error = %e, "reading a superseded object's index failed; retried next round");
+                }
+            }
+        }
+        // One catalog read per partition settles every pending reference into it.
+        let mut by_partition: BTreeMap<TopicPartition, Vec<(String, ObjectRef)>> = BTreeMap::new();
+        for (key, r) in self.ledger.lookups(GC_REFS_MAX) {
+            by_partition
+                .entry(r.topic_partition)
+                .or_default()
+                .push((key, r));
+        }
+        for (tp, refs) in by_partition.into_iter().take(GC_CATALOG_READS_MAX) {
+            if stop.is_cancelled() {
+                break;
+            }
+            let from = refs.iter().map(|(_, r)| r.offset).min().unwrap_or(0);
+            let entries = self
+                .log
+                .metadata
+                .catalog_entries(tp.topic_id, tp.partition, from, GC_CATALOG_PAGE)
+                .await?;
+            let complete = entries.len() < GC_CATALOG_PAGE;
+            let end = entries.last().map(|e| e.last_offset);
+            for (key, r) in refs {
+                let holder = entries
+                    .iter()
+                    .find(|e| e.base_offset <= r.offset && r.offset <= e.last_offset);
+                let gone = match holder {
+                    Some(e) => e.object_key != key,
+                    // Past this page: unknown until a later round reads further.
+                    None if !complete && end.is_some_and(|end| r.offset > end) => false,
+                    // Not in the catalog at all (retention, a deleted topic).
+                    None => true,
+                };
+                if gone {
+                    self.ledger.unreferenced(&key, r, now);
+                }
+            }
+        }
+        let mut deleted = 0;
+        for due in self.ledger.due(now, self.settings.delete_delay) {
+            let mut referenced = false;
+            for r in &due.recheck {
+                referenced |= self.references(&due.key, *r).await?;
+            }
+            if referenced {
+                // A replace whose outcome was unknown did land: the object is live.
+                self.ledger.forget(&due.key);
+                continue;
+            }
+            let path = ObjectPath::from(due.key.as_str());
+            match self.log.objects.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    self.ledger.forget(&due.key);
+                    deleted += 1;
+                    self.metrics.objects_deleted.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(key = %due.key, "deleted superseded object");
+                }
+                Err(e) => {
+                    tracing::warn!(key = %due.key, error = %e, "deleting a superseded object failed; retried next round");
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}

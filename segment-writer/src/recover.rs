@@ -1,0 +1,210 @@
+//! Recovery of a dead broker's WAL tail (design brief → Failover): the batches it held that
+//! never reached the object store, read back from its WAL replicas.
+//!
+//! Used when a partition opens with `recover_from` set (leadership moved away from a broker
+//! that may have died holding unsealed data) and when a broker starts with a new WAL
+//! incarnation while the metadata service remembers an older one (its disk was lost).
+//!
+//! Steps: ask every live broker for what it holds of the source's WAL (`FetchTail`, every
+//! incarnation); require an answer from at least one replica the source recorded as in sync
+//! (acknowledged entries are on all of them), else fail retriably rather than lose acknowledged
+//! data; then, per partition, chain batches from the catalog's end offset on, preferring the
+//! highest leader epoch where two batches start at the same offset (a divergent tail of an
+//! older epoch loses, as with Kafka's OffsetsForLeaderEpoch truncation). The new leader
+//! appends the chain to its own WAL (so it is replicated under its own WAL before it is
+//! served) and the sealer uploads it like any other data. Doing it twice is harmless: the
+//! catalog's end moves past what was recovered, and catalog commits are fenced by epoch.
+
+use crate::batch;
+use crate::error::{Error, Result};
+use crate::replica_proto::{read_frame, write_frame, Frame};
+use crate::replica_store::ReplicaStore;
+use crate::wal::{parse_file, WalEntry};
+use bytes::Bytes;
+use oxbow_metadata::{BrokerId, LeaderEpoch, MetadataStore, Offset, TopicPartition, WalReplicaSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// How long one broker may take to answer a tail request.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A source broker's WAL entries gathered from its replicas: (incarnation, entry).
+pub type Tail = Vec<(u64, WalEntry)>;
+
+/// The batches of `tp` to append after `from`, in offset order (see the module docs).
+pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>> {
+    // base offset → (epoch, incarnation, sequence, last offset, bytes)
+    let mut candidates: BTreeMap<Offset, (LeaderEpoch, u64, u64, Offset, Bytes)> = BTreeMap::new();
+    for (incarnation, e) in tail {
+        if e.topic_partition != tp {
+            continue;
+        }
+        let Some(h) = batch::peek_header(&e.batch)? else {
+            continue;
+        };
+        if h.last_offset() < from {
+            continue;
+        }
+        let candidate = (
+            e.leader_epoch,
+            *incarnation,
+            e.sequence,
+            h.last_offset(),
+            e.batch.clone(),
+        );
+        match candidates.get(&h.base_offset) {
+            Some(held) if (held.0, held.1, held.2) >= (candidate.0, candidate.1, candidate.2) => {}
+            _ => {
+                candidates.insert(h.base_offset, candidate);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut next = from;
+    while let Some((_, _, _, last, bytes)) = candidates.get(&next) {
+        out.push(bytes.clone());
+        next = last + 1;
+    }
+    Ok(out)
+}
+
+/// Gathers what live brokers hold of `source`'s WAL. `record` is the source's replica set
+/// as recorded; at least one of its in-sync replicas must answer (unless it names none, in
+/// which case nothing acknowledged depends on a replica). `skip_incarnation` leaves out the
+/// current incarnation of a broker recovering its own lost WAL.
+pub async fn fetch_tail(
+    metadata: &Arc<dyn MetadataStore>,
+    me: BrokerId,
+    local: &Arc<ReplicaStore>,
+    source: BrokerId,
+    record: Option<&WalReplicaSet>,
+    skip_incarnation: Option<u64>,
+) -> Result<Tail> {
+    // This broker may itself be one of the source's replicas: its own copy counts.
+    let own = if source == me {
+        Ok(Vec::new())
+    } else {
+        let local = local.clone();
+        tokio::task::spawn_blocking(move || local.tail(source))
+            .await
+            .map_err(|e| Error::Internal(format!("replica read task: {e}")))?
+    };
+    let live = metadata.list_brokers().await?;
+    let asks = live
+        .iter()
+        .filter(|b| b.broker_id != me && b.broker_id != source && !b.internal_addr.is_empty())
+        .map(|b| {
+            let addr = b.internal_addr.clone();
+            let id = b.broker_id;
+            async move { (id, fetch_from(&addr, source).await) }
+        });
+    let mut answers = futures::future::join_all(asks).await;
+    answers.push((me, own));
+    let mut tail = Vec::new();
+    let mut answered_in_sync = false;
+    for (id, answer) in answers {
+        match answer {
+            Ok(chunks) => {
+                if record.is_some_and(|r| r.isr.contains(&id)) {
+                    answered_in_sync = true;
+                }
+                for (incarnation, bytes) in chunks {
+                    if Some(incarnation) == skip_incarnation {
+                        continue;
+                    }
+                    let (entries, _) = parse_file(&bytes);
+                    tail.extend(entries.into_iter().map(|e| (incarnation, e)));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(broker = id, source, error = %e, "a broker did not answer for a WAL tail")
+            }
+        }
+    }
+    let needs_in_sync = record.is_some_and(|r| !r.isr.is_empty());
+    if needs_in_sync && !answered_in_sync {
+        return Err(Error::Replication(format!(
+            "no in-sync WAL replica of broker {source} answered (in sync: {:?}); not serving its partitions until one does",
+            record.map(|r| r.isr.clone()).unwrap_or_default()
+        )));
+    }
+    Ok(tail)
+}
+
+async fn fetch_from(addr: &str, source: BrokerId) -> Result<Vec<(u64, Bytes)>> {
+    let go = async {
+        let mut socket = TcpStream::connect(addr).await?;
+        write_frame(&mut socket, &Frame::FetchTail { source }).await?;
+        let mut out = Vec::new();
+        loop {
+            match read_frame(&mut socket).await? {
+                Some(Frame::TailChunk { incarnation, bytes }) => out.push((incarnation, bytes)),
+                Some(Frame::TailEnd) => return Ok(out),
+                Some(Frame::Refused { reason }) => return Err(Error::Replication(reason)),
+                Some(_) => return Err(Error::Replication("unexpected frame in a tail".into())),
+                None => return Err(Error::Replication("tail answer cut short".into())),
+            }
+        }
+    };
+    tokio::time::timeout(FETCH_TIMEOUT, go)
+        .await
+        .map_err(|_| Error::Replication(format!("tail request to {addr} timed out")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::testing::make_batch;
+    use oxbow_metadata::TopicId;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new(TopicId(uuid::Uuid::from_u128(1)), p)
+    }
+
+    fn entry(seq: u64, p: i32, epoch: i32, base: i64, records: usize) -> WalEntry {
+        let mut b = make_batch(records as i32, 10);
+        b[0..8].copy_from_slice(&base.to_be_bytes());
+        WalEntry {
+            sequence: seq,
+            topic_partition: tp(p),
+            leader_epoch: epoch,
+            batch: Bytes::from(b),
+        }
+    }
+
+    fn bases(chain: &[Bytes]) -> Vec<i64> {
+        chain
+            .iter()
+            .map(|b| i64::from_be_bytes(b[0..8].try_into().expect("8 bytes")))
+            .collect()
+    }
+
+    #[test]
+    fn chains_from_the_catalog_end_skipping_what_is_catalogued_and_other_partitions() {
+        let tail: Tail = vec![
+            (1, entry(0, 0, 3, 0, 2)),
+            (1, entry(1, 0, 3, 2, 2)),
+            (1, entry(2, 1, 3, 0, 5)),
+            (1, entry(3, 0, 3, 4, 1)),
+        ];
+        let c = chain(&tail, tp(0), 2).expect("chain");
+        assert_eq!(bases(&c), vec![2, 4]);
+        assert!(chain(&tail, tp(0), 5).expect("chain").is_empty());
+    }
+
+    #[test]
+    fn a_gap_ends_the_chain_and_the_higher_epoch_wins() {
+        let tail: Tail = vec![
+            (1, entry(0, 0, 3, 0, 2)),
+            (1, entry(1, 0, 3, 2, 2)),
+            (2, entry(0, 0, 4, 2, 3)),
+            (2, entry(1, 0, 4, 9, 1)),
+        ];
+        let c = chain(&tail, tp(0), 0).expect("chain");
+        // 0..2 (epoch 3), then the epoch-4 batch at 2 (3 records: 2..5); nothing at 5.
+        assert_eq!(bases(&c), vec![0, 2]);
+        assert_eq!(c[1].len(), entry(0, 0, 4, 2, 3).batch.len());
+    }
+}

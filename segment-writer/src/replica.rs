@@ -1,0 +1,188 @@
+//! The replica side of WAL replication: the `--internal-addr` server. It stores other
+//! brokers' WAL streams ([`crate::replica_store`]), fsyncs and acknowledges them, trims
+//! them when their source says so, and answers tail requests from brokers recovering a dead
+//! source's partitions.
+//!
+//! Lifecycle: [`serve_internal`] accepts until shutdown; each connection is one replication
+//! stream (first frame `Hello`) or one tail request (`FetchTail`). A stream's frames are read
+//! by one task and written by another, so everything that arrived while the previous fsync
+//! ran shares the next one (group commit, as in the WAL).
+
+use crate::error::{Error, Result};
+use crate::replica_proto::{read_frame, write_frame, Frame};
+use crate::replica_store::ReplicaStore;
+use oxbow_metadata::BrokerId;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Most concurrent internal connections (a stream per source broker plus recoveries).
+const CONNECTIONS_MAX: usize = 256;
+/// Frames queued between a stream's reader and its writer (backpressure beyond).
+const STREAM_QUEUE_FRAMES: usize = 64;
+
+/// Serves the internal protocol until `shutdown`.
+pub async fn serve_internal(
+    listener: TcpListener,
+    me: BrokerId,
+    store: Arc<ReplicaStore>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let (socket, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "internal accept failed");
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "too many internal connections; refusing");
+            continue;
+        };
+        let store = store.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                r = connection(socket, me, store) => {
+                    if let Err(e) = r {
+                        tracing::info!(%peer, error = %e, "internal connection ended");
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn connection(socket: TcpStream, me: BrokerId, store: Arc<ReplicaStore>) -> Result<()> {
+    let _ = socket.set_nodelay(true);
+    let (mut rd, mut wr) = socket.into_split();
+    match read_frame(&mut rd).await? {
+        Some(Frame::Hello {
+            source,
+            incarnation,
+            start_sequence,
+        }) => {
+            if source == me {
+                write_frame(
+                    &mut wr,
+                    &Frame::Refused {
+                        reason: format!("broker {me} does not replicate its own WAL"),
+                    },
+                )
+                .await?;
+                return Ok(());
+            }
+            tracing::info!(
+                source,
+                incarnation,
+                start_sequence,
+                "WAL replication stream started"
+            );
+            stream(rd, wr, source, incarnation, store).await
+        }
+        Some(Frame::FetchTail { source }) => {
+            let held = tokio::task::spawn_blocking(move || store.tail(source))
+                .await
+                .map_err(|e| Error::Internal(format!("tail read task: {e}")))??;
+            for (incarnation, bytes) in held {
+                write_frame(&mut wr, &Frame::TailChunk { incarnation, bytes }).await?;
+            }
+            write_frame(&mut wr, &Frame::TailEnd).await
+        }
+        Some(other) => Err(Error::Replication(format!(
+            "unexpected first frame {:?}",
+            frame_name(&other)
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn frame_name(f: &Frame) -> &'static str {
+    match f {
+        Frame::Hello { .. } => "Hello",
+        Frame::Entries { .. } => "Entries",
+        Frame::Trim { .. } => "Trim",
+        Frame::Ack { .. } => "Ack",
+        Frame::FetchTail { .. } => "FetchTail",
+        Frame::TailChunk { .. } => "TailChunk",
+        Frame::TailEnd => "TailEnd",
+        Frame::Refused { .. } => "Refused",
+    }
+}
+
+async fn stream(
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    source: BrokerId,
+    incarnation: u64,
+    store: Arc<ReplicaStore>,
+) -> Result<()> {
+    let log = store.log(source, incarnation)?;
+    let (tx, mut rx) = mpsc::channel::<Frame>(STREAM_QUEUE_FRAMES);
+    let reader = async move {
+        while let Some(f) = read_frame(&mut rd).await? {
+            if tx.send(f).await.is_err() {
+                break;
+            }
+        }
+        Ok::<(), Error>(())
+    };
+    let writer = async move {
+        while let Some(first) = rx.recv().await {
+            let mut frames = vec![first];
+            while let Ok(f) = rx.try_recv() {
+                frames.push(f);
+            }
+            let log = log.clone();
+            let durable = tokio::task::spawn_blocking(move || {
+                let mut log = log
+                    .lock()
+                    .map_err(|_| Error::Internal("replica log lock poisoned".into()))?;
+                let mut entries = Vec::new();
+                let mut trim = None;
+                for f in frames {
+                    match f {
+                        Frame::Entries { bytes, .. } => entries.extend_from_slice(&bytes),
+                        Frame::Trim { keep_from } => trim = Some(keep_from),
+                        other => {
+                            return Err(Error::Replication(format!(
+                                "unexpected {} frame in a stream",
+                                frame_name(&other)
+                            )))
+                        }
+                    }
+                }
+                let durable = if entries.is_empty() {
+                    None
+                } else {
+                    Some(log.append(&entries)?)
+                };
+                if let Some(k) = trim {
+                    log.trim(k)?;
+                }
+                Ok(durable)
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("replica write task: {e}")))??;
+            if let Some(durable) = durable {
+                write_frame(&mut wr, &Frame::Ack { durable }).await?;
+            }
+        }
+        Ok::<(), Error>(())
+    };
+    tokio::select! {
+        r = reader => r,
+        r = writer => r,
+    }
+}

@@ -1,0 +1,354 @@
+//! The replica side's disk: copies of other brokers' WALs, kept until their source says the
+//! data is in the object store (`Trim`) — or read back by whoever recovers a dead source's
+//! tail (`crate::recover`).
+//!
+//! Naming: `{dir}/b{source}/{incarnation:016x}/{first_sequence:020}.wal`, files in the WAL's
+//! own entry framing (`crate::wal`), so each entry keeps the CRC its source computed. A file
+//! holds contiguous sequences; a stream that restarts after a gap starts a new file.
+//! Blocking I/O: call from `spawn_blocking`.
+
+use crate::error::{Error, Result};
+use crate::wal::{parse_file, WalEntry};
+use bytes::Bytes;
+use oxbow_metadata::BrokerId;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+struct StoredFile {
+    first_sequence: u64,
+    path: PathBuf,
+    bytes: u64,
+}
+
+/// One incarnation of one source's WAL, as held here.
+pub struct ReplicaLog {
+    dir: PathBuf,
+    file_bytes_max: u64,
+    files: Vec<StoredFile>,
+    current: Option<File>,
+    /// One past the highest stored sequence (0: nothing stored).
+    next: u64,
+    /// The store's counter of bytes written.
+    written: Arc<std::sync::atomic::AtomicU64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| Error::Internal("replica store lock poisoned".into()))
+}
+
+impl ReplicaLog {
+    fn open(
+        dir: PathBuf,
+        file_bytes_max: u64,
+        written: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<ReplicaLog> {
+        std::fs::create_dir_all(&dir)?;
+        let mut firsts: Vec<u64> = std::fs::read_dir(&dir)?
+            .filter_map(|d| d.ok())
+            .filter_map(|d| {
+                d.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".wal"))
+                    .and_then(|n| n.parse().ok())
+            })
+            .collect();
+        firsts.sort_unstable();
+        let mut files = Vec::new();
+        let mut next = 0;
+        for first in firsts {
+            let path = dir.join(format!("{first:020}.wal"));
+            let mut data = Vec::new();
+            File::open(&path)?.read_to_end(&mut data)?;
+            let (entries, valid) = parse_file(&data);
+            if valid < data.len() {
+                // A torn append (the replica died mid-write); it was never acknowledged.
+                let f = OpenOptions::new().write(true).open(&path)?;
+                f.set_len(valid as u64)?;
+                f.sync_all()?;
+            }
+            if let Some(last) = entries.last() {
+                next = next.max(last.sequence + 1);
+            }
+            files.push(StoredFile {
+                first_sequence: first,
+                path,
+                bytes: valid as u64,
+            });
+        }
+        Ok(ReplicaLog {
+            dir,
+            file_bytes_max,
+            files,
+            current: None,
+            next,
+            written,
+        })
+    }
+
+    /// One past the highest stored sequence.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Stores whole entries (skipping any already held) and fsyncs; returns [`Self::next`].
+    pub fn append(&mut self, bytes: &[u8]) -> Result<u64> {
+        let (entries, valid) = parse_file(bytes);
+        if valid != bytes.len() {
+            return Err(Error::Replication(format!(
+                "an Entries frame failed its checks at byte {valid} of {}",
+                bytes.len()
+            )));
+        }
+        // Skip what is already held (a resent prefix after a reconnect).
+        let mut skip_bytes = 0usize;
+        let mut first_new = None;
+        for e in &entries {
+            if e.sequence < self.next {
+                skip_bytes += entry_len(e);
+            } else {
+                first_new = Some(e.sequence);
+                break;
+            }
+        }
+        let Some(first_new) = first_new else {
+            return Ok(self.next);
+        };
+        let gap = first_new != self.next || self.next == 0;
+        let full = self
+            .files
+            .last()
+            .is_none_or(|f| f.bytes >= self.file_bytes_max);
+        if self.current.is_none() || gap || full {
+            let path = self.dir.join(format!("{first_new:020}.wal"));
+            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            File::open(&self.dir)?.sync_all()?;
+            self.current = Some(file);
+            self.files.push(StoredFile {
+                first_sequence: first_new,
+                path,
+                bytes: 0,
+            });
+        }
+        let data = &bytes[skip_bytes..];
+        let file = self
+            .current
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no open replica file".into()))?;
+        file.write_all(data)?;
+        file.sync_data()?;
+        self.written
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if let Some(f) = self.files.last_mut() {
+            f.bytes += data.len() as u64;
+        }
+        if let Some(last) = entries.last() {
+            self.next = last.sequence + 1;
+        }
+        Ok(self.next)
+    }
+
+    /// Deletes every file all of whose entries precede `keep_from` (never the open one).
+    pub fn trim(&mut self, keep_from: u64) -> Result<()> {
+        let mut remove = 0;
+        while remove + 1 < self.files.len() && self.files[remove + 1].first_sequence <= keep_from {
+            remove += 1;
+        }
+        for f in self.files.drain(..remove) {
+            std::fs::remove_file(&f.path)?;
+        }
+        Ok(())
+    }
+
+    /// Every stored entry, in file order.
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for f in &self.files {
+            let mut data = Vec::new();
+            File::open(&f.path)?.read_to_end(&mut data)?;
+            data.truncate(f.bytes as usize);
+            out.extend_from_slice(&data);
+        }
+        Ok(out)
+    }
+
+    /// Bytes stored.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+}
+
+/// Framed length of an entry (header + payload), as written by the WAL.
+fn entry_len(e: &WalEntry) -> usize {
+    8 + 8 + 16 + 4 + 4 + e.batch.len()
+}
+
+/// Open copies by (source broker, incarnation).
+type Logs = HashMap<(BrokerId, u64), Arc<Mutex<ReplicaLog>>>;
+
+/// Every source's WAL copies on this broker.
+pub struct ReplicaStore {
+    root: PathBuf,
+    file_bytes_max: u64,
+    logs: Mutex<Logs>,
+    written: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ReplicaStore {
+    pub fn new(root: PathBuf, file_bytes_max: u64) -> ReplicaStore {
+        ReplicaStore {
+            root,
+            file_bytes_max,
+            logs: Mutex::new(HashMap::new()),
+            written: Arc::default(),
+        }
+    }
+
+    fn source_dir(&self, source: BrokerId) -> PathBuf {
+        self.root.join(format!("b{source}"))
+    }
+
+    /// The copy of `source`'s WAL incarnation, opened (or created) on first use.
+    pub fn log(&self, source: BrokerId, incarnation: u64) -> Result<Arc<Mutex<ReplicaLog>>> {
+        let mut logs = lock(&self.logs)?;
+        if let Some(l) = logs.get(&(source, incarnation)) {
+            return Ok(l.clone());
+        }
+        let dir = self.source_dir(source).join(format!("{incarnation:016x}"));
+        let log = Arc::new(Mutex::new(ReplicaLog::open(
+            dir,
+            self.file_bytes_max,
+            self.written.clone(),
+        )?));
+        logs.insert((source, incarnation), log.clone());
+        Ok(log)
+    }
+
+    /// Everything held of `source`'s WAL: (incarnation, entries in WAL framing).
+    pub fn tail(&self, source: BrokerId) -> Result<Vec<(u64, Bytes)>> {
+        let dir = self.source_dir(source);
+        let incarnations: Vec<u64> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|d| d.ok())
+                .filter_map(|d| {
+                    d.file_name()
+                        .to_str()
+                        .and_then(|n| u64::from_str_radix(n, 16).ok())
+                })
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for inc in incarnations {
+            let log = self.log(source, inc)?;
+            let data = lock(&log)?.read_all()?;
+            out.push((inc, Bytes::from(data)));
+        }
+        Ok(out)
+    }
+
+    /// Drops every incarnation of `source` except `keep` (the source lost its disk and has
+    /// recovered what the older ones held).
+    pub fn drop_other_incarnations(&self, source: BrokerId, keep: u64) -> Result<()> {
+        let dir = self.source_dir(source);
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return Ok(());
+        };
+        let mut logs = lock(&self.logs)?;
+        for d in rd.filter_map(|d| d.ok()) {
+            let Some(inc) = d
+                .file_name()
+                .to_str()
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            else {
+                continue;
+            };
+            if inc != keep {
+                logs.remove(&(source, inc));
+                std::fs::remove_dir_all(d.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes written for other brokers since start (for write amplification figures).
+    pub fn written_bytes(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes held for every source.
+    pub fn bytes(&self) -> u64 {
+        lock(&self.logs)
+            .map(|logs| {
+                logs.values()
+                    .filter_map(|l| l.lock().ok().map(|l| l.bytes()))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::encode_payload_for_test as entry;
+    use oxbow_metadata::{TopicId, TopicPartition};
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new(TopicId(uuid::Uuid::from_u128(7)), 0)
+    }
+
+    #[test]
+    fn stores_skips_resent_entries_and_survives_reopen() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        let log = store.log(2, 9).expect("log");
+        let mut buf = Vec::new();
+        for s in 0..3 {
+            buf.extend(entry(s, tp(), 1, b"batch"));
+        }
+        assert_eq!(log.lock().expect("lock").append(&buf).expect("append"), 3);
+        // A resend overlapping what is held stores only the new entry.
+        let mut again = entry(2, tp(), 1, b"batch");
+        again.extend(entry(3, tp(), 1, b"batch"));
+        assert_eq!(log.lock().expect("lock").append(&again).expect("append"), 4);
+        drop(log);
+        let reopened = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        let tail = reopened.tail(2).expect("tail");
+        assert_eq!(tail.len(), 1);
+        let (entries, valid) = parse_file(&tail[0].1);
+        assert_eq!(valid, tail[0].1.len());
+        let seqs: Vec<u64> = entries.iter().map(|e| e.sequence).collect();
+        assert_eq!(seqs, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_corrupt_frame_is_refused_and_trim_deletes_old_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = ReplicaStore::new(dir.path().to_path_buf(), 1);
+        let log = store.log(2, 1).expect("log");
+        let mut bad = entry(0, tp(), 1, b"batch");
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        assert!(log.lock().expect("lock").append(&bad).is_err());
+        for s in 0..4 {
+            log.lock()
+                .expect("lock")
+                .append(&entry(s, tp(), 1, b"b"))
+                .expect("append");
+        }
+        log.lock().expect("lock").trim(3).expect("trim");
+        let (entries, _) = parse_file(&log.lock().expect("lock").read_all().expect("read"));
+        assert_eq!(entries.first().map(|e| e.sequence), Some(3));
+        store.drop_other_incarnations(2, 99).expect("drop");
+        assert!(store.tail(2).expect("tail").is_empty());
+    }
+}

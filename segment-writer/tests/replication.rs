@@ -1,0 +1,383 @@
+//! WAL replication between three brokers in one process (three `LogManager`s, each with its
+//! own WAL, replica store and internal server on loopback, sharing one metadata service and
+//! one object store): the in-sync set forms, `acks=all` follows `min.insync.replicas`, and a
+//! broker's acknowledged tail survives losing its WAL directory or the broker itself.
+//!
+//! A "crash" aborts a broker's tasks (no final seal) and drops its log; seals are held back
+//! (flush interval of an hour) so acknowledged data lives only in WALs.
+
+use oxbow_cache::ReadCache;
+use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore, TopicMetadata, TopicSpec};
+use oxbow_segment_writer::batch::{self, testing::make_batch};
+use oxbow_segment_writer::{
+    objects, run_sealer, serve_internal, Acks, ErrorKind, LogManager, LogSettings,
+    ReplicationSettings, WalSettings,
+};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+struct Node {
+    log: Arc<LogManager>,
+    tasks: Vec<JoinHandle<()>>,
+    stop: CancellationToken,
+}
+
+impl Node {
+    /// Stops the broker as a crash would: nothing more is sealed or sent.
+    async fn crash(self) {
+        // Abort before cancelling: a cancelled sealer would seal one last time.
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.stop.cancel();
+        drop(self.log);
+        // Let the WAL writer thread see its queue closed.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Cluster {
+    root: tempfile::TempDir,
+    metadata: Arc<dyn MetadataStore>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let root = tempfile::tempdir().expect("tmp");
+        let metadata: Arc<dyn MetadataStore> =
+            Arc::new(EmbeddedStore::open(&root.path().join("meta.redb")).expect("metadata"));
+        Cluster { root, metadata }
+    }
+
+    fn dir(&self, id: i32) -> PathBuf {
+        self.root.path().join(format!("b{id}"))
+    }
+
+    async fn start(&self, id: i32) -> Node {
+        let dir = self.dir(id);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        self.metadata
+            .register_broker(
+                BrokerRegistration {
+                    broker_id: id,
+                    az: Some(format!("az{id}")),
+                    kafka_addr: String::new(),
+                    http_addr: String::new(),
+                    internal_addr: addr,
+                },
+                Duration::from_secs(120),
+            )
+            .await
+            .expect("register");
+        let log = LogManager::open(
+            LogSettings {
+                broker_id: id,
+                wal: WalSettings {
+                    dir: dir.join("wal"),
+                    // Small files (here and in replica copies), so trims are visible.
+                    file_bytes_max: 512,
+                    budget_bytes: 1 << 30,
+                },
+                flush_interval: Duration::from_secs(3600),
+                flush_bytes: 1 << 30,
+                partition_tail_bytes: 0,
+                durability: Default::default(),
+                replication: ReplicationSettings {
+                    az: Some(format!("az{id}")),
+                    replication_factor: 3,
+                    replica_lag_max: Duration::from_millis(500),
+                },
+            },
+            self.metadata.clone(),
+            objects::local(&self.root.path().join("objects")).expect("objects"),
+            ReadCache::new(1 << 20),
+        )
+        .await
+        .expect("open log");
+        let stop = CancellationToken::new();
+        let tasks = vec![
+            tokio::spawn(run_sealer(log.clone(), stop.clone())),
+            tokio::spawn(log.replicator.clone().run(stop.clone())),
+            tokio::spawn(serve_internal(
+                listener,
+                id,
+                log.replica_store.clone(),
+                stop.clone(),
+                TaskTracker::new(),
+            )),
+        ];
+        Node { log, tasks, stop }
+    }
+
+    async fn topic(&self, name: &str, partitions: i32, min_insync: &str) -> TopicMetadata {
+        self.metadata
+            .create_topic(
+                TopicSpec {
+                    name: name.into(),
+                    partitions,
+                    replication_factor: 3,
+                    configs: BTreeMap::from([(
+                        "min.insync.replicas".to_string(),
+                        min_insync.to_string(),
+                    )]),
+                },
+                1,
+            )
+            .await
+            .expect("topic")
+    }
+}
+
+async fn wait_in_sync(node: &Node, copies: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while node.log.replicator.in_sync_copies() < copies {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} in-sync copies after 15 s",
+            node.log.replicator.in_sync_copies()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads a partition from offset 0; returns the base offsets of its batches.
+async fn read_all(log: &LogManager, topic: &TopicMetadata, partition: i32) -> Vec<i64> {
+    let p = log
+        .partition(topic, partition)
+        .await
+        .expect("open partition");
+    let mut out = Vec::new();
+    let mut next = 0;
+    loop {
+        let r = log.read(&p, next, 1 << 20, true).await.expect("read");
+        if r.batches.is_empty() {
+            break;
+        }
+        for b in &r.batches {
+            let h = batch::peek_header(b).expect("header").expect("whole");
+            out.push(h.base_offset);
+            next = h.last_offset() + 1;
+        }
+    }
+    out
+}
+
+async fn append_many(log: &LogManager, topic: &TopicMetadata, partition: i32, n: i64) {
+    let p = log.partition(topic, partition).await.expect("partition");
+    for i in 0..n {
+        log.append(&p, &make_batch(2, 1000 + i), 1 << 20, false, Acks::All)
+            .await
+            .expect("acks=all append");
+    }
+}
+
+fn dense(base_offsets: &[i64], batches: i64) {
+    let want: Vec<i64> = (0..batches).map(|i| i * 2).collect();
+    assert_eq!(base_offsets, want.as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_tail_survives_losing_the_wal_directory() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("t", 2, "3").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 40).await;
+    append_many(&n1.log, &topic, 1, 25).await;
+    n1.crash().await;
+    std::fs::remove_dir_all(c.dir(1).join("wal")).expect("delete the WAL");
+
+    let n1 = c.start(1).await;
+    dense(&read_all(&n1.log, &topic, 0).await, 40);
+    dense(&read_all(&n1.log, &topic, 1).await, 25);
+    // The recovered tail is this broker's data again: it seals into the object store.
+    n1.log.seal_once().await.expect("seal");
+    for (p, end) in [(0, 80), (1, 50)] {
+        let last = c
+            .metadata
+            .catalog_last(topic.topic_id, p)
+            .await
+            .expect("catalog")
+            .expect("catalogued");
+        assert_eq!(last.next_offset(), end);
+    }
+    for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_recovers_a_dead_brokers_tail_from_its_replicas() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("moved", 1, "2").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 30).await;
+    n1.crash().await;
+
+    // What the controller does when broker 1's lease expires.
+    let state = topic.partition(0).expect("partition 0").clone();
+    let mut moved = state.clone();
+    moved.leader = 2;
+    moved.leader_epoch += 1;
+    moved.recover_from = Some(1);
+    c.metadata
+        .update_partition(topic.topic_id, state.version, moved)
+        .await
+        .expect("move the partition");
+
+    dense(&read_all(&n2.log, &topic, 0).await, 30);
+    let p = n2.log.partition(&topic, 0).await.expect("partition");
+    let next = n2
+        .log
+        .append(&p, &make_batch(1, 5000), 1 << 20, false, Acks::All)
+        .await
+        .expect("the new leader takes writes");
+    assert_eq!(next.base_offset, 60);
+    let stored = c
+        .metadata
+        .topic_by_id(topic.topic_id)
+        .await
+        .expect("topic")
+        .expect("exists");
+    assert_eq!(
+        stored.partitions[0].recover_from, None,
+        "recovery is recorded as done"
+    );
+    // Sealed by the new leader under its epoch.
+    n2.log.seal_once().await.expect("seal");
+    let last = c
+        .metadata
+        .catalog_last(topic.topic_id, 0)
+        .await
+        .expect("catalog")
+        .expect("catalogued");
+    assert_eq!((last.next_offset(), last.leader_epoch), (61, 1));
+    for n in [n2, n3] {
+        n.crash().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_follows_min_insync_replicas_as_replicas_go_and_come() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("zones", 1, "2").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 5).await;
+
+    // One replica zone goes away: after the lag bound the in-sync set shrinks and acks=all
+    // goes on with 2 copies.
+    n3.crash().await;
+    append_many(&n1.log, &topic, 0, 5).await;
+    assert_eq!(n1.log.replicator.in_sync_copies(), 2);
+    let record = c
+        .metadata
+        .wal_replica_set(1)
+        .await
+        .expect("read")
+        .expect("recorded");
+    assert_eq!(record.isr, vec![2], "the shrink is recorded");
+
+    // A second one: 1 copy < 2, refused.
+    n2.crash().await;
+    let p = n1.log.partition(&topic, 0).await.expect("partition");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match n1
+            .log
+            .append(&p, &make_batch(1, 1), 1 << 20, false, Acks::All)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::NotEnoughReplicas => break e,
+            Err(e) if e.kind() == ErrorKind::NotEnoughReplicasAfterAppend => {}
+            Ok(_) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        refused.to_string().contains("min.insync.replicas"),
+        "{refused}"
+    );
+    // acks=1 still works on one copy.
+    n1.log
+        .append(&p, &make_batch(1, 2), 1 << 20, false, Acks::Leader)
+        .await
+        .expect("acks=1");
+
+    // A zone comes back. It rejoins the in-sync set once everything it missed is in the
+    // object store (a seal) and it has caught up; then acks=all works again.
+    let n2 = c.start(2).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // n1 re-reads n2's new address
+    n1.log
+        .seal_once()
+        .await
+        .expect("seal what replica 2 missed");
+    wait_in_sync(&n1, 2).await;
+    n1.log
+        .append(&p, &make_batch(1, 3), 1 << 20, false, Acks::All)
+        .await
+        .expect("acks=all again");
+    for n in [n1, n2] {
+        n.crash().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_live_leader_keeps_its_tail_on_replicas_until_the_new_leader_recovered_it() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("deposed", 1, "3").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 20).await;
+
+    // Leadership moves while broker 1 is alive (as after a pause past its session).
+    let state = topic.partition(0).expect("partition 0").clone();
+    let mut moved = state.clone();
+    moved.leader = 2;
+    moved.leader_epoch += 1;
+    moved.recover_from = Some(1);
+    c.metadata
+        .update_partition(topic.topic_id, state.version, moved)
+        .await
+        .expect("move the partition");
+    // Broker 1's seal is fenced: it forgets the partition but must keep the tail in its WAL
+    // and tell its replicas nothing that would let them drop it.
+    assert!(
+        n1.log.seal_once().await.is_err(),
+        "the deposed leader is fenced"
+    );
+    n1.log.release_holds().await.expect("check holds");
+    n1.log
+        .seal_once()
+        .await
+        .expect("an empty seal trims what it may");
+    tokio::time::sleep(Duration::from_millis(500)).await; // trims reach the replicas
+
+    dense(&read_all(&n2.log, &topic, 0).await, 20);
+    // Recovered: broker 1 may let go now.
+    n1.log.release_holds().await.expect("release");
+    for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+}
