@@ -50,6 +50,10 @@ pub struct Broker {
     pub coordinator: Arc<crate::groups::Coordinator>,
     /// Live brokers and the controller, as this broker sees them.
     pub cluster: Arc<ClusterView>,
+    /// Kafka clients to other brokers, one per broker, for HTTP produce requests to
+    /// partitions they lead (the REST front end of any broker takes any partition).
+    forwarders:
+        tokio::sync::Mutex<HashMap<BrokerId, Arc<tokio::sync::Mutex<crate::client::Client>>>>,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
     /// Append gates of partitions (see the module docs); `true` = closed.
     gates: Mutex<HashMap<TopicPartition, Arc<tokio::sync::RwLock<bool>>>>,
@@ -64,6 +68,12 @@ const PRODUCER_ID_BLOCK: u32 = 1000;
 /// Shorter, because a lone consumer waiting 3 s at start is the common complaint; fleets
 /// that start together still mostly land in one rebalance.
 const GROUP_INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(1000);
+
+/// Bound on a forwarded produce's network waits.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a read of a partition led elsewhere looks at the catalog while it waits.
+const ELSEWHERE_POLL: Duration = Duration::from_millis(200);
 
 /// Timestamp sentinels of ListOffsets.
 pub const LATEST_TIMESTAMP: i64 = -1;
@@ -102,6 +112,7 @@ impl Broker {
             topics: RwLock::new(topics),
             gates: Mutex::new(HashMap::new()),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            forwarders: tokio::sync::Mutex::new(HashMap::new()),
         }))
     }
 
@@ -134,19 +145,23 @@ impl Broker {
     }
 
     /// Replaces the whole cache (a re-list after a watch ended): topics deleted meanwhile go.
-    pub fn replace_topics(&self, topics: Vec<TopicMetadata>) -> Vec<Arc<TopicMetadata>> {
+    pub fn replace_topics(
+        &self,
+        topics: Vec<TopicMetadata>,
+    ) -> (Vec<Arc<TopicMetadata>>, Vec<TopicId>) {
         let names: std::collections::HashSet<String> =
             topics.iter().map(|t| t.name.clone()).collect();
-        let gone: Vec<TopicId> = self
+        // Not removed here: a topic created while the list was being read is missing from it
+        // but alive, and removing a live topic would drop its unsealed data. The caller
+        // confirms each one is gone first.
+        let missing: Vec<TopicId> = self
             .topics()
             .iter()
             .filter(|t| !names.contains(&t.name))
             .map(|t| t.topic_id)
             .collect();
-        for id in gone {
-            self.remove_topic(id);
-        }
-        topics.into_iter().map(|t| self.cache_put(t)).collect()
+        let kept = topics.into_iter().map(|t| self.cache_put(t)).collect();
+        (kept, missing)
     }
 
     /// One partition's new state; returns the updated topic (`None`: unknown topic, or an
@@ -446,7 +461,17 @@ impl Broker {
         min_one: bool,
         max_wait: Duration,
     ) -> Result<ReadResult> {
-        let p = self.partition(topic, partition).await?;
+        let p = match self.partition(topic, partition).await {
+            Ok(p) => p,
+            // Led by another broker: serve what the object store holds (HTTP reads only;
+            // Kafka fetches go to the leader, as clients expect).
+            Err(e) if e.code() == kafka_protocol::ResponseError::NotLeaderOrFollower.code() => {
+                return self
+                    .read_elsewhere(topic, partition, offset, max_bytes, min_one, max_wait)
+                    .await;
+            }
+            Err(e) => return Err(e),
+        };
         let mut hw = p.subscribe();
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
@@ -458,6 +483,107 @@ impl Broker {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) | Err(_) => return Ok(r),
             }
+        }
+    }
+
+    /// Produces records to a partition `leader` leads, through a Kafka client connected to
+    /// it (HTTP produce on a broker that does not lead the partition). Returns the base
+    /// offset. Errors are retriable: the leader may be moving.
+    pub async fn forward_produce(
+        &self,
+        leader: BrokerId,
+        topic: &str,
+        partition: PartitionId,
+        records: &[crate::client::records::ProduceRecord],
+    ) -> Result<Offset> {
+        let forwarding = |e: String| {
+            BrokerError::Log(oxbow_segment_writer::Error::Replication(format!(
+                "forwarding to broker {leader}: {e}"
+            )))
+        };
+        let client = {
+            let mut forwarders = self.forwarders.lock().await;
+            match forwarders.get(&leader) {
+                Some(c) => c.clone(),
+                None => {
+                    let addr = self
+                        .cluster
+                        .broker(leader)
+                        .map(|b| b.kafka_addr)
+                        .ok_or_else(|| forwarding("it is not registered".into()))?;
+                    let c = crate::client::Client::connect(&addr, FORWARD_TIMEOUT)
+                        .await
+                        .map_err(|e| forwarding(e.to_string()))?;
+                    let c = Arc::new(tokio::sync::Mutex::new(c));
+                    forwarders.insert(leader, c.clone());
+                    c
+                }
+            }
+        };
+        let mut client = client.lock().await;
+        let options = crate::client::ProduceOptions {
+            acks: crate::client::records::Acks::All,
+            ..Default::default()
+        };
+        match client.produce(topic, partition, records, options).await {
+            Ok(Some(offset)) => Ok(offset),
+            Ok(None) => Err(forwarding("no offset in the answer".into())),
+            Err(e) => {
+                drop(client);
+                // A broken connection is not reused.
+                self.forwarders.lock().await.remove(&leader);
+                Err(forwarding(e.to_string()))
+            }
+        }
+    }
+
+    /// [`Self::read`] of a partition led by another broker: catalogued data only, polled
+    /// every [`ELSEWHERE_POLL`] while waiting.
+    async fn read_elsewhere(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        offset: Offset,
+        max_bytes: usize,
+        min_one: bool,
+        max_wait: Duration,
+    ) -> Result<ReadResult> {
+        let log_start = topic.partition(partition).map_or(0, |p| p.log_start_offset);
+        let tp = TopicPartition::new(topic.topic_id, partition);
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let r = self
+                .log
+                .read_catalogued(tp, log_start, offset, max_bytes, min_one)
+                .await?;
+            if !r.batches.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::time::sleep(ELSEWHERE_POLL.min(deadline - tokio::time::Instant::now())).await;
+        }
+    }
+
+    /// Earliest or latest offset of a partition led by another broker, from the metadata
+    /// service (latest: the catalog's end, which lags the leader by a flush interval).
+    pub async fn list_offset_elsewhere(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        timestamp: i64,
+    ) -> Result<(Offset, i64)> {
+        let log_start = topic.partition(partition).map_or(0, |p| p.log_start_offset);
+        match timestamp {
+            EARLIEST_TIMESTAMP => Ok((log_start, -1)),
+            LATEST_TIMESTAMP => {
+                let end = self
+                    .metadata
+                    .catalog_last(topic.topic_id, partition)
+                    .await?
+                    .map_or(log_start, |e| e.next_offset())
+                    .max(log_start);
+                Ok((end, -1))
+            }
+            ts => self.list_offset(topic, partition, ts).await,
         }
     }
 

@@ -492,6 +492,64 @@ async fn subscription_to_a_topic_created_later() {
 }
 
 #[tokio::test]
+async fn a_pattern_subscription_follows_matching_topics_as_they_appear() {
+    let s = start(false).await;
+    s.create_topic("orders-eu", 1).await;
+    s.create_topic("payments", 1).await;
+    let c = create(
+        s.addr,
+        "g-pattern",
+        json!({"format": "json", "auto.offset.reset": "earliest"}),
+    )
+    .await;
+    send(
+        s.addr,
+        "POST",
+        &format!("{c}/subscription"),
+        Some(&json!({"topic_pattern": "orders-.*"})),
+    )
+    .await
+    .assert_status(204);
+    let sub = send(s.addr, "GET", &format!("{c}/subscription"), None).await;
+    sub.assert_status(200);
+    assert_eq!(sub.json()["topics"], json!(["orders-eu"]));
+    produce(s.addr, "/topics/payments", JSON_V2, json!([{"value": "p"}])).await;
+    produce(
+        s.addr,
+        "/topics/orders-eu",
+        JSON_V2,
+        json!([{"value": "eu"}]),
+    )
+    .await;
+    let got = poll_n(s.addr, &c, JSON_V2, 1).await;
+    assert_eq!(got[0]["topic"], "orders-eu");
+    // A topic created later that matches joins the subscription (a rebalance).
+    s.create_topic("orders-us", 1).await;
+    produce(
+        s.addr,
+        "/topics/orders-us",
+        JSON_V2,
+        json!([{"value": "us"}]),
+    )
+    .await;
+    let got = poll_n(s.addr, &c, JSON_V2, 1).await;
+    assert_eq!(got[0]["topic"], "orders-us");
+    assert_eq!(
+        assignment(s.addr, &c).await,
+        BTreeSet::from([("orders-eu".to_string(), 0), ("orders-us".to_string(), 0)])
+    );
+    // A bad pattern is refused.
+    let r = send(
+        s.addr,
+        "POST",
+        &format!("{c}/subscription"),
+        Some(&json!({"topic_pattern": "orders-("})),
+    )
+    .await;
+    r.assert_status(422);
+}
+
+#[tokio::test]
 async fn a_group_without_the_range_assignor_refuses_the_instance() {
     let s = start(false).await;
     s.create_topic("t", 1).await;
@@ -578,7 +636,7 @@ async fn request_errors() {
         s.addr,
         "POST",
         &format!("{c}/subscription"),
-        Some(&json!({"topic_pattern": "t.*"})),
+        Some(&json!({"topic_pattern": "t.*("})),
     )
     .await;
     r.assert_error(422, 42201);

@@ -16,7 +16,7 @@ use crate::segment::SegmentIndex;
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
-use oxbow_metadata::{CatalogEntry, EntryLayout, Offset};
+use oxbow_metadata::{CatalogEntry, EntryLayout, Offset, TopicPartition};
 use std::sync::atomic::Ordering;
 
 /// Catalog entries fetched per lookup when reading from objects.
@@ -68,33 +68,7 @@ impl LogManager {
                     min_one,
                     stopped: false,
                 };
-                // Where the catalog was last looked up again after a NotFound.
-                let mut relooked_at: Option<Offset> = None;
-                while acc.next < sealed_end && acc.total < max_bytes && !acc.stopped {
-                    let entries = self
-                        .metadata
-                        .catalog_entries(
-                            tp.topic_id,
-                            tp.partition,
-                            acc.next,
-                            CATALOG_ENTRIES_PER_READ,
-                        )
-                        .await?;
-                    if entries.is_empty() {
-                        break;
-                    }
-                    match self.read_entries(&entries, &mut acc).await {
-                        Ok(()) => {}
-                        // Compaction replaced these entries and deleted their object after
-                        // its grace period: the catalog names where the data is now. Look it
-                        // up again, once per position.
-                        Err(Error::ObjectNotFound(key)) if relooked_at != Some(acc.next) => {
-                            tracing::debug!(%key, offset = acc.next, "object gone; looking the catalog up again");
-                            relooked_at = Some(acc.next);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+                self.collect_catalogued(tp, sealed_end, &mut acc).await?;
                 let mut out = acc.out;
                 if acc.total < max_bytes && acc.next >= sealed_end {
                     let s = partition.lock()?;
@@ -109,6 +83,84 @@ impl LogManager {
             batches,
             log_start_offset,
             high_watermark,
+        })
+    }
+
+    /// Reads catalogued batches of `tp` before `end` into `acc`, following the catalog.
+    async fn collect_catalogued(
+        &self,
+        tp: TopicPartition,
+        end: Offset,
+        acc: &mut Collect,
+    ) -> Result<()> {
+        // Where the catalog was last looked up again after a NotFound.
+        let mut relooked_at: Option<Offset> = None;
+        while acc.next < end && acc.total < acc.max_bytes && !acc.stopped {
+            let entries = self
+                .metadata
+                .catalog_entries(
+                    tp.topic_id,
+                    tp.partition,
+                    acc.next,
+                    CATALOG_ENTRIES_PER_READ,
+                )
+                .await?;
+            if entries.is_empty() {
+                break;
+            }
+            match self.read_entries(&entries, acc).await {
+                Ok(()) => {}
+                // Compaction replaced these entries and deleted their object after its
+                // grace period: the catalog names where the data is now. Look it up again,
+                // once per position.
+                Err(Error::ObjectNotFound(key)) if relooked_at != Some(acc.next) => {
+                    tracing::debug!(%key, offset = acc.next, "object gone; looking the catalog up again");
+                    relooked_at = Some(acc.next);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a partition this broker does not lead, from the object store alone: every
+    /// broker can serve what is catalogued (it lags the leader by at most a flush
+    /// interval), so the HTTP front end of any broker can read any partition. The high
+    /// watermark returned is the catalog's end.
+    pub async fn read_catalogued(
+        &self,
+        tp: TopicPartition,
+        log_start_offset: Offset,
+        offset: Offset,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<ReadResult> {
+        let end = self
+            .metadata
+            .catalog_last(tp.topic_id, tp.partition)
+            .await?
+            .map_or(log_start_offset, |e| e.next_offset())
+            .max(log_start_offset);
+        if offset < log_start_offset || offset > end {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start: log_start_offset,
+                log_end: end,
+            });
+        }
+        let mut acc = Collect {
+            out: Vec::new(),
+            total: 0,
+            next: offset,
+            max_bytes,
+            min_one,
+            stopped: false,
+        };
+        self.collect_catalogued(tp, end, &mut acc).await?;
+        Ok(ReadResult {
+            batches: acc.out,
+            log_start_offset,
+            high_watermark: end,
         })
     }
 

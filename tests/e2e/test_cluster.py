@@ -12,10 +12,12 @@ Figures (failover time, time to take a share) are printed; run with `-s` to see 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
 import pytest
+import requests
 from confluent_kafka import Consumer, TopicPartition
 
 from cluster import ProducerThread, check_history, cluster, etcd_server, moto_server, read_all  # noqa: F401
@@ -75,6 +77,43 @@ def test_topics_spread_over_brokers_and_any_broker_answers_for_the_cluster(clust
     with w.KafkaConn(c.broker(1).bootstrap) as conn:
         body = conn.call(w.API_PRODUCE, 3, w.produce_body_v3_to_v8(topic, p2, w.record_batch([(None, b"x")])))
         assert w.parse_produce_response_v3_to_v8(body)[0] == ERR_NOT_LEADER_OR_FOLLOWER
+
+    # REST Proxy consumer instances live on their group's coordinator: created through
+    # another broker, the client is redirected there (307) and reads the whole topic.
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    http1 = c.broker(1).http
+    for i in range(50):
+        group = f"rest-{i}"
+        r = requests.post(f"{http1}/consumers/{group}", headers=v2, json={"format": "binary", "auto.offset.reset": "earliest"}, allow_redirects=False, timeout=10)
+        if r.status_code == 307:
+            break
+        assert r.status_code == 200, r.text
+    else:
+        raise AssertionError("no group of 50 is coordinated by brokers 2 or 3")
+    coordinator_http = r.headers["Location"].split("/consumers/")[0]
+    assert coordinator_http in {c.broker(2).http, c.broker(3).http}, r.headers["Location"]
+    created = requests.post(f"{http1}/consumers/{group}", headers=v2, json={"format": "binary", "auto.offset.reset": "earliest"}, timeout=10)
+    assert created.status_code == 200, created.text
+    base = created.json()["base_uri"]
+    assert base.startswith(coordinator_http), base
+    assert requests.post(f"{base}/subscription", headers=v2, json={"topics": [topic]}, timeout=10).status_code == 204
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < len(values) and time.monotonic() < deadline:
+        got = requests.get(f"{base}/records?timeout=1000", headers={"Accept": "application/vnd.kafka.binary.v2+json"}, timeout=10)
+        assert got.status_code == 200, got.text
+        seen += [base64.b64decode(rec["value"]) for rec in got.json()]
+    assert sorted(seen) == values
+    assert requests.delete(base, timeout=10).status_code == 204
+
+    # REST produce through broker 1 reaches partitions other brokers lead (forwarded).
+    recs = [{"value": base64.b64encode(b"h%03d" % i).decode(), "partition": i % 6} for i in range(60)]
+    r = requests.post(f"{http1}/topics/{topic}", headers={"Content-Type": "application/vnd.kafka.binary.v2+json"}, json={"records": recs}, timeout=30)
+    assert r.status_code == 200, r.text
+    offsets = r.json()["offsets"]
+    assert all(o.get("error_code") is None and o["offset"] >= 0 for o in offsets), offsets
+    got = read_all(c.bootstrap, topic, 6)
+    assert sorted(r.value for rs in got.values() for r in rs if r.value.startswith(b"h")) == [b"h%03d" % i for i in range(60)]
 
 
 def test_kill9_moves_the_partitions_and_the_producer_recovers(cluster):

@@ -125,9 +125,16 @@ async fn run_topic_watch(
         };
         match metadata.list_topics().await {
             Ok(list) => {
-                for t in broker.replace_topics(list) {
+                let (kept, missing) = broker.replace_topics(list);
+                for t in kept {
                     for p in &t.partitions {
                         follow(broker, t.topic_id, p, handoffs, recoveries);
+                    }
+                }
+                // Missing from the list: gone, or created while it was read. Ask.
+                for id in missing {
+                    if let Ok(None) = metadata.topic_by_id(id).await {
+                        broker.remove_topic(id);
                     }
                 }
             }

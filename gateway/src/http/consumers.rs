@@ -27,7 +27,10 @@
 //!   every poll that moved them, and before a rebalance takes partitions away.
 //! - Positions start at the group's committed offset, else at `auto.offset.reset`
 //!   (`latest` by default, as in Kafka).
-//! - `topic_pattern` subscriptions are not supported (422/42201).
+//! - In a cluster, creating an instance on a broker that does not coordinate the group
+//!   answers 307 with the coordinator's address (instances live on the group's coordinator).
+//! - `topic_pattern` subscriptions match whole topic names (as Kafka's Java client) and are
+//!   re-evaluated while subscribed: a topic created later that matches triggers a rebalance.
 //!
 //! # Errors (besides the API-wide ones in [`super`])
 //! | status | code  | when |
@@ -192,6 +195,21 @@ async fn create(
         require_json(&headers)?;
     }
     let (name, config) = parse_create(&body)?;
+    // An instance is a member of its group through this broker's coordinator, so it must
+    // live on the broker that coordinates the group: send the client there (307 keeps the
+    // method and body; the answer's base_uri then names that broker).
+    let broker = &app.http.broker;
+    let coordinator = broker.cluster.coordinator_for(&group);
+    if coordinator != broker.settings.broker_id {
+        if let Some(b) = broker.cluster.broker(coordinator) {
+            let location = format!("http://{}/consumers/{group}", b.http_addr);
+            return Ok((
+                StatusCode::TEMPORARY_REDIRECT,
+                [(header::LOCATION, location)],
+            )
+                .into_response());
+        }
+    }
     let instance = app.consumers.create(&group, name, config)?;
     let host = headers
         .get(header::HOST)
@@ -239,14 +257,16 @@ struct SubscribeRequest {
     topic_pattern: Option<String>,
 }
 
-fn parse_subscribe(req: SubscribeRequest) -> Result<Vec<String>, ApiError> {
+fn parse_subscribe(req: SubscribeRequest) -> Result<member::Subscription, ApiError> {
     match (req.topics, req.topic_pattern) {
         (Some(_), Some(_)) => Err(ApiError::invalid_body(
             "give either 'topics' or 'topic_pattern', not both",
         )),
-        (None, Some(_)) => Err(ApiError::invalid_body(
-            "'topic_pattern' subscriptions are not supported: list the topics",
-        )),
+        (None, Some(pattern)) => member::Subscription::pattern(&pattern).map_err(|e| {
+            ApiError::invalid_body(format!(
+                "'topic_pattern' is not a valid regular expression: {e}"
+            ))
+        }),
         (None, None) => Err(ApiError::invalid_body("'topics' is required")),
         (Some(topics), None) if topics.is_empty() => Err(ApiError::invalid_body(
             "'topics' must name at least one topic",
@@ -254,7 +274,7 @@ fn parse_subscribe(req: SubscribeRequest) -> Result<Vec<String>, ApiError> {
         (Some(mut topics), None) => {
             topics.sort();
             topics.dedup();
-            Ok(topics)
+            Ok(member::Subscription::Topics(topics))
         }
     }
 }
@@ -267,8 +287,8 @@ async fn subscribe(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let instance = app.consumers.get(&group, &id)?;
-    let topics = parse_subscribe(required_json(&headers, &body)?)?;
-    app.consumers.subscribe(&instance, topics)?;
+    let subscription = parse_subscribe(required_json(&headers, &body)?)?;
+    app.consumers.subscribe(&instance, subscription)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -285,6 +305,7 @@ async fn subscription(
     let instance = app.consumers.get(&group, &id)?;
     let topics = match &instance.state().mode {
         instance::Mode::Subscribed(topics) => topics.clone(),
+        instance::Mode::SubscribedPattern(pattern) => pattern.topics(&app.http.broker),
         instance::Mode::None | instance::Mode::Assigned => Vec::new(),
     };
     Ok(v2_ok(&Subscription { topics }))
@@ -656,10 +677,18 @@ mod tests {
         let parse = |s: &str| parse_subscribe(serde_json::from_str(s).expect("json"));
         assert_eq!(
             parse(r#"{"topics":["b","a","b"]}"#).expect("topics"),
-            vec!["a", "b"]
+            member::Subscription::Topics(vec!["a".into(), "b".into()])
         );
+        let member::Subscription::Pattern(re) =
+            parse(r#"{"topic_pattern":"orders-.*"}"#).expect("pattern")
+        else {
+            panic!("a pattern subscription");
+        };
+        // The whole name must match, as with Kafka's Java client.
+        assert!(re.is_match("orders-eu"));
+        assert!(!re.is_match("old-orders-eu"));
         for bad in [
-            r#"{"topic_pattern":"a.*"}"#,
+            r#"{"topic_pattern":"a("}"#,
             r#"{}"#,
             r#"{"topics":[]}"#,
             r#"{"topics":["a"],"topic_pattern":"a"}"#,

@@ -232,6 +232,35 @@ async fn produce_partition(
     timestamp_ms: i64,
 ) -> Vec<(Vec<usize>, Result<i64, RecordError>)> {
     let broker = &app.http.broker;
+    let tp = oxbow_metadata::TopicPartition::new(topic.topic_id, partition);
+    let led_elsewhere = topic
+        .partition(partition)
+        .map(|p| p.leader)
+        .filter(|l| *l != broker.settings.broker_id && broker.log.get(&tp).is_none());
+    if let Some(leader) = led_elsewhere {
+        // Another broker leads it: produce there, as a Kafka client would.
+        let mut out = Vec::with_capacity(batches.len());
+        for indices in batches {
+            let forwarded: Vec<crate::client::ProduceRecord> = indices
+                .iter()
+                .map(|&i| crate::client::ProduceRecord {
+                    key: records[i].key.clone(),
+                    value: records[i].value.clone(),
+                    headers: Vec::new(),
+                    timestamp_ms: Some(timestamp_ms),
+                })
+                .collect();
+            let result = broker
+                .forward_produce(leader, &topic.name, partition, &forwarded)
+                .await
+                .map_err(RecordError::from);
+            if let Err(e) = &result {
+                tracing::warn!(topic = %topic.name, partition, leader, error = %e.message, "forwarded http produce failed");
+            }
+            out.push((indices, result));
+        }
+        return out;
+    }
     let mut enqueued = Vec::with_capacity(batches.len());
     for indices in batches {
         let kv: Vec<(Option<Bytes>, Option<Bytes>)> = indices

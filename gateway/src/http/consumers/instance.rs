@@ -68,6 +68,9 @@ pub enum Mode {
     None,
     /// Group-managed: these topics, partitions from the group's assignment.
     Subscribed(Vec<String>),
+    /// Group-managed: every topic whose whole name matches this pattern, re-evaluated while
+    /// subscribed (a topic created later that matches joins the subscription).
+    SubscribedPattern(super::member::Subscription),
     /// Manual: the partitions in `State::assigned`, no group membership.
     Assigned,
 }
@@ -271,7 +274,11 @@ impl Registry {
 
     /// Subscribes to `topics`, replacing any earlier subscription (the old membership
     /// leaves the group, a new one joins). 409/40903 if partitions were assigned manually.
-    pub fn subscribe(&self, instance: &Arc<Instance>, topics: Vec<String>) -> Result<(), ApiError> {
+    pub fn subscribe(
+        &self,
+        instance: &Arc<Instance>,
+        subscription: super::member::Subscription,
+    ) -> Result<(), ApiError> {
         let (epoch, token) = {
             let mut s = instance.state();
             if s.mode == Mode::Assigned {
@@ -281,7 +288,12 @@ impl Registry {
                 old.cancel();
             }
             s.epoch += 1;
-            s.mode = Mode::Subscribed(topics.clone());
+            s.mode = match &subscription {
+                super::member::Subscription::Topics(topics) => Mode::Subscribed(topics.clone()),
+                pattern @ super::member::Subscription::Pattern(_) => {
+                    Mode::SubscribedPattern(pattern.clone())
+                }
+            };
             s.membership_error = None;
             s.member = None;
             s.assigned.clear();
@@ -294,7 +306,7 @@ impl Registry {
             self.broker.clone(),
             instance.clone(),
             epoch,
-            topics,
+            subscription,
             token,
         ));
         Ok(())
@@ -317,7 +329,7 @@ impl Registry {
     /// Assigns partitions manually. 409/40903 if the instance is subscribed.
     pub fn assign(&self, instance: &Instance, tps: Vec<Tp>) -> Result<(), ApiError> {
         let mut s = instance.state();
-        if matches!(s.mode, Mode::Subscribed(_)) {
+        if matches!(s.mode, Mode::Subscribed(_) | Mode::SubscribedPattern(_)) {
             return Err(exclusive());
         }
         s.mode = if tps.is_empty() {

@@ -33,19 +33,64 @@ const REBALANCE_TIMEOUT_MS: u64 = 60_000;
 /// Pause before retrying a join that failed for a reason other than a rebalance.
 const RETRY_BACKOFF: Duration = Duration::from_millis(500);
 
+/// What an instance subscribes to.
+#[derive(Clone, Debug)]
+pub enum Subscription {
+    /// These topics.
+    Topics(Vec<String>),
+    /// Every topic whose whole name matches (Kafka's pattern subscription, as the Java
+    /// client's `Pattern.matcher(name).matches()`).
+    Pattern(regex::Regex),
+}
+
+impl PartialEq for Subscription {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Subscription::Topics(a), Subscription::Topics(b)) => a == b,
+            (Subscription::Pattern(a), Subscription::Pattern(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Subscription {}
+
+impl Subscription {
+    /// A pattern subscription; an error if `pattern` is not a valid regular expression.
+    pub fn pattern(pattern: &str) -> Result<Subscription, regex::Error> {
+        regex::Regex::new(&format!("^(?:{pattern})$")).map(Subscription::Pattern)
+    }
+
+    /// The topics subscribed to now, sorted.
+    pub fn topics(&self, broker: &Broker) -> Vec<String> {
+        match self {
+            Subscription::Topics(t) => t.clone(),
+            Subscription::Pattern(re) => broker
+                .topics()
+                .iter()
+                .map(|t| t.name.clone())
+                .filter(|n| re.is_match(n))
+                .collect(),
+        }
+    }
+}
+
 /// Runs the membership of subscription `epoch` of `instance` until `token` is cancelled.
 pub async fn run(
     broker: Arc<Broker>,
     instance: Arc<Instance>,
     epoch: u64,
-    topics: Vec<String>,
+    subscription: Subscription,
     token: CancellationToken,
 ) {
     let coordinator = broker.coordinator.clone();
     let group = instance.group.clone();
-    let metadata = assignor::encode_subscription(&topics);
     let mut member_id = String::new();
     'join: while !token.is_cancelled() {
+        // A pattern is resolved at every join; the heartbeat loop rejoins when it matches
+        // a different set of topics.
+        let topics = subscription.topics(&broker);
+        let metadata = assignor::encode_subscription(&topics);
         let request = JoinRequest {
             member_id: member_id.clone(),
             instance_id: None,
@@ -114,7 +159,8 @@ pub async fn run(
             let code = coordinator.heartbeat(&group, &member_id, None, generation);
             let grown = assigned_from
                 .as_ref()
-                .is_some_and(|seen| partition_counts(&broker, seen.keys()) != *seen);
+                .is_some_and(|seen| partition_counts(&broker, seen.keys()) != *seen)
+                || subscription.topics(&broker) != topics;
             if code == 0 && !grown {
                 continue;
             }

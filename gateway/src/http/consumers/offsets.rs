@@ -108,7 +108,14 @@ pub async fn committed(
 /// The earliest or latest offset of a partition.
 pub async fn boundary(broker: &Broker, tp: &Tp, reset: OffsetReset) -> Result<i64, ApiError> {
     let topic = existing(broker, tp)?;
-    let (offset, _) = broker.list_offset(&topic, tp.1, reset.timestamp()).await?;
+    let (offset, _) = match broker.list_offset(&topic, tp.1, reset.timestamp()).await {
+        Err(e) if e.code() == ResponseError::NotLeaderOrFollower.code() => {
+            broker
+                .list_offset_elsewhere(&topic, tp.1, reset.timestamp())
+                .await?
+        }
+        other => other?,
+    };
     Ok(offset)
 }
 
