@@ -81,6 +81,12 @@ def main() -> None:
     ap.add_argument("--flush-interval", default=None, help="default 250ms (wal) / 50ms (direct)")
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--wal-replication-factor", type=int, default=3)
+    ap.add_argument(
+        "--external",
+        default=None,
+        help="instead of the built-in producer, run this command ({bootstrap} and {topic} are "
+        "filled in; e.g. an oxbow-loadtest invocation) and report the broker counters around it",
+    )
     args = ap.parse_args()
 
     flush = args.flush_interval or ("250ms" if args.durability == "wal" else "50ms")
@@ -123,6 +129,33 @@ def main() -> None:
             p.produce(topic, b"warm", partition=part, on_delivery=lambda e, m: e and warm_errors.append(e))
         assert p.flush(60) == 0 and not warm_errors, warm_errors
         before = totals(cluster)
+        if args.external:
+            import shlex
+            import subprocess
+
+            cmd = args.external.format(bootstrap=bootstrap, topic=topic)
+            t0 = time.monotonic()
+            done = subprocess.run(shlex.split(cmd), timeout=args.timeout_s, capture_output=True, text=True)
+            elapsed = time.monotonic() - t0
+            time.sleep(1.5)
+            d = {k: totals(cluster)[k] - before[k] for k in COUNTERS}
+            appended = d["oxbow_appended_bytes_total"] or 1.0
+            print(done.stdout[-6000:])
+            print(done.stderr[-2000:], file=sys.stderr)
+            print(
+                json.dumps(
+                    {
+                        "durability": args.durability,
+                        "external_exit": done.returncode,
+                        "elapsed_s": round(elapsed, 2),
+                        "appended_mb_per_s": round(appended / elapsed / 1e6, 1),
+                        "s3_puts_per_gib": round(d["oxbow_objects_uploaded_total"] / (appended / 2**30), 1),
+                        "local_wal_bytes_per_produced_byte": round(d["oxbow_wal_written_bytes_total"] / appended, 3),
+                        "replica_wal_bytes_per_produced_byte": round(d["oxbow_wal_replica_written_bytes_total"] / appended, 3),
+                    }
+                )
+            )
+            return
 
         payload = b"x" * args.record_size
         latencies: list[float] = []
