@@ -9,12 +9,16 @@
 //! whose commit may still be retried is never touched), plan runs
 //! ([`crate::compact_state::plan`]), and for each run: fetch the old ranges (CRC-checked,
 //! bypassing the read-cache insert so a compaction scan does not evict what readers use),
-//! build the segment in memory, PUT it create-only, then
-//! [`MetadataStore::replace_catalog_entries`] fenced by the partition's current leader
-//! epoch. Then it collects garbage ([`crate::compact_state::DeletionLedger`]). On shutdown
-//! it stops between runs and deletes only what is already due: nothing waits.
+//! build the segment in memory, PUT it create-only, then swap it in with
+//! [`oxbow_metadata::MetadataStore::replace_catalog_entries`], fenced by the partition's
+//! current leader epoch. Then it collects garbage
+//! ([`crate::compact_state::DeletionLedger`]). On shutdown it stops between runs and
+//! deletes only what is already due: nothing waits.
 //!
-//! Failure: a run whose data fails a CRC is frozen (left alone for the process's life,
+//! Objects: it writes segments under `segments/…` (naming in [`crate::segment`]) and deletes
+//! sealed objects (`data/…`) and segments it superseded.
+//!
+//! Failure: an entry whose data fails a CRC is frozen (left alone for the process's life,
 //! logged, counted); a fenced, conflicting or failed replace leaves the catalog as it was,
 //! and its new segment becomes a deletion candidate like any superseded object — deleted
 //! only if the catalog does not reference it, so an unknown outcome (a timeout whose
@@ -55,7 +59,7 @@ const CATALOG_PAGE: usize = 1_000;
 const ENTRIES_PER_RUN_MAX: usize = 4_096;
 /// References (partition, offset) of deletion candidates settled per round.
 pub const GC_REFS_MAX: usize = 100_000;
-/// Catalog reads per round to settle them (one per partition, [`GC_CATALOG_PAGE`] entries).
+/// Catalog reads per round to settle them (one per partition, up to 1000 entries each).
 pub const GC_CATALOG_READS_MAX: usize = 2_000;
 const GC_CATALOG_PAGE: usize = 1_000;
 /// Sealed objects whose index is read per round (three small ranged GETs each): above the
