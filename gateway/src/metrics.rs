@@ -220,6 +220,41 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "In-sync copies of this broker's WAL, its own included (acks=all needs min.insync.replicas).",
         &one(broker.log.replicator.in_sync_copies() as f64),
     );
+    let cm = &broker.log.compact_metrics;
+    for (name, help, value) in [
+        (
+            "oxbow_compaction_rounds_total",
+            "Compaction rounds run.",
+            &cm.rounds,
+        ),
+        (
+            "oxbow_compaction_segments_written_total",
+            "Per-partition segments written by compaction.",
+            &cm.segments_written,
+        ),
+        (
+            "oxbow_compaction_segment_bytes_written_total",
+            "Bytes of segments written by compaction.",
+            &cm.segment_bytes_written,
+        ),
+        (
+            "oxbow_compaction_entries_replaced_total",
+            "Catalog entries replaced by segments.",
+            &cm.entries_replaced,
+        ),
+        (
+            "oxbow_compaction_objects_deleted_total",
+            "Objects deleted once no entry referenced them.",
+            &cm.objects_deleted,
+        ),
+        (
+            "oxbow_compaction_failures_total",
+            "Compaction steps that failed (retried next round).",
+            &cm.failures,
+        ),
+    ] {
+        write_metric(&mut out, name, "counter", help, &one(get(value)));
+    }
     write_metric(
         &mut out,
         "oxbow_unsealed_bytes",

@@ -194,6 +194,7 @@ pub async fn run_compactor(
 
 impl Compactor {
     pub fn new(log: Arc<LogManager>, settings: CompactSettings) -> Self {
+        let metrics = log.compact_metrics.clone();
         Compactor {
             log,
             settings,
@@ -201,7 +202,7 @@ impl Compactor {
             frozen: BTreeSet::new(),
             cursors: HashMap::new(),
             fenced: HashMap::new(),
-            metrics: Arc::new(CompactMetrics::default()),
+            metrics,
         }
     }
 

@@ -212,6 +212,8 @@ pub struct LogManager {
     pub(crate) commit: Arc<CommitTracker>,
     /// Streams the WAL to replicas; run by [`Replicator::run`].
     pub replicator: Arc<Replicator>,
+    /// Compaction counters (shared with the compactor task; exported on `/metrics`).
+    pub compact_metrics: Arc<crate::compact::CompactMetrics>,
     /// Other brokers' WAL copies held here (`{data dir}/replicas`, beside `wal/`).
     pub replica_store: Arc<crate::replica_store::ReplicaStore>,
     /// Serializes partition opens (an open may recover a dead broker's tail first).
@@ -283,6 +285,7 @@ impl LogManager {
             settings.wal.file_bytes_max,
         ));
         let manager = Arc::new(LogManager {
+            compact_metrics: Arc::default(),
             replica_store,
             settings,
             metadata,
