@@ -47,23 +47,38 @@ fn offsets(batches: &[Bytes]) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
-async fn append_seal_read_and_recover() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = metadata
+fn embedded(dir: &Path) -> Arc<dyn MetadataStore> {
+    Arc::new(EmbeddedStore::open(&dir.join("meta.redb")).expect("meta"))
+}
+
+async fn create_topic(
+    metadata: &Arc<dyn MetadataStore>,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> oxbow_metadata::TopicMetadata {
+    metadata
         .create_topic(
             TopicSpec {
-                name: "t".into(),
-                partitions: 2,
+                name: name.into(),
+                partitions,
                 replication_factor: 1,
-                configs: BTreeMap::new(),
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
             },
             1,
         )
         .await
-        .expect("topic");
+        .expect("topic")
+}
+
+#[tokio::test]
+async fn append_seal_read_and_recover() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "t", 2, &[]).await;
     {
         let log = open(dir.path(), metadata.clone()).await;
         let p0 = log.partition(&topic, 0).await.expect("p0");
@@ -258,20 +273,8 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
 #[tokio::test]
 async fn a_forgotten_partition_keeps_its_unsealed_data_in_the_wal_until_reopened() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = metadata
-        .create_topic(
-            TopicSpec {
-                name: "held".into(),
-                partitions: 1,
-                replication_factor: 1,
-                configs: BTreeMap::new(),
-            },
-            1,
-        )
-        .await
-        .expect("topic");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "held", 1, &[]).await;
     let log = open(dir.path(), metadata.clone()).await;
     let p = log.partition(&topic, 0).await.expect("p0");
     for i in 0..4 {
@@ -293,21 +296,8 @@ async fn a_forgotten_partition_keeps_its_unsealed_data_in_the_wal_until_reopened
 #[tokio::test]
 async fn direct_durability_acks_after_the_upload_and_keeps_no_wal() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = metadata
-        .create_topic(
-            TopicSpec {
-                name: "direct".into(),
-                partitions: 1,
-                replication_factor: 1,
-                // The object store keeps the copies: no WAL copies are asked for.
-                configs: BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]),
-            },
-            1,
-        )
-        .await
-        .expect("topic");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "direct", 1, &[("min.insync.replicas", "2")]).await;
     let mut s = settings(dir.path());
     s.durability = oxbow_segment_writer::Durability::Direct;
     let store = objects::local(&dir.path().join("objects")).expect("object store");
@@ -351,20 +341,8 @@ async fn direct_durability_acks_after_the_upload_and_keeps_no_wal() {
 #[tokio::test]
 async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = metadata
-        .create_topic(
-            TopicSpec {
-                name: "idem".into(),
-                partitions: 1,
-                replication_factor: 1,
-                configs: BTreeMap::new(),
-            },
-            1,
-        )
-        .await
-        .expect("topic");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "idem", 1, &[]).await;
     let batches: Vec<Vec<u8>> = (0..3)
         .map(|i| batch::testing::make_idempotent_batch(2, 1000, 77, 0, i * 2))
         .collect();

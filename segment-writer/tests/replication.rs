@@ -119,6 +119,20 @@ impl Cluster {
         Node { log, tasks, stop }
     }
 
+    /// Moves partition 0 of `topic` to broker `to` with `recover_from` set, as the
+    /// controller does when the leader's lease expires.
+    async fn move_partition(&self, topic: &TopicMetadata, to: i32, recover_from: i32) {
+        let state = topic.partition(0).expect("partition 0").clone();
+        let mut moved = state.clone();
+        moved.leader = to;
+        moved.leader_epoch += 1;
+        moved.recover_from = Some(recover_from);
+        self.metadata
+            .update_partition(topic.topic_id, state.version, moved)
+            .await
+            .expect("move the partition");
+    }
+
     async fn topic(&self, name: &str, partitions: i32, min_insync: &str) -> TopicMetadata {
         self.metadata
             .create_topic(
@@ -230,15 +244,7 @@ async fn a_new_leader_recovers_a_dead_brokers_tail_from_its_replicas() {
     n1.crash().await;
 
     // What the controller does when broker 1's lease expires.
-    let state = topic.partition(0).expect("partition 0").clone();
-    let mut moved = state.clone();
-    moved.leader = 2;
-    moved.leader_epoch += 1;
-    moved.recover_from = Some(1);
-    c.metadata
-        .update_partition(topic.topic_id, state.version, moved)
-        .await
-        .expect("move the partition");
+    c.move_partition(&topic, 2, 1).await;
 
     dense(&read_all(&n2.log, &topic, 0).await, 30);
     let p = n2.log.partition(&topic, 0).await.expect("partition");
@@ -352,15 +358,7 @@ async fn a_deposed_live_leader_keeps_its_tail_on_replicas_until_the_new_leader_r
     append_many(&n1.log, &topic, 0, 20).await;
 
     // Leadership moves while broker 1 is alive (as after a pause past its session).
-    let state = topic.partition(0).expect("partition 0").clone();
-    let mut moved = state.clone();
-    moved.leader = 2;
-    moved.leader_epoch += 1;
-    moved.recover_from = Some(1);
-    c.metadata
-        .update_partition(topic.topic_id, state.version, moved)
-        .await
-        .expect("move the partition");
+    c.move_partition(&topic, 2, 1).await;
     // Broker 1's seal is fenced: it forgets the partition but must keep the tail in its WAL
     // and tell its replicas nothing that would let them drop it.
     assert!(
