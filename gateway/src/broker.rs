@@ -575,13 +575,8 @@ impl Broker {
         match timestamp {
             EARLIEST_TIMESTAMP => Ok((log_start, -1)),
             LATEST_TIMESTAMP => {
-                let end = self
-                    .metadata
-                    .catalog_last(topic.topic_id, partition)
-                    .await?
-                    .map_or(log_start, |e| e.next_offset())
-                    .max(log_start);
-                Ok((end, -1))
+                let tp = TopicPartition::new(topic.topic_id, partition);
+                Ok((self.log.catalog_end(tp, log_start).await?, -1))
             }
             ts => self.list_offset(topic, partition, ts).await,
         }

@@ -67,6 +67,13 @@ const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
 const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 
+/// How long a fetched WAL tail is reused by further recoveries from the same source.
+const TAIL_REUSE: Duration = Duration::from_secs(10);
+
+/// (source, skipped incarnation, version of the source's replica-set record) → tail.
+type TailCache =
+    HashMap<(BrokerId, Option<u64>, Option<u64>), (std::time::Instant, Arc<crate::recover::Tail>)>;
+
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acks {
@@ -90,11 +97,52 @@ pub struct Appended {
 /// is as durable as the producer's `acks` asked.
 pub struct PendingAppend {
     pub appended: Appended,
-    durable: Option<oneshot::Receiver<Result<u64>>>,
+    durable: Option<Durable>,
     /// For `acks=all`: the in-sync set must still be large enough when the ack goes out.
     insync_check: Option<(Arc<Replicator>, i32)>,
     /// Checked again once durable: the lease may have lapsed while the batch waited.
     lease: Option<LeaseGuard>,
+}
+
+/// What an `acks=all` append waits for.
+enum Durable {
+    /// The WAL's commit callback (local fsync and every in-sync replica).
+    Wal(oneshot::Receiver<Result<u64>>),
+    /// `--durability direct`: the batch is durable once sealed, which is when the high
+    /// watermark passes its last offset.
+    Sealed {
+        high_watermark: watch::Receiver<Offset>,
+        last_offset: Offset,
+    },
+}
+
+impl Durable {
+    async fn wait(self) -> Result<()> {
+        match self {
+            Durable::Wal(rx) => match rx.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(Error::ShuttingDown),
+            },
+            Durable::Sealed {
+                mut high_watermark,
+                last_offset,
+            } => {
+                let sealed = tokio::time::timeout(
+                    DIRECT_ACK_TIMEOUT,
+                    high_watermark.wait_for(|hw| *hw > last_offset),
+                )
+                .await;
+                match sealed {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(_)) => Err(Error::ShuttingDown),
+                    Err(_) => Err(Error::ObjectStore(format!(
+                        "not uploaded within {DIRECT_ACK_TIMEOUT:?}"
+                    ))),
+                }
+            }
+        }
+    }
 }
 
 impl PendingAppend {
@@ -102,12 +150,8 @@ impl PendingAppend {
     /// [`Error::NotLeader`] if this broker's lease is no longer certainly alive: another
     /// broker may lead the partition by now, so the batch may never be committed.
     pub async fn wait(self) -> Result<Appended> {
-        if let Some(rx) = self.durable {
-            match rx.await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Error::ShuttingDown),
-            }
+        if let Some(durable) = self.durable {
+            durable.wait().await?;
         }
         check_lease(self.lease.as_ref())?;
         if let Some((replicator, required)) = &self.insync_check {
@@ -218,6 +262,8 @@ pub struct LogManager {
     pub replica_store: Arc<crate::replica_store::ReplicaStore>,
     /// Serializes partition opens (an open may recover a dead broker's tail first).
     open_lock: tokio::sync::Mutex<()>,
+    /// Recently fetched WAL tails; see `tail_of`.
+    tails: Mutex<TailCache>,
     /// Forgotten partitions whose unsealed entries the WAL must keep: lowest sequence each.
     held: Mutex<HashMap<TopicPartition, u64>>,
     /// Serializes seals: two seals of the same unsealed batches would race to catalogue
@@ -301,6 +347,7 @@ impl LogManager {
             commit,
             replicator,
             open_lock: tokio::sync::Mutex::new(()),
+            tails: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
             self_recovery: Mutex::new(if lost_wal { previous } else { None }),
@@ -462,13 +509,7 @@ impl LogManager {
                 topic.name, state.leader
             )));
         }
-        let log_end = self
-            .metadata
-            .catalog_last(topic.topic_id, partition)
-            .await?
-            .map(|e| e.next_offset())
-            .unwrap_or(state.log_start_offset)
-            .max(state.log_start_offset);
+        let log_end = self.catalog_end(tp, state.log_start_offset).await?;
         let opened = Arc::new(Partition {
             topic_partition: tp,
             topic_name: topic.name.clone(),
@@ -507,28 +548,14 @@ impl LogManager {
         }
         let own_previous = self.self_recovery.lock().ok().and_then(|s| s.clone());
         if let Some(previous) = own_previous {
-            let tail = crate::recover::fetch_tail(
-                &self.metadata,
-                self.settings.broker_id,
-                &self.replica_store,
-                self.settings.broker_id,
-                Some(&previous),
-                Some(self.wal()?.incarnation()),
-            )
-            .await?;
+            let me = self.settings.broker_id;
+            let skip = Some(self.wal()?.incarnation());
+            let tail = self.tail_of(me, Some(&previous), skip).await?;
             self.append_recovered(&opened, &tail, log_end).await?;
         }
         if let Some(source) = state.recover_from {
             let record = self.metadata.wal_replica_set(source).await?;
-            let tail = crate::recover::fetch_tail(
-                &self.metadata,
-                self.settings.broker_id,
-                &self.replica_store,
-                source,
-                record.as_ref(),
-                None,
-            )
-            .await?;
+            let tail = self.tail_of(source, record.as_ref(), None).await?;
             let log_end = opened.offsets()?.2;
             self.append_recovered(&opened, &tail, log_end).await?;
             // Recovered data is now in this broker's WAL (and its in-sync replicas): the
@@ -570,6 +597,45 @@ impl LogManager {
             }
         }
         Ok(())
+    }
+
+    /// What live brokers hold of `source`'s WAL (see [`crate::recover::fetch_tail`]), asked
+    /// once per recovery burst: a failover hands one broker several partitions of the same
+    /// dead source, and each would otherwise fetch the whole tail again. Reusing it for
+    /// [`TAIL_REUSE`] is safe because a source being recovered has lost its lease (or is
+    /// this broker's own lost WAL): nothing it still writes is acknowledged. The key holds
+    /// the version of the source's replica-set record, which every new life of the source
+    /// bumps, so a source that came back and died again is asked afresh.
+    async fn tail_of(
+        &self,
+        source: BrokerId,
+        record: Option<&WalReplicaSet>,
+        skip_incarnation: Option<u64>,
+    ) -> Result<Arc<crate::recover::Tail>> {
+        let key = (source, skip_incarnation, record.map(|r| r.version));
+        if let Ok(tails) = self.tails.lock() {
+            if let Some((at, tail)) = tails.get(&key) {
+                if at.elapsed() < TAIL_REUSE {
+                    return Ok(tail.clone());
+                }
+            }
+        }
+        let tail = Arc::new(
+            crate::recover::fetch_tail(
+                &self.metadata,
+                self.settings.broker_id,
+                &self.replica_store,
+                source,
+                record,
+                skip_incarnation,
+            )
+            .await?,
+        );
+        if let Ok(mut tails) = self.tails.lock() {
+            tails.retain(|_, (at, _)| at.elapsed() < TAIL_REUSE);
+            tails.insert(key, (std::time::Instant::now(), tail.clone()));
+        }
+        Ok(tail)
     }
 
     /// Appends the batches of `tail` that continue `partition` from `from` to this broker's
@@ -758,7 +824,7 @@ impl LogManager {
         }
         let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
         let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
-        let (base_offset, durable_rx) = {
+        let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
             match &self.wal {
                 Some(wal) => wal.check_accepting()?,
@@ -797,9 +863,9 @@ impl LogManager {
                 let base = s.append(&header, stamped.clone());
                 (base, s.leader_epoch, stamped)
             };
-            let (tx, rx) = oneshot::channel();
-            match &self.wal {
+            let durable = match &self.wal {
                 Some(wal) => {
+                    let (tx, rx) = oneshot::channel();
                     let queued = wal
                         .append(
                             partition.topic_partition,
@@ -812,28 +878,15 @@ impl LogManager {
                         partition.lock()?.undo_last_append(base_offset);
                         return Err(e);
                     }
+                    Durable::Wal(rx)
                 }
-                None => {
-                    // Direct: durable once sealed; the sealer's high watermark says when.
-                    let last_offset = base_offset + i64::from(header.last_offset_delta);
-                    let mut hw = partition.subscribe();
-                    tokio::spawn(async move {
-                        let sealed = tokio::time::timeout(
-                            DIRECT_ACK_TIMEOUT,
-                            hw.wait_for(|hw| *hw > last_offset),
-                        )
-                        .await;
-                        let _ = tx.send(match sealed {
-                            Ok(Ok(_)) => Ok(0),
-                            Ok(Err(_)) => Err(Error::ShuttingDown),
-                            Err(_) => Err(Error::ObjectStore(format!(
-                                "not uploaded within {DIRECT_ACK_TIMEOUT:?}"
-                            ))),
-                        });
-                    });
-                }
-            }
-            (base_offset, rx)
+                // Direct: durable once sealed; the sealer's high watermark says when.
+                None => Durable::Sealed {
+                    high_watermark: partition.subscribe(),
+                    last_offset: base_offset + i64::from(header.last_offset_delta),
+                },
+            };
+            (base_offset, durable)
         };
         let size = raw.len() as u64;
         self.metrics
@@ -855,7 +908,7 @@ impl LogManager {
                 log_append_time_ms,
                 duplicate: false,
             },
-            durable: (acks == Acks::All).then_some(durable_rx),
+            durable: (acks == Acks::All).then_some(durable),
             insync_check: check_insync
                 .then(|| (self.replicator.clone(), partition.min_insync_replicas)),
             lease: self.lease.get().cloned(),

@@ -123,6 +123,21 @@ impl LogManager {
         Ok(())
     }
 
+    /// Where the catalogued log of `tp` ends (one past its last catalogued offset; the log
+    /// start when nothing at or after it is catalogued).
+    pub async fn catalog_end(
+        &self,
+        tp: TopicPartition,
+        log_start_offset: Offset,
+    ) -> Result<Offset> {
+        Ok(self
+            .metadata
+            .catalog_last(tp.topic_id, tp.partition)
+            .await?
+            .map_or(log_start_offset, |e| e.next_offset())
+            .max(log_start_offset))
+    }
+
     /// Reads a partition this broker does not lead, from the object store alone: every
     /// broker can serve what is catalogued (it lags the leader by at most a flush
     /// interval), so the HTTP front end of any broker can read any partition. The high
@@ -135,12 +150,7 @@ impl LogManager {
         max_bytes: usize,
         min_one: bool,
     ) -> Result<ReadResult> {
-        let end = self
-            .metadata
-            .catalog_last(tp.topic_id, tp.partition)
-            .await?
-            .map_or(log_start_offset, |e| e.next_offset())
-            .max(log_start_offset);
+        let end = self.catalog_end(tp, log_start_offset).await?;
         if offset < log_start_offset || offset > end {
             return Err(Error::OffsetOutOfRange {
                 offset,

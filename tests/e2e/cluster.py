@@ -193,6 +193,26 @@ def s3_env(port: int) -> dict[str, str]:
 # -- the cluster -----------------------------------------------------------------------
 
 
+def in_parallel(action, brokers, timeout: float = 60) -> None:
+    """Runs `action(broker)` for every broker at once (starts and stops of several brokers
+    do not add up); re-raises the first error once all are done."""
+    errors: list[BaseException] = []
+
+    def run(b):
+        try:
+            action(b)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in brokers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if errors:
+        raise errors[0]
+
+
 class Cluster:
     """N `oxbow serve` brokers sharing one etcd cluster name and one S3 prefix.
 
@@ -363,26 +383,17 @@ class Cluster:
         between stopping brokers do not add up; kills any that do not exit in time."""
         for i in list(self.paused):
             self.resume(i)
-        errors: list[BaseException] = []
 
         def stop(b: OxbowBroker) -> None:
             try:
                 if b.alive:
                     b.signal_stop(signal.SIGTERM, timeout=30)
-            except BaseException as e:
-                errors.append(e)
             finally:
                 b.kill9(missing_ok=True)
                 if b in LIVE:
                     LIVE.remove(b)
 
-        threads = [threading.Thread(target=stop, args=(b,)) for b in self.brokers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        if errors:
-            raise errors[0]
+        in_parallel(stop, self.brokers)
 
 
 # -- producing and checking -------------------------------------------------------------
@@ -566,21 +577,7 @@ def cluster(tmp_path_factory, etcd_server, moto_server):
         made.append(c)
         for _ in range(n):
             c.add_broker(start=False)
-        errors: list[BaseException] = []
-
-        def start(b):
-            try:
-                b.start()
-            except BaseException as e:
-                errors.append(e)
-
-        threads = [threading.Thread(target=start, args=(b,)) for b in c.brokers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        if errors:
-            raise errors[0]
+        in_parallel(lambda b: b.start(), c.brokers)
         c.event(f"started brokers 1..{n}")
         return c
 

@@ -25,9 +25,10 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 REQUEST_TIMED_OUT = 7
 
 
-def wait_in_sync(c, topic: str, copies: int, timeout: float = 30) -> None:
-    """Until one acks=all write to each partition succeeds with min.insync.replicas=copies
-    on the topic: the leaders' WALs then have that many in-sync copies."""
+def wait_in_sync(c, topic: str, timeout: float = 30) -> None:
+    """Until one acks=all write to each partition succeeds: the leaders' WALs then have at
+    least the topic's min.insync.replicas in-sync copies (the broker refuses fewer with
+    NOT_ENOUGH_REPLICAS, which librdkafka retries)."""
     p = producer(c.bootstrap, message_timeout_ms=int(timeout * 1000))
     leaders = c.leaders(topic)
     produce_all(p, topic, [{"value": b"probe", "partition": part} for part in leaders], timeout=timeout)
@@ -43,7 +44,7 @@ def test_acknowledged_writes_survive_losing_a_brokers_wal_directory(cluster):
     c = cluster(3, flush_interval="1h")
     topic = unique("walloss")
     create_topic(c.bootstrap, topic, partitions=3, config={"min.insync.replicas": "3"})
-    wait_in_sync(c, topic, copies=3)
+    wait_in_sync(c, topic)
     p = producer(c.bootstrap)
     values = [f"v{i}".encode() for i in range(3000)]
     acked = produce_all(p, topic, [{"value": v, "key": str(i % 17).encode()} for i, v in enumerate(values)])
@@ -70,7 +71,7 @@ def test_acks_all_follows_min_insync_replicas_as_zones_go_away(cluster):
     c = cluster(3, flush_interval="250ms", extra_args=["--replica-lag-max", "1s"])
     topic = unique("zones")
     create_topic(c.bootstrap, topic, partitions=1, config={"min.insync.replicas": "2"})
-    wait_in_sync(c, topic, copies=3)
+    wait_in_sync(c, topic)
     leader = c.leaders(topic)[0]
     others = [b for b in (1, 2, 3) if b != leader]
     leader_addr = c.broker(leader).bootstrap

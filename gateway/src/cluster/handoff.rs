@@ -166,12 +166,9 @@ async fn move_one(broker: &Broker, me: BrokerId, h: &Handoff) -> Result<bool> {
         }
         let (_, _, log_end) = open.offsets()?;
         let sealed_end = broker
-            .metadata
-            .catalog_last(h.topic_id, h.partition)
-            .await?
-            .map(|e| e.next_offset())
-            .unwrap_or(state.log_start_offset)
-            .max(state.log_start_offset);
+            .log
+            .catalog_end(open.topic_partition, state.log_start_offset)
+            .await?;
         if log_end > sealed_end {
             tracing::warn!(
                 partition = %format!("{}-{}", topic.name, h.partition), log_end, sealed_end,
