@@ -57,16 +57,14 @@ setup_system_packages() {
     command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || missing+=(maven)
     command -v python3 >/dev/null || missing+=(python3 python3-venv)
-    # etcd for the metadata tests; protoc because the etcd-client crate compiles its protos.
+    # etcd for the metadata tests. No protoc: the build runs the one vendored in a crate
+    # (scripts/protoc, .cargo/config.toml), and stage_build checks that it still does.
     command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
-    command -v protoc >/dev/null || missing+=(protobuf-compiler)
-    # protoc's well-known .proto files (etcd-client's build needs them; not a recommends-free dep).
-    [ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"
     else
-        echo "kcat, java, mvn, python3, etcd, protoc: present"
+        echo "kcat, java, mvn, python3, etcd: present"
     fi
 }
 
@@ -175,8 +173,25 @@ stage_unit() {
     bounded cargo test --workspace
 }
 
+# A fresh machine has only the Rust toolchain: etcd-client's build (the one step that runs
+# protoc) must not need a protoc on PATH. A PATH whose protoc always fails catches a
+# regression; its own target dir makes the build script run for real every time (~30 s).
+check_no_system_protoc() {
+    local stub
+    stub="$(mktemp -d)"
+    printf '#!/bin/sh\necho "a protoc on PATH was used; the build must run the vendored one" >&2\nexit 1\n' >"$stub/protoc"
+    chmod +x "$stub/protoc"
+    rm -rf target/protoc-check
+    local rc=0
+    env -u PROTOC PATH="$stub:$PATH" timeout --kill-after=30 "$CARGO_STAGE_TIMEOUT_S" \
+        cargo check -q -p etcd-client --target-dir target/protoc-check || rc=$?
+    rm -rf "$stub" target/protoc-check
+    [ "$rc" -eq 0 ] || fail "etcd-client did not build without a system protoc (exit $rc)"
+}
+
 stage_build() {
     section "cargo build"
+    check_no_system_protoc || return 1
     bounded cargo build --workspace || return 1
     local bin
     for bin in oxbow oxbow-loadtest; do
