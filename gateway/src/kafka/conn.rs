@@ -2,12 +2,17 @@
 //! responses in request order while their waiting parts complete concurrently.
 //!
 //! Lifecycle: runs until the client closes, a frame is malformed or oversized (the
-//! connection is closed, as Kafka does; other connections are untouched), or shutdown —
-//! then it stops reading, answers every request already read, and closes.
+//! connection is closed, as Kafka does; other connections are untouched), a frame is not
+//! complete within `--request-read-timeout` of its first byte ([`super::request_reader`]),
+//! the connection is idle for `--connections-max-idle` (Kafka's `connections.max.idle.ms`:
+//! no request in flight and no frame arriving; a long-poll fetch or an `acks=all` wait in
+//! flight is not idle), or shutdown — then it stops reading, answers every request already
+//! read, and closes.
 
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
-use super::versions;
+use super::request_reader::RequestReader;
+use super::{versions, ConnectionLimits};
 use crate::broker::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -18,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Most requests of one connection being worked on at once; past it, reading pauses
@@ -40,28 +45,32 @@ pub async fn run(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     broker: Arc<Broker>,
+    limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (read_half, mut write_half) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .length_field_length(4)
-        .max_frame_length(broker.settings.max_request_bytes)
-        .new_codec();
-    // `FramedRead::next` is cancel-safe, so it can sit in the select below.
-    let mut frames = FramedRead::new(read_half, codec);
+    // `RequestReader::next` is cancel-safe, so it can sit in the select below.
+    let mut frames = RequestReader::new(
+        read_half,
+        broker.settings.max_request_bytes,
+        limits.request_read_timeout,
+    );
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
     let mut closing = false;
     let mut result = Ok(());
+    let mut idle = IdleClock::new(limits.idle_max);
     loop {
         if closing && pending.is_empty() {
             break;
         }
+        let idle_deadline = idle.deadline(pending.is_empty() && !closing);
         tokio::select! {
             biased;
             Some(response) = pending.next(), if !pending.is_empty() => match response {
                 Outgoing::Send(bytes) => {
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     write_half.write_all(&bytes).await?;
+                    idle.touch();
                 }
                 Outgoing::Nothing => {}
                 Outgoing::Close => {
@@ -76,6 +85,9 @@ pub async fn run(
                     // malformed frame is worth a warning.
                     if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof) {
                         tracing::debug!(error = %e, "connection dropped mid-frame");
+                    } else if e.kind() == std::io::ErrorKind::TimedOut {
+                        broker.metrics.connections_read_timed_out.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(%peer, error = %e, "closing connection: request too slow");
                     } else {
                         broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, "closing connection: bad frame");
@@ -84,6 +96,7 @@ pub async fn run(
                     closing = true;
                 }
                 Some(Ok(frame)) => {
+                    idle.touch();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
                     match dispatch(&broker, peer, frame.freeze()).await {
                         Ok(p) => pending.push_back(p),
@@ -97,10 +110,54 @@ pub async fn run(
                 }
             },
             _ = shutdown.cancelled(), if !closing => closing = true,
+            _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
+                if frames.mid_frame() {
+                    // A frame is arriving: its own read timeout bounds it.
+                    idle.touch();
+                } else {
+                    tracing::debug!(%peer, idle_max = ?limits.idle_max, "closing idle connection");
+                    broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                    closing = true;
+                }
+            }
         }
     }
     let _ = write_half.shutdown().await;
     result
+}
+
+/// When a connection with nothing in flight has been idle too long
+/// (`--connections-max-idle`). Time starts at accept and restarts at every frame read and
+/// every response written.
+struct IdleClock {
+    idle_max: std::time::Duration,
+    since: Instant,
+}
+
+impl IdleClock {
+    fn new(idle_max: std::time::Duration) -> Self {
+        IdleClock {
+            idle_max,
+            since: Instant::now(),
+        }
+    }
+
+    fn touch(&mut self) {
+        self.since = Instant::now();
+    }
+
+    /// When the connection becomes idle too long, if it is idle now (`nothing_in_flight`).
+    fn deadline(&self, nothing_in_flight: bool) -> Option<Instant> {
+        nothing_in_flight.then(|| self.since + self.idle_max)
+    }
+}
+
+/// Sleeps until `deadline`; never wakes without one (the select guards that branch).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the ordered part of one request and returns its response-to-be.
