@@ -203,7 +203,11 @@ def fetch_v4_body(topic: str, partition: int, offset: int, max_wait_ms: int) -> 
     return struct.pack(">iiiib", -1, max_wait_ms, 1, 1 << 20, 0) + topics
 
 
+@pytest.mark.oxbow_only
 def test_a_kafka_connection_with_a_long_poll_in_flight_is_not_idle(timed_broker):
+    # Kafka times idleness by socket activity alone and closes this connection mid-poll
+    # (checked with OXBOW_E2E_TARGET=kafka); with the default 10 minutes no client's poll is
+    # that long. Oxbow does not count a request in flight as idle time.
     topic = create_topic(timed_broker.bootstrap, unique("longpoll"), 1)
     wait_ms = int((KAFKA_IDLE_S + 3) * 1000)
     with w.KafkaConn(timed_broker.bootstrap, timeout=30) as conn:
