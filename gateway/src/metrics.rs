@@ -115,8 +115,8 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         &mut out,
         "oxbow_connections_timed_out_total",
         "counter",
-        "Connections closed for being idle too long (reason=idle) or for sending a request \
-         too slowly (reason=read).",
+        "Connections closed for being idle or not reading responses too long (reason=idle) \
+         or for sending a request too slowly (reason=read).",
         &timed_out
             .iter()
             .map(|(listener, reason, c)| {

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 import kafka_wire as w
-from helpers import create_topic, unique
+from helpers import create_topic, produce_all, producer, unique
 
 HEADER_TIMEOUT_S = 2.0
 IDLE_TIMEOUT_S = 3.0
@@ -91,18 +91,20 @@ def close_all(socks):
 @pytest.mark.oxbow_only
 def test_slow_loris_http_connections_are_closed_within_the_header_timeout(timed_broker):
     n = 200
-    socks = [http_socket(timed_broker) for _ in range(n)]
+    socks, connected = [], {}
     try:
-        start = time.monotonic()
-        for s in socks:
+        for _ in range(n):
+            s = http_socket(timed_broker)
+            connected[s] = time.monotonic()  # the server's clock starts at accept, just after
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            socks.append(s)
         # Keep trickling header lines: the head's clock must not restart with each one.
         closed = wait_all_closed(
-            socks, start + HEADER_TIMEOUT_S + SLACK_S + 5, trickle=lambda s: s.send(b"X-Slow: 1\r\n")
+            socks, time.monotonic() + HEADER_TIMEOUT_S + SLACK_S + 5, trickle=lambda s: s.send(b"X-Slow: 1\r\n")
         )
         assert len(closed) == n, f"{n - len(closed)} of {n} slow-loris connections still open"
-        latest = max(closed.values()) - start
-        earliest = min(closed.values()) - start
+        latest = max(closed[s] - connected[s] for s in socks)
+        earliest = min(closed[s] - connected[s] for s in socks)
         assert latest <= HEADER_TIMEOUT_S + SLACK_S, f"closed after {latest:.1f}s"
         assert earliest >= HEADER_TIMEOUT_S - 0.5, f"closed too early, after {earliest:.1f}s"
         # The broker is fine and answers others.
@@ -118,10 +120,12 @@ def test_idle_http_keep_alive_connections_are_closed_after_the_idle_timeout(time
     try:
         for s in socks:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered_at = {}
         for s in socks:
             head = s.recv(65536)
+            answered_at[s] = time.monotonic()
             assert head.startswith(b"HTTP/1.1 200"), head[:100]
-        answered = time.monotonic()
+        answered = max(answered_at.values())
         # A connection used again within the idle timeout still serves (keep-alive works).
         reused = socks[0]
         time.sleep(IDLE_TIMEOUT_S / 2)  # a client pausing between requests, not a wait for the server
@@ -131,11 +135,11 @@ def test_idle_http_keep_alive_connections_are_closed_after_the_idle_timeout(time
             s.setblocking(False)
         closed = wait_all_closed(socks, answered + IDLE_TIMEOUT_S + SLACK_S + 5)
         assert len(closed) == n, f"{n - len(closed)} of {n} idle connections still open"
-        others = [t - answered for s, t in closed.items() if s is not reused]
+        others = [t - answered_at[s] for s, t in closed.items() if s is not reused]
         assert max(others) <= IDLE_TIMEOUT_S + SLACK_S, f"closed after {max(others):.1f}s"
         assert min(others) >= IDLE_TIMEOUT_S - 0.5, f"closed too early, after {min(others):.1f}s"
         # The reused one's idle time restarted at its second response.
-        assert closed[reused] - answered >= IDLE_TIMEOUT_S / 2 + IDLE_TIMEOUT_S - 0.5
+        assert closed[reused] - answered_at[reused] >= IDLE_TIMEOUT_S / 2 + IDLE_TIMEOUT_S - 0.5
         metrics = requests.get(f"{timed_broker.http}/metrics", timeout=5).text
         assert 'oxbow_connections_timed_out_total{listener="http",reason="idle"}' in metrics
     finally:
@@ -248,5 +252,77 @@ def test_a_trickled_kafka_frame_is_cut_at_the_read_timeout(timed_broker):
         metrics = requests.get(f"{timed_broker.http}/metrics", timeout=5).text
         line = [l for l in metrics.splitlines() if l.startswith('oxbow_connections_timed_out_total{listener="kafka",reason="read"}')]
         assert line and float(line[0].split()[1]) >= 1
+    finally:
+        s.close()
+
+
+@pytest.mark.oxbow_only
+def test_an_http_client_that_stops_reading_its_response_is_cut_off(timed_broker):
+    # A response far larger than the socket buffers, and a client that reads none of it:
+    # hyper's writes block, and the connection is closed after --http-idle-timeout.
+    topic = create_topic(timed_broker.bootstrap, unique("slowreader"), 1)
+    value = b"v" * 2048
+    produce_all(producer(timed_broker.bootstrap, **{"linger.ms": 50}), topic, [{"value": value}] * 3000)
+    path = f"/topics/{topic}/partitions/0/records?offset=0&max_bytes={16 << 20}"
+    full = requests.get(f"{timed_broker.http}{path}", timeout=30)
+    assert full.status_code == 200 and len(full.content) > 4 << 20
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", timed_broker.http_port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        stopped = time.monotonic()
+        # Read nothing until the server must have given up, then drain what was buffered.
+        deadline = stopped + IDLE_TIMEOUT_S + SLACK_S
+        select.select([], [], [], max(0.0, deadline - time.monotonic()))  # a client not reading
+        got = 0
+        s.settimeout(10)
+        while True:
+            try:
+                chunk = s.recv(1 << 20)
+            except (ConnectionResetError, BrokenPipeError):
+                break
+            if not chunk:
+                break
+            got += len(chunk)
+        assert got < len(full.content), "the whole response arrived: the connection was not cut off"
+    finally:
+        s.close()
+    assert requests.get(f"{timed_broker.http}/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.oxbow_only
+def test_a_slow_but_steady_http_download_is_not_cut_off(timed_broker):
+    # Idle time counts from the last response byte the client took, not from when the
+    # handler finished: a download slower than --http-idle-timeout completes.
+    topic = create_topic(timed_broker.bootstrap, unique("slowdownload"), 1)
+    # ~12 MB of JSON: far more than the socket buffers hold (up to 4 MB on the server side),
+    # so the server's writes wait on this reader.
+    produce_all(producer(timed_broker.bootstrap, **{"linger.ms": 50}), topic, [{"value": b"d" * 2048}] * 4500)
+    path = f"/topics/{topic}/partitions/0/records?offset=0&max_bytes={16 << 20}"
+    full = requests.get(f"{timed_broker.http}{path}", timeout=30).content
+    assert len(full) > 10 << 20
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.settimeout(10)
+    rate = 1.5e6  # bytes/s: the server's writes go on for (12 - 4) MB / rate > the idle timeout
+    try:
+        s.connect(("127.0.0.1", timed_broker.http_port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        start = time.monotonic()
+        got = bytearray()
+        while len(got) < len(full) + 100 and time.monotonic() - start < 60:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+            if full[-64:] in got[-200:]:
+                break
+            # A slow reader: no faster than `rate`.
+            select.select([], [], [], max(0.0, start + len(got) / rate - time.monotonic()))
+        took = time.monotonic() - start
+        assert full[-64:] in bytes(got[-200:]), f"download cut after {len(got)} of ~{len(full)} bytes, {took:.1f}s"
+        assert took > IDLE_TIMEOUT_S, f"download took {took:.1f}s: not slower than the idle timeout"
     finally:
         s.close()

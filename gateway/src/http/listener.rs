@@ -12,6 +12,10 @@
 //! | idle between keep-alive requests | the end of the last response | `--http-idle-timeout` |
 //! | a request in the application, its response being written | the head parsed | not at all: long polls (`timeout=`) are legitimate |
 //! | its body being read by a handler | the head parsed | `--http-body-timeout` for the whole body |
+//! | its response not taken by the client (writes blocked) | a write that did not complete | `--http-idle-timeout` |
+//!
+//! Idle time counts from the last response byte the client took, so a slow but steady
+//! download is never cut, while a client that stops reading is.
 //!
 //! Past `--http-connections-max`, connections wait in the kernel's accept backlog (no file
 //! descriptor taken here) until one closes. On shutdown, idle connections close at once and
@@ -81,8 +85,12 @@ enum Phase {
     Head { since: Instant },
     /// Waiting for the first byte of the next request since `since`.
     Idle { since: Instant },
-    /// `requests` are in the application or writing their responses.
-    Busy { requests: usize },
+    /// `requests` are in the application or writing their responses; `write_stalled`:
+    /// since when the socket has taken no response bytes (the client is not reading).
+    Busy {
+        requests: usize,
+        write_stalled: Option<Instant>,
+    },
 }
 
 /// Why a connection was closed by its timeouts.
@@ -92,6 +100,8 @@ enum Expiry {
     Head,
     /// Idle too long between requests.
     Idle,
+    /// Not reading its response for as long as a connection may be idle.
+    Write,
 }
 
 impl Phase {
@@ -99,7 +109,39 @@ impl Phase {
         match self {
             Phase::Head { since } => Some((since + limits.header_timeout, Expiry::Head)),
             Phase::Idle { since } => Some((since + limits.idle_timeout, Expiry::Idle)),
-            Phase::Busy { .. } => None,
+            Phase::Busy {
+                write_stalled: Some(since),
+                ..
+            } => Some((since + limits.idle_timeout, Expiry::Write)),
+            Phase::Busy {
+                write_stalled: None,
+                ..
+            } => None,
+        }
+    }
+
+    /// A write found the socket full (`true`) or wrote bytes (`false`). Returns whether
+    /// the phase changed.
+    fn on_write(&mut self, blocked: bool, now: Instant) -> bool {
+        match self {
+            Phase::Busy { write_stalled, .. } => match (blocked, *write_stalled) {
+                (true, None) => {
+                    *write_stalled = Some(now);
+                    true
+                }
+                (false, Some(_)) => {
+                    *write_stalled = None;
+                    true
+                }
+                (true, Some(_)) | (false, None) => false,
+            },
+            // hyper may still be flushing the last response: the connection is idle only
+            // from the last byte the client took.
+            Phase::Idle { since } if !blocked => {
+                *since = now;
+                true
+            }
+            Phase::Idle { .. } | Phase::Head { .. } => false,
         }
     }
 
@@ -116,17 +158,28 @@ impl Phase {
 
     fn on_request(&mut self) {
         *self = match *self {
-            Phase::Busy { requests } => Phase::Busy {
+            Phase::Busy {
+                requests,
+                write_stalled,
+            } => Phase::Busy {
                 requests: requests + 1,
+                write_stalled,
             },
-            Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1 },
+            Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy {
+                requests: 1,
+                write_stalled: None,
+            },
         };
     }
 
     fn on_response_done(&mut self, now: Instant) {
         *self = match *self {
-            Phase::Busy { requests } if requests > 1 => Phase::Busy {
+            Phase::Busy {
+                requests,
+                write_stalled,
+            } if requests > 1 => Phase::Busy {
                 requests: requests - 1,
+                write_stalled,
             },
             Phase::Busy { .. } | Phase::Head { .. } | Phase::Idle { .. } => {
                 Phase::Idle { since: now }
@@ -187,7 +240,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.on_write(&polled);
+        polled
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_flush(cx)
@@ -200,10 +255,24 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.on_write(&polled);
+        polled
     }
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+impl Watched {
+    fn on_write(&self, polled: &Poll<io::Result<usize>>) {
+        let blocked = match polled {
+            Poll::Pending => true,
+            Poll::Ready(Ok(n)) if *n > 0 => false,
+            Poll::Ready(_) => return,
+        };
+        let now = Instant::now();
+        self.clock.send_if_modified(|p| p.on_write(blocked, now));
     }
 }
 
@@ -391,7 +460,7 @@ async fn serve_connection(
             why = &mut expired => {
                 let counter = match why {
                     Expiry::Head => &broker.metrics.http_connections_read_timed_out,
-                    Expiry::Idle => &broker.metrics.http_connections_idle_closed,
+                    Expiry::Idle | Expiry::Write => &broker.metrics.http_connections_idle_closed,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(?why, "closing HTTP connection");
@@ -439,6 +508,26 @@ mod tests {
         let t2 = t1 + Duration::from_secs(20);
         assert!(p.on_read(t2), "the first byte of the next request");
         assert_eq!(p.deadline(&l), Some((t2 + l.header_timeout, Expiry::Head)));
+        // A response the client does not read: bounded like idleness, from the first
+        // blocked write, and cleared by any progress.
+        p.on_request();
+        let t3 = t2 + Duration::from_secs(1);
+        assert!(p.on_write(true, t3));
+        assert!(
+            !p.on_write(true, t3 + Duration::from_secs(5)),
+            "still the first stall"
+        );
+        assert_eq!(p.deadline(&l), Some((t3 + l.idle_timeout, Expiry::Write)));
+        assert!(p.on_write(false, t3 + Duration::from_secs(6)));
+        assert_eq!(p.deadline(&l), None);
+        // Once the response is handed to hyper, its flush still counts as activity.
+        let t4 = t3 + Duration::from_secs(7);
+        p.on_response_done(t4);
+        assert!(p.on_write(false, t4 + Duration::from_secs(50)));
+        assert_eq!(
+            p.deadline(&l),
+            Some((t4 + Duration::from_secs(50) + l.idle_timeout, Expiry::Idle))
+        );
     }
 
     #[tokio::test(start_paused = true)]

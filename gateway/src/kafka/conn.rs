@@ -69,7 +69,12 @@ pub async fn run(
             Some(response) = pending.next(), if !pending.is_empty() => match response {
                 Outgoing::Send(bytes) => {
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    write_half.write_all(&bytes).await?;
+                    if let Err(e) = write_response(&mut write_half, &bytes, limits.idle_max).await {
+                        if e.kind() == std::io::ErrorKind::TimedOut {
+                            broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(e.into());
+                    }
                     idle.touch();
                 }
                 Outgoing::Nothing => {}
@@ -152,6 +157,30 @@ impl IdleClock {
     }
 }
 
+/// Writes one response. A client that takes none of it for `--connections-max-idle` is
+/// not reading: the connection is closed, as Kafka's idle expiry (no socket activity) would.
+async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
+    write_half: &mut W,
+    bytes: &[u8],
+    idle_max: std::time::Duration,
+) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match tokio::time::timeout(idle_max, write_half.write(&bytes[written..])).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => written += n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client read no response bytes for --connections-max-idle",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Sleeps until `deadline`; never wakes without one (the select guards that branch).
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -202,4 +231,50 @@ async fn dispatch(
         Reply::Later(fut) => async move { encode(fut.await) }.boxed(),
         Reply::NoResponse => async { Outgoing::Nothing }.boxed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_no_response_is_cut_off_after_the_idle_max() {
+        let idle_max = Duration::from_secs(600);
+        let (mut server, mut client) = tokio::io::duplex(1024);
+        let response = vec![7u8; 4096];
+        // A slow reader that keeps reading is served in full.
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 4096];
+            for chunk in got.chunks_mut(512) {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                client.read_exact(chunk).await.expect("read");
+            }
+            (client, got)
+        });
+        write_response(&mut server, &response, idle_max)
+            .await
+            .expect("a slow reader is not idle");
+        let (client, got) = reader.await.expect("reader");
+        assert_eq!(got, response);
+        // One that stops reading is cut off `idle_max` after its last progress.
+        let stalled = Instant::now();
+        let e = write_response(&mut server, &response, idle_max)
+            .await
+            .expect_err("the client stopped reading");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(stalled.elapsed(), idle_max);
+        drop(client);
+    }
+
+    #[test]
+    fn idle_time_counts_only_with_nothing_in_flight() {
+        let clock = IdleClock::new(Duration::from_secs(5));
+        assert_eq!(clock.deadline(false), None);
+        assert_eq!(
+            clock.deadline(true),
+            Some(clock.since + Duration::from_secs(5))
+        );
+    }
 }
