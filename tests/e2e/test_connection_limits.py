@@ -326,3 +326,26 @@ def test_a_slow_but_steady_http_download_is_not_cut_off(timed_broker):
         assert took > IDLE_TIMEOUT_S, f"download took {took:.1f}s: not slower than the idle timeout"
     finally:
         s.close()
+
+
+@pytest.mark.oxbow_only
+def test_past_the_kafka_connection_cap_connections_wait_until_one_closes(broker_factory):
+    cap = 3
+    b = broker_factory(name="kcapped", extra_args=["--connections-max", str(cap)])
+    held = [w.KafkaConn(b.bootstrap) for _ in range(cap)]
+    try:
+        for conn in held:
+            conn.api_versions()
+        waiting = w.KafkaConn(b.bootstrap)
+        held.append(waiting)
+        cid = waiting.send(w.API_API_VERSIONS, 0, b"")
+        with pytest.raises(socket.timeout):
+            waiting.recv(timeout=1.5)
+        # HTTP has its own cap and still answers.
+        assert requests.get(f"{b.http}/healthz", timeout=5).status_code == 200
+        held.pop(0).close()
+        got, _ = waiting.recv(timeout=10)
+        assert got == cid
+    finally:
+        for conn in held:
+            conn.close()
