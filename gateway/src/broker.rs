@@ -298,6 +298,9 @@ impl Broker {
         if !(auto_create && self.settings.auto_create_topics) {
             return Err(BrokerError::UnknownTopic(name.to_string()));
         }
+        if oxbow_metadata::topic::is_internal_topic(name) {
+            return Err(internal_topic(name, "created"));
+        }
         let spec = TopicSpec {
             name: name.to_string(),
             partitions: self.settings.default_partitions,
@@ -321,6 +324,7 @@ impl Broker {
 
     /// Creates a topic, its partitions spread over the live brokers (`cluster::placement`).
     pub async fn create_topic(&self, spec: TopicSpec) -> Result<Arc<TopicMetadata>> {
+        refuse_internal_create(&spec.name)?;
         let name = spec.name.clone();
         let leaders = self.placement(&[], usize::try_from(spec.partitions).unwrap_or(0));
         let leaders = if leaders.is_empty() {
@@ -333,12 +337,18 @@ impl Broker {
             .create_topic_with_leaders(spec, &leaders)
             .await?;
         tracing::info!(topic = %name, partitions = created.partitions.len(), "created topic");
+        for (key, value) in &created.configs.overrides {
+            if let Some(note) = oxbow_metadata::topic::config_note(key, value) {
+                tracing::warn!(topic = %name, config = %key, %value, "{note}");
+            }
+        }
         Ok(self.cache_put(created))
     }
 
     /// Checks a topic spec without creating it (CreateTopics `validate_only`).
     pub fn validate_topic(&self, spec: &TopicSpec) -> Result<()> {
         oxbow_metadata::topic::validate_topic_name(&spec.name)?;
+        refuse_internal_create(&spec.name)?;
         oxbow_metadata::topic::validate_partition_count(spec.partitions)?;
         oxbow_metadata::TopicConfigs::validated(spec.configs.clone())?;
         if self.topic(&spec.name).is_some() {
@@ -424,6 +434,9 @@ impl Broker {
         batch: &[u8],
         acks: Acks,
     ) -> Result<PendingAppend> {
+        if oxbow_metadata::topic::is_internal_topic(&topic.name) {
+            return Err(internal_topic(&topic.name, "produced to"));
+        }
         let gate = self.gate(TopicPartition::new(topic.topic_id, partition));
         let closed = gate.read().await;
         if *closed {
@@ -613,4 +626,26 @@ fn not_leader(topic: &TopicMetadata, partition: PartitionId, leader: BrokerId) -
         "{}-{partition} (leader is broker {leader})",
         topic.name
     )))
+}
+
+/// An internal topic name used where a client may not use it: INVALID_TOPIC_EXCEPTION, as
+/// Kafka answers a produce to `__consumer_offsets` ("Cannot append to internal topic").
+fn internal_topic(name: &str, what: &str) -> BrokerError {
+    BrokerError::Metadata(oxbow_metadata::Error::InvalidTopicName {
+        name: name.to_string(),
+        reason: format!("it is an internal topic name and cannot be {what} by clients"),
+    })
+}
+
+/// CreateTopics of an internal name: INVALID_REQUEST, as Kafka answers for
+/// `__cluster_metadata` ("Creation of internal topic ... is prohibited").
+fn refuse_internal_create(name: &str) -> Result<()> {
+    if oxbow_metadata::topic::is_internal_topic(name) {
+        return Err(BrokerError::InvalidRequest(format!(
+            "creation of internal topic {name} is prohibited (Oxbow keeps group offsets in \
+             its metadata store; names starting with {} are reserved)",
+            oxbow_metadata::topic::RESERVED_TOPIC_PREFIX
+        )));
+    }
+    Ok(())
 }

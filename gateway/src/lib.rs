@@ -15,6 +15,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod fd_limit;
 pub mod groups;
 pub mod http;
 pub mod kafka;

@@ -16,6 +16,12 @@ pub struct Metrics {
     pub bytes_out: AtomicU64,
     pub http_requests: AtomicU64,
     pub produced_records_http: AtomicU64,
+    /// Connections closed by a timeout, by listener and reason (`connections_timed_out`).
+    pub connections_idle_closed: AtomicU64,
+    pub connections_read_timed_out: AtomicU64,
+    pub http_connections_open: AtomicU64,
+    pub http_connections_idle_closed: AtomicU64,
+    pub http_connections_read_timed_out: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -29,6 +35,11 @@ impl Default for Metrics {
             bytes_out: AtomicU64::new(0),
             http_requests: AtomicU64::new(0),
             produced_records_http: AtomicU64::new(0),
+            connections_idle_closed: AtomicU64::new(0),
+            connections_read_timed_out: AtomicU64::new(0),
+            http_connections_open: AtomicU64::new(0),
+            http_connections_idle_closed: AtomicU64::new(0),
+            http_connections_read_timed_out: AtomicU64::new(0),
         }
     }
 }
@@ -86,6 +97,35 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "counter",
         "Kafka connections accepted.",
         &one(get(&m.connections_total)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_http_connections_open",
+        "gauge",
+        "Open HTTP connections (at most --http-connections-max).",
+        &one(get(&m.http_connections_open)),
+    );
+    let timed_out = [
+        ("kafka", "idle", &m.connections_idle_closed),
+        ("kafka", "read", &m.connections_read_timed_out),
+        ("http", "idle", &m.http_connections_idle_closed),
+        ("http", "read", &m.http_connections_read_timed_out),
+    ];
+    write_metric(
+        &mut out,
+        "oxbow_connections_timed_out_total",
+        "counter",
+        "Connections closed for being idle or not reading responses too long (reason=idle) \
+         or for sending a request too slowly (reason=read).",
+        &timed_out
+            .iter()
+            .map(|(listener, reason, c)| {
+                (
+                    format!("listener=\"{listener}\",reason=\"{reason}\""),
+                    get(c),
+                )
+            })
+            .collect::<Vec<_>>(),
     );
     let per_api: Vec<(String, f64)> = m
         .requests

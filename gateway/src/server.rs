@@ -153,6 +153,36 @@ pub struct ServeArgs {
     /// style); nothing on the broker's disk, latency of a flush interval plus a PUT.
     #[arg(long, env = "OXBOW_DURABILITY", value_enum, default_value_t = Durability::Wal)]
     pub durability: Durability,
+    /// Most concurrent Kafka connections; past it, new ones wait in the kernel's accept
+    /// backlog until one closes. Each costs a file descriptor and a few KiB.
+    #[arg(long, env = "OXBOW_CONNECTIONS_MAX", default_value_t = kafka::CONNECTIONS_MAX,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections_max: u32,
+    /// Kafka's `connections.max.idle.ms`: close a Kafka connection with no request in
+    /// flight for this long (a long-poll fetch or an acks=all wait is not idle). Shorter
+    /// frees descriptors of abandoned clients sooner; clients reconnect transparently.
+    #[arg(long, env = "OXBOW_CONNECTIONS_MAX_IDLE", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub connections_max_idle: Duration,
+    /// A Kafka request frame must arrive whole this long after its first byte (a client
+    /// that sends a length and stalls is cut off). Must cover a --max-request-bytes frame
+    /// on the slowest link served.
+    #[arg(long, env = "OXBOW_REQUEST_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub request_read_timeout: Duration,
+    /// Most concurrent HTTP connections; past it, new ones wait in the accept backlog.
+    #[arg(long, env = "OXBOW_HTTP_CONNECTIONS_MAX", default_value_t = http::listener::CONNECTIONS_MAX,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_connections_max: u32,
+    /// An HTTP request's head (request line and headers) must arrive within this long of
+    /// its first byte, or of accept (slow-loris bound).
+    #[arg(long, env = "OXBOW_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http_header_timeout: Duration,
+    /// Close an HTTP keep-alive connection with no request for this long. Longer saves
+    /// clients a reconnect; shorter frees descriptors sooner.
+    #[arg(long, env = "OXBOW_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub http_idle_timeout: Duration,
+    /// An HTTP request body must be read whole within this long of its head (408 past it).
+    #[arg(long, env = "OXBOW_HTTP_BODY_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub http_body_timeout: Duration,
 }
 
 /// Where an acknowledged write is durable before it is acknowledged (`--durability`).
@@ -234,6 +264,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.max_request_bytes
         );
     }
+    let fd_limit = crate::fd_limit::raise_to_hard_limit();
+    crate::fd_limit::check_capacity(
+        fd_limit,
+        u64::from(args.connections_max) + u64::from(args.http_connections_max),
+    );
     // Bind first: a port conflict should fail fast, before any recovery work.
     let kafka_listener = TcpListener::bind(args.kafka_addr)
         .await
@@ -402,6 +437,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     background.spawn(kafka::serve(
         kafka_listener,
         broker.clone(),
+        kafka::ConnectionLimits {
+            connections_max: args.connections_max as usize,
+            idle_max: args.connections_max_idle,
+            request_read_timeout: args.request_read_timeout,
+        },
         stop_serving.clone(),
         connections.clone(),
     ));
@@ -409,15 +449,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker: broker.clone(),
         ready: ready.clone(),
     });
-    let http_stop = stop_serving.clone();
-    background.spawn(async move {
-        if let Err(e) = axum::serve(http_listener, router)
-            .with_graceful_shutdown(http_stop.cancelled_owned())
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
+    background.spawn(http::listener::serve(
+        http_listener,
+        router,
+        broker.clone(),
+        http::listener::HttpLimits {
+            connections_max: args.http_connections_max as usize,
+            header_timeout: args.http_header_timeout,
+            idle_timeout: args.http_idle_timeout,
+            body_timeout: args.http_body_timeout,
+        },
+        stop_serving.clone(),
+        connections.clone(),
+    ));
     ready.store(true, Ordering::Release);
     tracing::info!(
         kafka = %kafka_bound, http = %http_bound, data_dir = %args.data_dir.display(),

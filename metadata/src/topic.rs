@@ -10,6 +10,23 @@ pub const TOPIC_NAME_MAX_CHARS: usize = 249;
 /// Most partitions one topic may have. Bounded so one request cannot exhaust metadata memory.
 pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
 
+/// Kafka's internal topics (`org.apache.kafka.common.internals.Topic` and KRaft's metadata
+/// log). Oxbow has none of them as topics (group offsets live in the metadata store), and
+/// reserves the names so no client data ends up where a Kafka tool expects broker state.
+pub const INTERNAL_TOPICS: &[&str] = &[
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+    "__cluster_metadata",
+];
+/// Names under this prefix are reserved for the broker's own use.
+pub const RESERVED_TOPIC_PREFIX: &str = "__oxbow";
+
+/// Whether clients may neither create nor produce to a topic of this name.
+pub fn is_internal_topic(name: &str) -> bool {
+    INTERNAL_TOPICS.contains(&name) || name.starts_with(RESERVED_TOPIC_PREFIX)
+}
+
 /// What a client asks for when it creates a topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicSpec {
@@ -136,14 +153,32 @@ fn check_timestamp_type(v: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// `compression.type` values Kafka accepts (`BrokerCompressionType`).
+pub const COMPRESSION_TYPES: &[&str] =
+    &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+
 fn check_compression_type(v: &str) -> std::result::Result<(), String> {
-    // Batches are stored exactly as the producer sent them; the broker never recompresses.
-    match v {
-        "producer" => Ok(()),
-        _ => Err(
-            "only 'producer' is supported: Oxbow stores batches as the producer compressed them"
-                .into(),
+    if COMPRESSION_TYPES.contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("must be one of {}", COMPRESSION_TYPES.join(", ")))
+    }
+}
+
+/// What a topic config means in Oxbow where that differs from Kafka, for DescribeConfigs'
+/// documentation and the broker log. Kafka recompresses a batch on the broker when the
+/// topic's `compression.type` differs from the producer's; Oxbow stores every batch exactly
+/// as the producer sent it (ARCHITECTURE.md decision 1), so any value is kept and described
+/// but behaves as `producer`.
+pub fn config_note(name: &str, value: &str) -> Option<&'static str> {
+    match (name, value) {
+        ("compression.type", "producer") | ("compression.type", "") => None,
+        ("compression.type", _) => Some(
+            "Oxbow stores batches as the producer compressed them: compression.type is \
+             recorded and described, but batches are not recompressed on the broker (it \
+             behaves as 'producer'); set the producer's compression.type instead",
         ),
+        _ => None,
     }
 }
 
@@ -357,6 +392,43 @@ mod tests {
         assert!(TopicConfigs::validated(unknown).is_err());
         let described = TopicConfigs::default().describe();
         assert!(described.iter().all(|c| c.is_default));
+    }
+
+    #[test]
+    fn internal_names_are_reserved() {
+        for name in [
+            "__consumer_offsets",
+            "__transaction_state",
+            "__oxbow",
+            "__oxbow_x",
+        ] {
+            assert!(is_internal_topic(name), "{name}");
+        }
+        for name in [
+            "consumer_offsets",
+            "_schemas",
+            "__confluent.support",
+            "t__oxbow",
+        ] {
+            assert!(!is_internal_topic(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn compression_types_are_kafkas() {
+        for v in COMPRESSION_TYPES {
+            let mut m = BTreeMap::new();
+            m.insert("compression.type".to_string(), v.to_string());
+            assert!(TopicConfigs::validated(m).is_ok(), "{v}");
+        }
+        for bad in ["none", "ZSTD", "brotli", ""] {
+            let mut m = BTreeMap::new();
+            m.insert("compression.type".to_string(), bad.to_string());
+            let e = TopicConfigs::validated(m).expect_err(bad);
+            assert!(matches!(e, Error::InvalidConfig { .. }));
+        }
+        assert!(config_note("compression.type", "zstd").is_some());
+        assert!(config_note("compression.type", "producer").is_none());
     }
 
     #[test]

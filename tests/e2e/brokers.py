@@ -294,6 +294,9 @@ class KafkaBroker(Broker):
             "group.initial.rebalance.delay.ms": 0,
             "num.network.threads": 2,
             "num.io.threads": 2,
+            # Test-specific Kafka settings (e.g. connections.max.idle.ms), the counterpart
+            # of an Oxbow broker's extra_args.
+            **opts.get("kafka_props", {}),
         }
         path = self.workdir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

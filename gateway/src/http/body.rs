@@ -125,10 +125,52 @@ pub fn read_format(headers: &HeaderMap) -> Result<EmbeddedFormat, ApiError> {
     )))
 }
 
+/// Deepest nesting of arrays and objects a JSON body may have. serde_json stops at 128
+/// levels when it builds values, but a key or value kept as raw JSON text (produce) is
+/// skipped without that limit, so a 10,000-deep array was stored as a key; every consumer
+/// that parses it then fails or recurses that deep. 64 is far more than any record needs.
+pub const JSON_DEPTH_MAX: usize = 64;
+
+/// Whether the JSON text nests arrays and objects deeper than `max`. A byte scan that
+/// skips strings; it does not validate (the parser does that next), it only bounds depth.
+pub fn json_nested_deeper_than(text: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Parses a JSON body: a syntax error, truncation or empty body is 400/40001; JSON that
-/// parses but does not fit `T` is 422/42201.
+/// parses but does not fit `T` is 422/42201; nesting deeper than [`JSON_DEPTH_MAX`] is
+/// 422/42210.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     use serde_json::error::Category;
+    if json_nested_deeper_than(body, JSON_DEPTH_MAX) {
+        return Err(ApiError::json_too_deep(JSON_DEPTH_MAX));
+    }
     serde_json::from_slice(body).map_err(|e| match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => {
             ApiError::malformed_json(format!("request body is not valid JSON: {e}"))
@@ -269,6 +311,22 @@ mod tests {
         let e = parse_json::<Shape>(b"[]").expect_err("array");
         assert_eq!(e.error_code(), 42201);
         assert!(parse_json::<Shape>(b" {\"n\": 1} ").is_ok());
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(!json_nested_deeper_than(deep(64).as_bytes(), 64));
+        assert!(json_nested_deeper_than(deep(65).as_bytes(), 64));
+        // Brackets inside strings (escaped quotes included) do not count.
+        let s = format!("{{\"k\":\"{}\\\"{}\"}}", "[".repeat(100), "{".repeat(100));
+        assert!(!json_nested_deeper_than(s.as_bytes(), 2));
+        let body = format!("{{\"records\":[{{\"key\":{}}}]}}", deep(10_000));
+        let e = parse_json::<serde_json::Value>(body.as_bytes()).expect_err("too deep");
+        assert_eq!(
+            (e.status(), e.error_code()),
+            (StatusCode::UNPROCESSABLE_ENTITY, 42210)
+        );
     }
 
     #[test]

@@ -77,6 +77,29 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_ACCEPTABLE, 40601, message)
     }
 
+    /// The body did not arrive whole within `--http-body-timeout`.
+    pub fn body_timed_out(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, 40801, message)
+    }
+
+    /// More header lines than the API accepts.
+    pub fn too_many_headers(count: usize, max: usize) -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            43101,
+            format!("the request has {count} header lines; at most {max} are accepted"),
+        )
+    }
+
+    /// JSON nested deeper than the API accepts.
+    pub fn json_too_deep(max: usize) -> Self {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            42210,
+            format!("request body nests JSON arrays or objects deeper than {max} levels"),
+        )
+    }
+
     /// The body is larger than the router's body limit.
     pub fn body_too_large(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, 41301, message)

@@ -2,6 +2,8 @@
 //! never reach a client: path parameters, query parameters and the raw body.
 
 use super::error::ApiError;
+use super::listener::BodyTimedOut;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -72,9 +74,24 @@ impl<S: Send + Sync> FromRequest<S> for Body {
         match Bytes::from_request(req, state).await {
             Ok(bytes) => Ok(Body(bytes)),
             Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-            Err(r) => Err(ApiError::unreadable_body(r.body_text())),
+            Err(r) => match timed_out(&r) {
+                Some(t) => Err(ApiError::body_timed_out(t.to_string())),
+                None => Err(ApiError::unreadable_body(r.body_text())),
+            },
         }
     }
+}
+
+/// The body timeout behind a failed body read, if that is why it failed.
+fn timed_out(rejection: &BytesRejection) -> Option<&BodyTimedOut> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(e) = cause {
+        if let Some(t) = e.downcast_ref::<BodyTimedOut>() {
+            return Some(t);
+        }
+        cause = e.source();
+    }
+    None
 }
 
 /// Parses a partition path segment. One that is not a non-negative integer names no

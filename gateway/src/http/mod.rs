@@ -31,12 +31,20 @@
 //! | 404    | 40404 | v3 cluster id is not this cluster's |
 //! | 405    | 40500 | method not allowed on this endpoint |
 //! | 406    | 40601 | `Accept` names no format this endpoint produces |
+//! | 408    | 40801 | body not received whole within `--http-body-timeout` |
 //! | 413    | 41301 | body larger than [`BODY_BYTES_MAX`] |
 //! | 415    | 41501 | `Content-Type` missing or unsupported |
 //! | 422    | 42201 | JSON of the wrong shape (missing field, wrong type, empty `records`) |
 //! | 422    | 42203 | binary-format key or value is not base64 |
 //! | 422    | 42204 | query parameter missing or invalid |
 //! | 422    | 42209 | more than [`produce::RECORDS_PER_REQUEST_MAX`] records |
+//! | 422    | 42210 | JSON nested deeper than [`body::JSON_DEPTH_MAX`] |
+//! | 431    | 43101 | more than [`HEADERS_MAX`] header lines |
+//!
+//! Connections are bounded by [`listener`]: a cap, and header-read, idle and body timeouts.
+//! A request head hyper cannot parse at all (over [`listener::HEADERS_PARSE_MAX`] lines or
+//! [`listener::HEADER_BYTES_MAX`] bytes, a malformed request line) is answered by hyper
+//! itself, before any of this code runs, with an empty 4xx body.
 //!
 //! Handlers reject through their own extractors ([`extract`]), and a last middleware turns
 //! any remaining non-JSON error (e.g. axum's own 405) into this shape, so a client never
@@ -48,6 +56,7 @@ pub mod consumers;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod listener;
 pub mod produce;
 pub mod records;
 pub mod topics;
@@ -66,6 +75,11 @@ use std::sync::Arc;
 /// Largest request body. Bounds the memory one request pins; a produce request of this
 /// size is already far more than one round trip should carry.
 pub const BODY_BYTES_MAX: usize = 32 << 20;
+
+/// Most header lines in a request; more is 431 (with the error JSON). Kafka's REST Proxy
+/// (Jetty) bounds header bytes instead; a count is what a client can act on, and hyper's
+/// own byte bound ([`listener::HEADER_BYTES_MAX`]) still applies.
+pub const HEADERS_MAX: usize = 100;
 
 /// How much of a non-JSON error body is kept as the message when it is rewritten as JSON.
 const ERROR_TEXT_BYTES_MAX: usize = 4 << 10;
@@ -141,6 +155,10 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
         .metrics
         .http_requests
         .fetch_add(1, Ordering::Relaxed);
+    let headers = request.headers().len();
+    if headers > HEADERS_MAX {
+        return ApiError::too_many_headers(headers, HEADERS_MAX).into_response();
+    }
     let response = next.run(request).await;
     if !is_unshaped_error(&response) {
         return response;

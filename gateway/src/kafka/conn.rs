@@ -2,12 +2,17 @@
 //! responses in request order while their waiting parts complete concurrently.
 //!
 //! Lifecycle: runs until the client closes, a frame is malformed or oversized (the
-//! connection is closed, as Kafka does; other connections are untouched), or shutdown —
-//! then it stops reading, answers every request already read, and closes.
+//! connection is closed, as Kafka does; other connections are untouched), a frame is not
+//! complete within `--request-read-timeout` of its first byte ([`super::request_reader`]),
+//! the connection is idle for `--connections-max-idle` (Kafka's `connections.max.idle.ms`:
+//! no request in flight and no frame arriving; a long-poll fetch or an `acks=all` wait in
+//! flight is not idle), or shutdown — then it stops reading, answers every request already
+//! read, and closes.
 
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
-use super::versions;
+use super::request_reader::RequestReader;
+use super::{versions, ConnectionLimits};
 use crate::broker::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -18,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Most requests of one connection being worked on at once; past it, reading pauses
@@ -40,28 +45,37 @@ pub async fn run(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     broker: Arc<Broker>,
+    limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (read_half, mut write_half) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .length_field_length(4)
-        .max_frame_length(broker.settings.max_request_bytes)
-        .new_codec();
-    // `FramedRead::next` is cancel-safe, so it can sit in the select below.
-    let mut frames = FramedRead::new(read_half, codec);
+    // `RequestReader::next` is cancel-safe, so it can sit in the select below.
+    let mut frames = RequestReader::new(
+        read_half,
+        broker.settings.max_request_bytes,
+        limits.request_read_timeout,
+    );
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
     let mut closing = false;
     let mut result = Ok(());
+    let mut idle = IdleClock::new(limits.idle_max);
     loop {
         if closing && pending.is_empty() {
             break;
         }
+        let idle_deadline = idle.deadline(pending.is_empty() && !closing);
         tokio::select! {
             biased;
             Some(response) = pending.next(), if !pending.is_empty() => match response {
                 Outgoing::Send(bytes) => {
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    write_half.write_all(&bytes).await?;
+                    if let Err(e) = write_response(&mut write_half, &bytes, limits.idle_max).await {
+                        if e.kind() == std::io::ErrorKind::TimedOut {
+                            broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(e.into());
+                    }
+                    idle.touch();
                 }
                 Outgoing::Nothing => {}
                 Outgoing::Close => {
@@ -76,6 +90,9 @@ pub async fn run(
                     // malformed frame is worth a warning.
                     if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof) {
                         tracing::debug!(error = %e, "connection dropped mid-frame");
+                    } else if e.kind() == std::io::ErrorKind::TimedOut {
+                        broker.metrics.connections_read_timed_out.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(%peer, error = %e, "closing connection: request too slow");
                     } else {
                         broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, "closing connection: bad frame");
@@ -84,6 +101,7 @@ pub async fn run(
                     closing = true;
                 }
                 Some(Ok(frame)) => {
+                    idle.touch();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
                     match dispatch(&broker, peer, frame.freeze()).await {
                         Ok(p) => pending.push_back(p),
@@ -97,10 +115,78 @@ pub async fn run(
                 }
             },
             _ = shutdown.cancelled(), if !closing => closing = true,
+            _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
+                if frames.mid_frame() {
+                    // A frame is arriving: its own read timeout bounds it.
+                    idle.touch();
+                } else {
+                    tracing::debug!(%peer, idle_max = ?limits.idle_max, "closing idle connection");
+                    broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
+                    closing = true;
+                }
+            }
         }
     }
     let _ = write_half.shutdown().await;
     result
+}
+
+/// When a connection with nothing in flight has been idle too long
+/// (`--connections-max-idle`). Time starts at accept and restarts at every frame read and
+/// every response written.
+struct IdleClock {
+    idle_max: std::time::Duration,
+    since: Instant,
+}
+
+impl IdleClock {
+    fn new(idle_max: std::time::Duration) -> Self {
+        IdleClock {
+            idle_max,
+            since: Instant::now(),
+        }
+    }
+
+    fn touch(&mut self) {
+        self.since = Instant::now();
+    }
+
+    /// When the connection becomes idle too long, if it is idle now (`nothing_in_flight`).
+    fn deadline(&self, nothing_in_flight: bool) -> Option<Instant> {
+        nothing_in_flight.then(|| self.since + self.idle_max)
+    }
+}
+
+/// Writes one response. A client that takes none of it for `--connections-max-idle` is
+/// not reading: the connection is closed, as Kafka's idle expiry (no socket activity) would.
+async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
+    write_half: &mut W,
+    bytes: &[u8],
+    idle_max: std::time::Duration,
+) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match tokio::time::timeout(idle_max, write_half.write(&bytes[written..])).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => written += n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client read no response bytes for --connections-max-idle",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps until `deadline`; never wakes without one (the select guards that branch).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the ordered part of one request and returns its response-to-be.
@@ -145,4 +231,50 @@ async fn dispatch(
         Reply::Later(fut) => async move { encode(fut.await) }.boxed(),
         Reply::NoResponse => async { Outgoing::Nothing }.boxed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_no_response_is_cut_off_after_the_idle_max() {
+        let idle_max = Duration::from_secs(600);
+        let (mut server, mut client) = tokio::io::duplex(1024);
+        let response = vec![7u8; 4096];
+        // A slow reader that keeps reading is served in full.
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 4096];
+            for chunk in got.chunks_mut(512) {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                client.read_exact(chunk).await.expect("read");
+            }
+            (client, got)
+        });
+        write_response(&mut server, &response, idle_max)
+            .await
+            .expect("a slow reader is not idle");
+        let (client, got) = reader.await.expect("reader");
+        assert_eq!(got, response);
+        // One that stops reading is cut off `idle_max` after its last progress.
+        let stalled = Instant::now();
+        let e = write_response(&mut server, &response, idle_max)
+            .await
+            .expect_err("the client stopped reading");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(stalled.elapsed(), idle_max);
+        drop(client);
+    }
+
+    #[test]
+    fn idle_time_counts_only_with_nothing_in_flight() {
+        let clock = IdleClock::new(Duration::from_secs(5));
+        assert_eq!(clock.deadline(false), None);
+        assert_eq!(
+            clock.deadline(true),
+            Some(clock.since + Duration::from_secs(5))
+        );
+    }
 }

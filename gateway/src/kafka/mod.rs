@@ -8,35 +8,63 @@
 //!
 //! # Layout
 //! - [`frame`]: sans-I/O framing and header decoding.
-//! - [`conn`]: one connection's loop.
+//! - [`request_reader`]: request frames off the socket, bounded in memory and read time.
+//! - [`conn`]: one connection's loop (and its idle timeout).
 //! - [`versions`]: the API versions advertised, and nothing else is accepted.
 //! - `handlers/`: one module per API.
 
 pub mod conn;
 pub mod frame;
 mod handlers;
+pub mod request_reader;
 pub mod versions;
 
 use crate::broker::Broker;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Most concurrent client connections; past it, new connections wait in the accept backlog.
-pub const CONNECTIONS_MAX: usize = 10_000;
+/// Default of `--connections-max`: most concurrent client connections; past it, new
+/// connections wait in the kernel's accept backlog (no file descriptor taken) until one
+/// closes.
+pub const CONNECTIONS_MAX: u32 = 10_000;
+
+/// The bounds on each client connection (flags of `oxbow serve`).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Most concurrent connections (`--connections-max`).
+    pub connections_max: usize,
+    /// Close a connection with no request in flight and no frame arriving for this long
+    /// (`--connections-max-idle`, Kafka's `connections.max.idle.ms`).
+    pub idle_max: Duration,
+    /// A frame must be complete this long after its first byte (`--request-read-timeout`).
+    pub request_read_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            connections_max: CONNECTIONS_MAX as usize,
+            idle_max: Duration::from_secs(600),
+            request_read_timeout: Duration::from_secs(60),
+        }
+    }
+}
 
 /// Accepts connections until `shutdown`, then returns; connections finish in-flight
 /// requests and close (tracked by `tracker`).
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
+    limits: ConnectionLimits,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let limit = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -54,7 +82,7 @@ pub async fn serve(
             Err(e) => {
                 // Usually running out of file descriptors; back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
@@ -70,7 +98,7 @@ pub async fn serve(
         let broker = broker.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            if let Err(e) = conn::run(stream, peer, broker.clone(), shutdown).await {
+            if let Err(e) = conn::run(stream, peer, broker.clone(), limits, shutdown).await {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");
             }
             broker

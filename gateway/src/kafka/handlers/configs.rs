@@ -56,6 +56,7 @@ pub fn describe(
     req: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
+    let documented = req.include_documentation && version >= 3;
     let mut results = Vec::with_capacity(req.resources.len());
     for res in req.resources {
         let name = res.resource_name.to_string();
@@ -83,7 +84,14 @@ pub fn describe(
                             } else {
                                 SOURCE_TOPIC_OVERRIDE
                             };
-                            entry(version, c.name, c.value, source, false)
+                            // Where Oxbow's meaning differs from Kafka's, say so.
+                            let note = oxbow_metadata::topic::config_note(c.name, &c.value)
+                                .filter(|_| documented);
+                            let e = entry(version, c.name, c.value, source, false);
+                            match note {
+                                Some(n) => e.with_documentation(Some(str_bytes(n))),
+                                None => e,
+                            }
                         })
                         .collect(),
                 ),

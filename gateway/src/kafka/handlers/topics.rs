@@ -29,7 +29,10 @@ pub async fn create(
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
-        let r = CreatableTopicResult::default().with_name(topic_name(&name));
+        // Kafka answers a null error_message on success (the generated default is "").
+        let r = CreatableTopicResult::default()
+            .with_name(topic_name(&name))
+            .with_error_message(None);
         if !t.assignments.is_empty() {
             results.push(
                 r.with_error_code(ResponseError::InvalidReplicaAssignment.code())
