@@ -217,7 +217,10 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .expect("append at epoch 0");
     old.seal_once().await.expect("epoch 0 commit lands");
 
-    let state = topic.partitions[0].clone();
+    // Opening recorded epoch 0's start in the stored state, so read it afresh.
+    let stored = metadata.topic("moved").await.expect("get").expect("topic");
+    let state = stored.partitions[0].clone();
+    assert_eq!(state.leader_epochs.latest_epoch(), Some(0));
     let mut moved = state.clone();
     moved.leader = 2;
     moved.leader_epoch = 1;
@@ -243,6 +246,19 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .await
         .expect("append at epoch 1");
     new.seal_once().await.expect("epoch 1 commit lands");
+    // The epoch history: epoch 0 ended where broker 2 opened (offset 2), epoch 1 is the
+    // current one and ends at the log end; both are stored for any later leader.
+    assert_eq!(p_new.end_offset_for(0).expect("lookup"), Some((0, 2)));
+    assert_eq!(p_new.end_offset_for(1).expect("lookup"), Some((1, 3)));
+    assert_eq!(p_new.end_offset_for(2).expect("lookup"), None);
+    let stored = metadata.topic("moved").await.expect("get").expect("topic");
+    let starts: Vec<(i32, i64)> = stored.partitions[0]
+        .leader_epochs
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(starts, vec![(0, 0), (1, 2)]);
 
     // The deposed leader still accepts into its WAL, but its catalog commit is fenced…
     old.append(&p_old, &make_batch(1, 0), 1 << 20, false, Acks::All)
