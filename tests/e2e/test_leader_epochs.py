@@ -17,6 +17,7 @@ librdkafka must log no offset reset.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections import defaultdict
@@ -25,7 +26,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cluster import ProducerThread, cluster, etcd_server, moto_server  # noqa: F401
-from helpers import admin, create_topic, unique, wait_until
+import kafka_wire as w
+from helpers import admin, create_topic, produce_all, producer, unique, wait_until
 
 PARTITIONS = 6
 
@@ -329,3 +331,91 @@ def test_groups_read_every_record_once_across_a_single_node_restart(broker_facto
         progress(consumers, prod, time.monotonic(), timeout=90)
     finally:
         run_and_check(consumers, prod, b.bootstrap, topic, first_allowed)
+
+
+API_OFFSET_FOR_LEADER_EPOCH = 23
+ERR_UNKNOWN_TOPIC_OR_PARTITION = 3
+ERR_UNKNOWN_LEADER_EPOCH = 75
+
+
+def offset_for_leader_epoch_v3(conn, topic: str, asks: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """OffsetForLeaderEpoch v3 for (partition, current_leader_epoch, leader_epoch) asks;
+    returns (partition, error_code, leader_epoch, end_offset) per answer."""
+    body = struct.pack(">i", -1) + struct.pack(">i", 1) + w.string(topic) + struct.pack(">i", len(asks))
+    for partition, current, epoch in asks:
+        body += struct.pack(">iii", partition, current, epoch)
+    r = w.Reader(conn.call(API_OFFSET_FOR_LEADER_EPOCH, 3, body))
+    r.int32()  # throttle_time_ms
+    out = []
+    for _ in range(r.int32()):
+        r.string()
+        for _ in range(r.int32()):
+            code, partition, epoch, end = r.int16(), r.int32(), r.int32(), r.int64()
+            out.append((partition, code, epoch, end))
+    return out
+
+
+def test_offset_for_leader_epoch_answers_as_kafka_does(broker):
+    """The edges of the protocol on a fresh partition (leader epoch 0, like Kafka's): the
+    current epoch ends at the log end; an undefined or newer epoch has no end (-1, -1, no
+    error); a current_leader_epoch newer than the leader's is UNKNOWN_LEADER_EPOCH; an
+    unknown partition is UNKNOWN_TOPIC_OR_PARTITION."""
+    topic = create_topic(broker.bootstrap, unique("ofle"), 1)
+    produce_all(producer(broker.bootstrap), topic, ({"value": b"v%d" % i} for i in range(7)))
+    with w.KafkaConn(broker.bootstrap) as conn:
+        got = offset_for_leader_epoch_v3(conn, topic, [(0, -1, 0), (0, 0, 0), (0, 0, 1), (0, -1, -1), (0, 1, 0), (5, -1, 0)])
+    assert got == [
+        (0, 0, 0, 7),
+        (0, 0, 0, 7),
+        (0, 0, -1, -1),
+        (0, 0, -1, -1),
+        (0, ERR_UNKNOWN_LEADER_EPOCH, -1, -1),
+        (5, ERR_UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+    ], got
+
+
+API_FETCH = 1
+ERR_OFFSET_OUT_OF_RANGE = 1
+
+
+def fetch_v12(conn, topic: str, fetch_offset: int, last_fetched_epoch: int) -> dict:
+    """One-partition Fetch v12 (flexible; `last_fetched_epoch` exists from v12). Returns the
+    partition's error code, high watermark, record bytes and diverging epoch (tag 0)."""
+    part = struct.pack(">iiqiqi", 0, -1, fetch_offset, last_fetched_epoch, -1, 1 << 20) + w.uvarint(0)
+    body = struct.pack(">iiiibii", -1, 0, 1, 1 << 20, 0, 0, -1)
+    body += w.uvarint(2) + w.compact_string(topic) + w.uvarint(2) + part + w.uvarint(0)
+    body += w.uvarint(1) + w.compact_string("") + w.uvarint(0)
+    r = w.Reader(conn.call(API_FETCH, 12, body, flexible=True))
+    r.int32(), r.int16(), r.int32()  # throttle, error, session id
+    assert r.uvarint() == 2 and r.compact_string() == topic and r.uvarint() == 2
+    out = {"partition": r.int32(), "error": r.int16(), "high_watermark": r.int64()}
+    r.int64(), r.int64()  # last stable offset, log start offset
+    aborted = r.uvarint()
+    assert aborted <= 1, "no aborted transactions here"
+    r.int32()  # preferred read replica
+    n = r.uvarint()
+    out["records"] = b"" if n == 0 else r.take(n - 1)
+    out["diverging"] = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        data = w.Reader(r.take(size))
+        if tag == 0:
+            out["diverging"] = (data.int32(), data.int64())
+    return out
+
+
+def test_fetch_checks_the_last_fetched_epoch_as_kafka_does(broker):
+    """Fetch v12's `last_fetched_epoch` (KIP-595), on a fresh partition at epoch 0: a
+    position within the epoch reads normally; a position past where that epoch ends gets a
+    diverging epoch (the epoch and its end) and no records; an epoch newer than the
+    leader's cannot be placed: OFFSET_OUT_OF_RANGE."""
+    topic = create_topic(broker.bootstrap, unique("diverge"), 1)
+    produce_all(producer(broker.bootstrap), topic, ({"value": b"v%d" % i} for i in range(5)))
+    with w.KafkaConn(broker.bootstrap) as conn:
+        within = fetch_v12(conn, topic, 2, 0)
+        past = fetch_v12(conn, topic, 9, 0)
+        newer = fetch_v12(conn, topic, 2, 1)
+    assert (within["error"], within["diverging"], within["high_watermark"]) == (0, None, 5), within
+    assert within["records"], within
+    assert (past["error"], past["diverging"], past["records"]) == (0, (0, 5), b""), past
+    assert newer["error"] == ERR_OFFSET_OUT_OF_RANGE, newer
