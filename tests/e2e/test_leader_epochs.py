@@ -136,7 +136,27 @@ def caught_up(consumers: list[GroupConsumer], marks: dict[int, int], timeout: fl
     def ok():
         return all(c.last_offsets().get(p, -1) >= o for c in consumers for p, o in marks.items())
 
-    wait_until(ok, timeout=timeout, interval=0.1, what=f"consumers to read up to {marks}")
+    def state():
+        return [(c.group, c.assignments, c.last_offsets(), c.errors[-3:]) for c in consumers]
+
+    try:
+        wait_until(ok, timeout=timeout, interval=0.1, what=f"consumers to read up to {marks}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; consumers: {state()}") from None
+
+
+def committed(consumers: list[GroupConsumer], marks: dict[int, int], timeout: float = 30) -> None:
+    """Until every consumer's group has committed past `marks[partition]` everywhere, so a
+    rebalance (its coordinator restarting) resumes after what it has read."""
+
+    def ok():
+        with_lock = []
+        for c in consumers:
+            with c.lock:
+                with_lock.append(all(c.committed.get(p, -1) > o for p, o in marks.items()))
+        return all(with_lock)
+
+    wait_until(ok, timeout=timeout, interval=0.1, what=f"commits past {marks}")
 
 
 def acked_marks(prod: ProducerThread) -> dict[int, int]:
@@ -157,7 +177,9 @@ def progress(consumers: list[GroupConsumer], prod: ProducerThread, after: float,
             return {p for t, p, _ in prod.acked.values() if t > after} >= set(range(PARTITIONS))
 
     wait_until(acked_everywhere, timeout=timeout, interval=0.1, what="acknowledgements on every partition")
-    caught_up(consumers, acked_marks(prod), timeout)
+    marks = acked_marks(prod)
+    caught_up(consumers, marks, timeout)
+    committed(consumers, marks, timeout)
 
 
 def check(consumer: GroupConsumer, prod: ProducerThread, ends: dict[int, int], first_allowed: dict[int, int]) -> dict:
