@@ -24,6 +24,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from cluster import ProducerThread, cluster, etcd_server, moto_server  # noqa: F401
 import kafka_wire as w
@@ -326,6 +327,15 @@ def test_groups_read_every_record_once_across_moves_failover_and_restart(cluster
         summaries = run_and_check(consumers, prod, c.live_bootstrap(), topic, first_allowed)
     # Leadership did change under the consumers: they read batches of several epochs.
     assert all(len(s["epochs_seen"]) >= 3 for s in summaries), summaries
+    # ListOffsets gives the epoch of the offset it returns: the first epoch for the
+    # earliest offset, the leader's current epoch for the latest.
+    current = {p["partition"]: p["leader_epoch"] for p in c.describe(topic)["partitions"]}
+    client = admin(c.live_bootstrap())
+    for spec, want in ((OffsetSpec.earliest(), {p: 0 for p in current}), (OffsetSpec.latest(), current)):
+        got = client.list_offsets({TopicPartition(topic, p): spec for p in current}, request_timeout=10)
+        epochs = {tp.partition: f.result(timeout=15).leader_epoch for tp, f in got.items()}
+        assert epochs == want, (spec, epochs, want)
+    assert all(e >= 1 for e in current.values()), current
 
 
 def test_groups_read_every_record_once_across_a_single_node_restart(broker_factory):

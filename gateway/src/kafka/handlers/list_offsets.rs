@@ -12,7 +12,8 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use oxbow_metadata::{LeaderEpoch, Offset, TopicMetadata};
+use oxbow_metadata::{LeaderEpoch, Offset};
+use oxbow_segment_writer::Partition;
 use std::sync::Arc;
 
 /// `ListOffsets` timestamp for the latest offset.
@@ -38,10 +39,20 @@ pub async fn handle(
                 );
                 continue;
             };
-            let epoch = topic
-                .partition(p.partition_index)
-                .map(|s| s.leader_epoch)
-                .unwrap_or(-1);
+            // Checked against the leader's own epoch, as Kafka does (a non-leader answers
+            // NOT_LEADER_OR_FOLLOWER).
+            let part = match broker.partition(topic, p.partition_index).await {
+                Ok(part) => part,
+                Err(e) => {
+                    partitions.push(
+                        r.with_error_code(e.code())
+                            .with_offset(-1)
+                            .with_timestamp(-1),
+                    );
+                    continue;
+                }
+            };
+            let epoch = part.leader_epoch().unwrap_or(-1);
             if let Some(code) = check_current_leader_epoch(p.current_leader_epoch, epoch) {
                 partitions.push(
                     r.with_error_code(code.code())
@@ -60,7 +71,7 @@ pub async fn handle(
                         .with_timestamp(timestamp)
                         // The field exists from v4; older versions must leave it unset.
                         .with_leader_epoch(if version >= 4 {
-                            epoch_of(broker, topic, p.partition_index, p.timestamp, offset).await
+                            epoch_of(&part, epoch, p.timestamp, offset)
                         } else {
                             -1
                         }),
@@ -81,21 +92,17 @@ pub async fn handle(
 }
 
 /// The leader epoch to answer with `offset` (see the module docs); -1 if unknown.
-async fn epoch_of(
-    broker: &Broker,
-    topic: &TopicMetadata,
-    partition: i32,
+fn epoch_of(
+    part: &Partition,
+    leader_epoch: LeaderEpoch,
     timestamp: i64,
     offset: Offset,
 ) -> LeaderEpoch {
-    let Ok(p) = broker.partition(topic, partition).await else {
-        return -1;
-    };
     if timestamp == LATEST_TIMESTAMP {
-        return p.leader_epoch().unwrap_or(-1);
+        return leader_epoch;
     }
     if offset < 0 {
         return -1;
     }
-    p.epoch_for_offset(offset).ok().flatten().unwrap_or(-1)
+    part.epoch_for_offset(offset).ok().flatten().unwrap_or(-1)
 }
