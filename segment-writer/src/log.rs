@@ -3,7 +3,9 @@
 //! Lifecycle: [`LogManager::open`] opens the WAL and replays every entry not yet in the
 //! catalog back into memory (those batches were acknowledged or may have been); the sealer
 //! task ([`crate::seal`]) then uploads them like any other. Partitions are opened lazily on
-//! first use, after checking with the metadata service that this broker leads them.
+//! first use, after checking with the metadata service that this broker leads them; before
+//! a partition is served, its leader epoch's start offset is recorded in the partition's
+//! stored epoch history (`begin_epoch`, ARCHITECTURE decision 18).
 //!
 //! Append order: an append holds its partition's order lock while it assigns offsets and
 //! queues the WAL write, so the WAL holds each partition's batches in offset order. The WAL
@@ -612,14 +614,20 @@ impl LogManager {
                 .update_partition(topic.topic_id, state.version, cleared)
                 .await?;
         }
+        // In the map before the epoch is recorded: what recovery appended to the WAL is then
+        // sealed (or held, if the partition is forgotten) even if recording fails, since
+        // `recover_from` is already cleared. A later use retries the recording.
+        let opened = {
+            let mut map = self
+                .partitions
+                .write()
+                .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
+            map.entry(tp).or_insert(opened).clone()
+        };
         if begin {
             self.begin_epoch(&opened, Some(latest)).await?;
         }
-        let mut map = self
-            .partitions
-            .write()
-            .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
-        Ok(map.entry(tp).or_insert(opened).clone())
+        Ok(opened)
     }
 
     /// Records this leader's epoch as starting at the partition's log end in the stored
