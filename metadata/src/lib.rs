@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`types`]: the shared vocabulary (`TopicId`, `PartitionId`, `Offset`, `LeaderEpoch`, ...).
 //! - [`topic`]: topic specs, configs and their validation.
+//! - [`leader_epochs`]: a partition's leader-epoch history (OffsetForLeaderEpoch's answers).
 //! - [`catalog`]: segment catalog entries and the epoch-fenced commit.
 //! - [`group`]: consumer group offsets and versioned coordinator records.
 //! - [`wal_replicas`]: each broker's WAL replica set (replicas, in-sync replicas).
@@ -34,6 +35,7 @@ pub mod error;
 pub mod etcd;
 pub mod group;
 pub mod keys;
+pub mod leader_epochs;
 pub mod lease;
 pub mod store;
 pub mod testing;
@@ -50,6 +52,7 @@ pub use embedded::EmbeddedStore;
 pub use error::{Error, ErrorKind, Result};
 pub use etcd::{EtcdSettings, EtcdStore};
 pub use group::{CommittedOffset, GroupRecord};
+pub use leader_epochs::{EpochStart, LeaderEpochHistory, LEADER_EPOCHS_MAX};
 pub use lease::{run_lease_keeper, LeaseGuard};
 pub use store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
 pub use topic::{PartitionState, TopicConfigs, TopicMetadata, TopicSpec};

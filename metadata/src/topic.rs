@@ -1,6 +1,7 @@
 //! Topics: names, configs (with validation and defaults) and per-partition state.
 
 use crate::error::{Error, Result};
+use crate::leader_epochs::LeaderEpochHistory;
 use crate::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -57,6 +58,11 @@ pub struct PartitionState {
     /// the leader acts on it, so no acknowledged write is left behind unsealed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_to: Option<BrokerId>,
+    /// Where each recent leader epoch's data starts, recorded by each leader when it opens
+    /// the partition (see [`crate::leader_epochs`]). Empty for a partition no leader has
+    /// opened since this field exists; its first leader records its own epoch then.
+    #[serde(default, skip_serializing_if = "LeaderEpochHistory::is_empty")]
+    pub leader_epochs: LeaderEpochHistory,
     /// Bumped on every change; the compare in compare-and-swap.
     pub version: u64,
 }
@@ -71,6 +77,7 @@ impl PartitionState {
             log_start_offset: 0,
             recover_from: None,
             transfer_to: None,
+            leader_epochs: LeaderEpochHistory::default(),
             version: 0,
         }
     }
@@ -429,6 +436,24 @@ mod tests {
         }
         assert!(config_note("compression.type", "zstd").is_some());
         assert!(config_note("compression.type", "producer").is_none());
+    }
+
+    #[test]
+    fn partition_states_from_before_epoch_histories_read_as_empty() {
+        let old = r#"{"partition":3,"leader":2,"leader_epoch":7,"log_start_offset":0,"version":9}"#;
+        let p: PartitionState = serde_json::from_str(old).expect("old state");
+        assert!(p.leader_epochs.is_empty());
+        let mut p = p;
+        p.leader_epochs.assign(7, 100);
+        let json = serde_json::to_string(&p).expect("encode");
+        assert!(
+            json.contains(r#""leader_epochs":[{"epoch":7,"start_offset":100}]"#),
+            "{json}"
+        );
+        let back: PartitionState = serde_json::from_str(&json).expect("decode");
+        assert_eq!(back, p);
+        let empty = serde_json::to_string(&PartitionState::new(0, 1)).expect("encode");
+        assert!(!empty.contains("leader_epochs"), "{empty}");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{
     BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
-    EmbeddedStore, EpochFence, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard, MetadataStore,
-    TopicEvent, TopicPartition, TopicSpec, WalReplicaSet, Watch,
+    EmbeddedStore, EpochFence, EpochStart, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard,
+    MetadataStore, PartitionState, TopicEvent, TopicPartition, TopicSpec, WalReplicaSet, Watch,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -176,6 +176,75 @@ async fn partition_cas(store: &dyn MetadataStore) {
         .filter_map(|r| r.as_ref().err())
         .all(|e| e.kind() == ErrorKind::Conflict));
     store.delete_topic("cas").await.expect("cleanup");
+}
+
+/// The leader-epoch history rides in the partition state: every CAS keeps what it is given,
+/// every read and the watch return it, and growing the topic leaves it alone.
+async fn partition_leader_epochs(store: &dyn MetadataStore) {
+    let mut watch = store.watch_topics().await.expect("watch");
+    let t = store
+        .create_topic(spec("epochs", 1), 1)
+        .await
+        .expect("create");
+    let _ = next(&mut watch, "created").await;
+    assert!(t.partitions[0].leader_epochs.is_empty());
+    let mut opened = t.partitions[0].clone();
+    assert!(opened.leader_epochs.assign(0, 0));
+    let opened = store
+        .update_partition(t.topic_id, 0, opened)
+        .await
+        .expect("record epoch 0");
+    let moved = store
+        .update_partition(
+            t.topic_id,
+            opened.version,
+            PartitionState {
+                leader: 2,
+                leader_epoch: 1,
+                ..opened.clone()
+            },
+        )
+        .await
+        .expect("move");
+    let mut reopened = moved.clone();
+    assert!(reopened.leader_epochs.assign(1, 42));
+    let stored = store
+        .update_partition(t.topic_id, moved.version, reopened)
+        .await
+        .expect("record epoch 1");
+    let expect = vec![
+        EpochStart {
+            epoch: 0,
+            start_offset: 0,
+        },
+        EpochStart {
+            epoch: 1,
+            start_offset: 42,
+        },
+    ];
+    assert_eq!(stored.leader_epochs.entries(), expect.as_slice());
+    let by_name = store.topic("epochs").await.expect("read").expect("topic");
+    assert_eq!(by_name.partitions[0], stored);
+    let by_id = store
+        .topic_by_id(t.topic_id)
+        .await
+        .expect("read")
+        .expect("topic");
+    assert_eq!(by_id.partitions[0].leader_epochs, stored.leader_epochs);
+    let mut last = None;
+    for _ in 0..3 {
+        if let TopicEvent::PartitionChanged { state, .. } = next(&mut watch, "changed").await {
+            last = Some(state);
+        }
+    }
+    assert_eq!(
+        last.expect("partition events").leader_epochs,
+        stored.leader_epochs
+    );
+    let grown = store.create_partitions("epochs", 2, 1).await.expect("grow");
+    assert_eq!(grown.partitions[0].leader_epochs, stored.leader_epochs);
+    assert!(grown.partitions[1].leader_epochs.is_empty());
+    store.delete_topic("epochs").await.expect("cleanup");
 }
 
 // ---- placement (cluster) ----
@@ -965,6 +1034,7 @@ async fn run_all(store: &dyn MetadataStore) {
     producer_ids(store).await;
     topics_lifecycle(store).await;
     partition_cas(store).await;
+    partition_leader_epochs(store).await;
     placed_topics_and_transfers(store).await;
     catalog_fencing_and_lookup(store).await;
     wide_catalog_commit(store).await;

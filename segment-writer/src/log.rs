@@ -3,7 +3,9 @@
 //! Lifecycle: [`LogManager::open`] opens the WAL and replays every entry not yet in the
 //! catalog back into memory (those batches were acknowledged or may have been); the sealer
 //! task ([`crate::seal`]) then uploads them like any other. Partitions are opened lazily on
-//! first use, after checking with the metadata service that this broker leads them.
+//! first use, after checking with the metadata service that this broker leads them; before
+//! a partition is served, its leader epoch's start offset is recorded in the partition's
+//! stored epoch history (`begin_epoch`, ARCHITECTURE decision 19).
 //!
 //! Append order: an append holds its partition's order lock while it assigns offsets and
 //! queues the WAL write, so the WAL holds each partition's batches in offset order. The WAL
@@ -19,11 +21,11 @@ use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{
-    BrokerId, LeaseGuard, MetadataStore, Offset, PartitionId, TopicId, TopicMetadata,
-    TopicPartition, WalReplicaSet,
+    BrokerId, ErrorKind as MetadataErrorKind, LeaderEpoch, LeaseGuard, MetadataStore, Offset,
+    PartitionId, PartitionState, TopicId, TopicMetadata, TopicPartition, WalReplicaSet,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch, Notify};
@@ -66,6 +68,10 @@ const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// producer retries only its last few in-flight batches.
 const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
 const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
+
+/// How often recording a new epoch's start retries a compare-and-swap lost to another
+/// change of the partition's state (a transfer request, say) that left the leader alone.
+const BEGIN_EPOCH_ATTEMPTS: usize = 5;
 
 /// How long a fetched WAL tail is reused by further recoveries from the same source.
 const TAIL_REUSE: Duration = Duration::from_secs(10);
@@ -186,6 +192,9 @@ pub struct Partition {
     /// The topic's `min.insync.replicas` when the partition was opened: `acks=all` appends
     /// need this many in-sync WAL copies (this broker's included).
     min_insync_replicas: i32,
+    /// Whether this leader's epoch and its start offset are in the partition's stored
+    /// epoch history (`LogManager::begin_epoch`); nothing is served before.
+    epoch_begun: AtomicBool,
 }
 
 impl Partition {
@@ -208,6 +217,22 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> Result<i32> {
         Ok(self.lock()?.leader_epoch)
+    }
+
+    /// OffsetForLeaderEpoch's answer for `requested`: (epoch, end offset), `None` for an
+    /// undefined epoch or one newer than this leader's (see
+    /// [`oxbow_metadata::LeaderEpochHistory::end_offset_for`]).
+    pub fn end_offset_for(&self, requested: LeaderEpoch) -> Result<Option<(LeaderEpoch, Offset)>> {
+        Ok(self.lock()?.end_offset_for(requested))
+    }
+
+    /// The epoch `offset` was written under, if the history goes back that far.
+    pub fn epoch_for_offset(&self, offset: Offset) -> Result<Option<LeaderEpoch>> {
+        Ok(self.lock()?.epoch_for_offset(offset))
+    }
+
+    fn epoch_begun(&self) -> bool {
+        self.epoch_begun.load(Ordering::Acquire)
     }
 
     fn on_durable(&self, base_offset: Offset, wal_sequence: Option<u64>) {
@@ -415,7 +440,9 @@ impl LogManager {
             let partition = match opened.get(&tp) {
                 Some(p) => p.clone(),
                 None => {
-                    let p = match self.partition(&topic, tp.partition).await {
+                    // Not begun: the epoch's start is the log end after this replay, recorded
+                    // when the partition is first used (see `begin_epoch`).
+                    let p = match self.open_partition(&topic, tp.partition, false).await {
                         Ok(p) => Some(p),
                         Err(err) => {
                             tracing::warn!(error = %err, "holding the WAL entries of a partition this broker no longer leads");
@@ -478,18 +505,35 @@ impl LogManager {
         self.partitions.read().ok()?.get(tp).cloned()
     }
 
-    /// Opens (or returns) a partition of `topic`, checking that this broker leads it.
+    /// Opens (or returns) a partition of `topic`, checking that this broker leads it. It is
+    /// returned only once its epoch's start is in the stored epoch history.
     pub async fn partition(
         &self,
         topic: &TopicMetadata,
         partition: PartitionId,
     ) -> Result<Arc<Partition>> {
+        self.open_partition(topic, partition, true).await
+    }
+
+    /// [`Self::partition`]; with `begin` false (WAL replay, which appends after the open), a
+    /// newly opened partition is left for its first use to record its epoch's start.
+    async fn open_partition(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        begin: bool,
+    ) -> Result<Arc<Partition>> {
         let tp = TopicPartition::new(topic.topic_id, partition);
         if let Some(p) = self.get(&tp) {
-            return Ok(p);
+            if p.epoch_begun() || !begin {
+                return Ok(p);
+            }
         }
         let _opening = self.open_lock.lock().await;
         if let Some(p) = self.get(&tp) {
+            if !p.epoch_begun() && begin {
+                self.begin_epoch(&p, None).await?;
+            }
             return Ok(p);
         }
         // The caller's topic may come from a cache; a partition must open at the epoch the
@@ -521,7 +565,9 @@ impl LogManager {
             append_order: tokio::sync::Mutex::new(()),
             high_watermark_tx: watch::channel(log_end).0,
             min_insync_replicas: fresh.configs.min_insync_replicas(),
+            epoch_begun: AtomicBool::new(false),
         });
+        opened.lock()?.leader_epochs = state.leader_epochs.clone();
         if self.wal.is_none() {
             opened.lock()?.set_direct();
         }
@@ -553,6 +599,7 @@ impl LogManager {
             let tail = self.tail_of(me, Some(&previous), skip).await?;
             self.append_recovered(&opened, &tail, log_end).await?;
         }
+        let mut latest = state.clone();
         if let Some(source) = state.recover_from {
             let record = self.metadata.wal_replica_set(source).await?;
             let tail = self.tail_of(source, record.as_ref(), None).await?;
@@ -562,15 +609,89 @@ impl LogManager {
             // dead broker's copy is no longer needed for this partition.
             let mut cleared = state.clone();
             cleared.recover_from = None;
-            self.metadata
+            latest = self
+                .metadata
                 .update_partition(topic.topic_id, state.version, cleared)
                 .await?;
         }
-        let mut map = self
-            .partitions
-            .write()
-            .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
-        Ok(map.entry(tp).or_insert(opened).clone())
+        // In the map before the epoch is recorded: what recovery appended to the WAL is then
+        // sealed (or held, if the partition is forgotten) even if recording fails, since
+        // `recover_from` is already cleared. A later use retries the recording.
+        let opened = {
+            let mut map = self
+                .partitions
+                .write()
+                .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
+            map.entry(tp).or_insert(opened).clone()
+        };
+        if begin {
+            self.begin_epoch(&opened, Some(latest)).await?;
+        }
+        Ok(opened)
+    }
+
+    /// Records this leader's epoch as starting at the partition's log end in the stored
+    /// epoch history (decision 19), by compare-and-swap on the partition's state (`known`, or
+    /// read afresh). Called once the log end is final for the open: after any recovered tail
+    /// (whose batches keep their older epoch) and WAL replay, before anything is appended or
+    /// answered at this epoch. Fails with [`Error::NotLeader`] if leadership or the epoch
+    /// moved meanwhile.
+    async fn begin_epoch(&self, p: &Partition, known: Option<PartitionState>) -> Result<()> {
+        let tp = p.topic_partition;
+        let me = self.settings.broker_id;
+        let epoch = p.leader_epoch()?;
+        let mut state = match known {
+            Some(s) => s,
+            None => self.stored_state(p).await?,
+        };
+        for _ in 0..BEGIN_EPOCH_ATTEMPTS {
+            if state.leader != me || state.leader_epoch != epoch {
+                return Err(Error::NotLeader(format!(
+                    "{}-{} (leader is broker {} at epoch {}; opened at epoch {epoch})",
+                    p.topic_name, tp.partition, state.leader, state.leader_epoch
+                )));
+            }
+            let log_end = p.offsets()?.2;
+            let mut next = state.clone();
+            if !next.leader_epochs.assign(epoch, log_end) {
+                p.lock()?.leader_epochs = next.leader_epochs;
+                p.epoch_begun.store(true, Ordering::Release);
+                return Ok(());
+            }
+            match self
+                .metadata
+                .update_partition(tp.topic_id, state.version, next)
+                .await
+            {
+                Ok(stored) => {
+                    tracing::info!(
+                        partition = %format!("{}-{}", p.topic_name, tp.partition),
+                        leader_epoch = epoch, start_offset = log_end, "leader epoch begins"
+                    );
+                    p.lock()?.leader_epochs = stored.leader_epochs;
+                    p.epoch_begun.store(true, Ordering::Release);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == MetadataErrorKind::Conflict => {
+                    state = self.stored_state(p).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::NotLeader(format!(
+            "{}-{}: its state kept changing while the leader epoch was recorded",
+            p.topic_name, tp.partition
+        )))
+    }
+
+    /// The partition's state as the metadata service holds it now.
+    async fn stored_state(&self, p: &Partition) -> Result<PartitionState> {
+        let tp = p.topic_partition;
+        self.metadata
+            .topic_by_id(tp.topic_id)
+            .await?
+            .and_then(|t| t.partition(tp.partition).cloned())
+            .ok_or_else(|| Error::UnknownPartition(format!("{}-{}", p.topic_name, tp.partition)))
     }
 
     /// Rebuilds idempotent-producer state from the end of the stored log (the last

@@ -10,7 +10,7 @@
 use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
 use bytes::Bytes;
-use oxbow_metadata::{LeaderEpoch, Offset};
+use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
 use std::collections::{HashMap, VecDeque};
 
 /// How many recent batches per producer are remembered for deduplication (Kafka's
@@ -74,6 +74,9 @@ pub struct PartitionLogState {
     /// `--durability direct`: no WAL; a batch becomes durable (and visible) when it is
     /// sealed, so the sealer takes batches that are not durable yet.
     direct: bool,
+    /// Where each recent epoch's data starts, as stored in the partition's state; its latest
+    /// entry is `leader_epoch` once the open has recorded it (`LogManager::begin_epoch`).
+    pub leader_epochs: LeaderEpochHistory,
 }
 
 impl PartitionLogState {
@@ -94,7 +97,21 @@ impl PartitionLogState {
             unsealed_bytes: 0,
             producers: HashMap::new(),
             direct: false,
+            leader_epochs: LeaderEpochHistory::default(),
         }
+    }
+
+    /// OffsetForLeaderEpoch's answer for `requested` (see
+    /// [`LeaderEpochHistory::end_offset_for`]): the end of that epoch in this log, bounded by
+    /// this log's start and end.
+    pub fn end_offset_for(&self, requested: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        self.leader_epochs
+            .end_offset_for(requested, self.log_start_offset, self.log_end_offset)
+    }
+
+    /// The epoch `offset` was written under, if the history goes back that far.
+    pub fn epoch_for_offset(&self, offset: Offset) -> Option<LeaderEpoch> {
+        self.leader_epochs.epoch_for_offset(offset)
     }
 
     /// Switches to `--durability direct` (see the field's docs).

@@ -217,7 +217,10 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .expect("append at epoch 0");
     old.seal_once().await.expect("epoch 0 commit lands");
 
-    let state = topic.partitions[0].clone();
+    // Opening recorded epoch 0's start in the stored state, so read it afresh.
+    let stored = metadata.topic("moved").await.expect("get").expect("topic");
+    let state = stored.partitions[0].clone();
+    assert_eq!(state.leader_epochs.latest_epoch(), Some(0));
     let mut moved = state.clone();
     moved.leader = 2;
     moved.leader_epoch = 1;
@@ -243,6 +246,19 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .await
         .expect("append at epoch 1");
     new.seal_once().await.expect("epoch 1 commit lands");
+    // The epoch history: epoch 0 ended where broker 2 opened (offset 2), epoch 1 is the
+    // current one and ends at the log end; both are stored for any later leader.
+    assert_eq!(p_new.end_offset_for(0).expect("lookup"), Some((0, 2)));
+    assert_eq!(p_new.end_offset_for(1).expect("lookup"), Some((1, 3)));
+    assert_eq!(p_new.end_offset_for(2).expect("lookup"), None);
+    let stored = metadata.topic("moved").await.expect("get").expect("topic");
+    let starts: Vec<(i32, i64)> = stored.partitions[0]
+        .leader_epochs
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(starts, vec![(0, 0), (1, 2)]);
 
     // The deposed leader still accepts into its WAL, but its catalog commit is fenced…
     old.append(&p_old, &make_batch(1, 0), 1 << 20, false, Acks::All)
@@ -377,4 +393,60 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
         .await
         .expect("next in sequence");
     assert_eq!(next.base_offset, 6);
+}
+
+#[tokio::test]
+async fn a_new_epoch_starts_after_what_the_wal_replays() {
+    // Broker 1 writes 4 records at epoch 0, seals 2 of them and "crashes"; while it is down
+    // its epoch is raised (as a new lease does, `fence.rs`) and the stored history is lost
+    // (as for a partition from before histories existed). On restart the WAL replays the
+    // other 2: epoch 1 must start after them (offset 4), not at the catalog's end (2), or a
+    // consumer at offset 3 of epoch 0 would be told epoch 0 ended at 2 (a false truncation).
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "replayed", 1, &[]).await;
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("leads");
+        log.append(&p, &make_batch(2, 0), 1 << 20, false, Acks::All)
+            .await
+            .expect("append");
+        log.seal_once().await.expect("seal");
+        log.append(&p, &make_batch(2, 0), 1 << 20, false, Acks::All)
+            .await
+            .expect("append, WAL only");
+    }
+    let state = metadata
+        .topic("replayed")
+        .await
+        .expect("get")
+        .expect("topic")
+        .partitions[0]
+        .clone();
+    let mut bumped = state.clone();
+    bumped.leader_epoch = 1;
+    bumped.leader_epochs = Default::default();
+    metadata
+        .update_partition(topic.topic_id, state.version, bumped)
+        .await
+        .expect("epoch 1");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("leads");
+    assert_eq!(p.offsets().expect("offsets").2, 4, "the WAL replayed 2..4");
+    assert_eq!(p.end_offset_for(0).expect("lookup"), Some((0, 4)));
+    assert_eq!(p.end_offset_for(1).expect("lookup"), Some((1, 4)));
+    let stored = metadata
+        .topic("replayed")
+        .await
+        .expect("get")
+        .expect("topic");
+    assert_eq!(
+        stored.partitions[0].leader_epochs.latest_epoch(),
+        Some(1),
+        "recorded for the next leader"
+    );
+    assert_eq!(
+        stored.partitions[0].leader_epochs.entries()[0].start_offset,
+        4
+    );
 }

@@ -122,7 +122,14 @@ impl Cluster {
     /// Moves partition 0 of `topic` to broker `to` with `recover_from` set, as the
     /// controller does when the leader's lease expires.
     async fn move_partition(&self, topic: &TopicMetadata, to: i32, recover_from: i32) {
-        let state = topic.partition(0).expect("partition 0").clone();
+        // Read afresh: opening a partition records its epoch's start in the state.
+        let stored = self
+            .metadata
+            .topic_by_id(topic.topic_id)
+            .await
+            .expect("topic")
+            .expect("exists");
+        let state = stored.partition(0).expect("partition 0").clone();
         let mut moved = state.clone();
         moved.leader = to;
         moved.leader_epoch += 1;
@@ -264,6 +271,18 @@ async fn a_new_leader_recovers_a_dead_brokers_tail_from_its_replicas() {
         stored.partitions[0].recover_from, None,
         "recovery is recorded as done"
     );
+    // The recovered batches keep epoch 0, so epoch 1 starts after them, not where the
+    // catalog ended at the failover (the new leader seals them under its own epoch, which is
+    // why the catalog's epochs cannot answer OffsetForLeaderEpoch).
+    let starts: Vec<(i32, i64)> = stored.partitions[0]
+        .leader_epochs
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(starts, vec![(0, 0), (1, 60)]);
+    assert_eq!(p.end_offset_for(0).expect("lookup"), Some((0, 60)));
+    assert_eq!(p.end_offset_for(1).expect("lookup"), Some((1, 61)));
     // Sealed by the new leader under its epoch.
     n2.log.seal_once().await.expect("seal");
     let last = c

@@ -2,15 +2,25 @@
 //! KIP-74), `partition_max_bytes`, and the long poll: the response waits until `min_bytes`
 //! are available or `max_wait_ms` passes. Fetch sessions (KIP-227) are not kept: the
 //! response's session id 0 tells clients to send full requests.
+//!
+//! Leader epochs: `current_leader_epoch` is checked as OffsetForLeaderEpoch checks it
+//! (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), and a `last_fetched_epoch` (v12+) is
+//! validated against the epoch history as Kafka's `Partition.readRecords` does: if that epoch
+//! ended before the fetch offset (or is unknown here), the answer is a `diverging_epoch` with
+//! no records, for the client to truncate to (KIP-595).
 
+use super::leader_epoch::check_current_leader_epoch;
 use super::{topic_name, Reply};
 use crate::broker::Broker;
 use crate::error::BrokerError;
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
+use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
 use oxbow_segment_writer::Partition;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +34,8 @@ struct Wanted {
     fetch_offset: i64,
     partition_max_bytes: usize,
     current_leader_epoch: i32,
+    /// The epoch of the last batch the client fetched (v12+; -1: none).
+    last_fetched_epoch: i32,
 }
 
 enum Source {
@@ -46,6 +58,11 @@ async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchRes
                 fetch_offset: p.fetch_offset,
                 partition_max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
                 current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: if version >= 12 {
+                    p.last_fetched_epoch
+                } else {
+                    UNDEFINED_EPOCH
+                },
             });
         }
     }
@@ -57,17 +74,16 @@ async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchRes
             Some(topic) => match broker.partition(&topic, w.partition).await {
                 Err(e) => Source::Failed(e.code()),
                 Ok(p) => match p.leader_epoch() {
-                    Ok(epoch) if w.current_leader_epoch >= 0 && w.current_leader_epoch < epoch => {
-                        Source::Failed(ResponseError::FencedLeaderEpoch.code())
-                    }
-                    Ok(epoch) if w.current_leader_epoch > epoch => {
-                        Source::Failed(ResponseError::UnknownLeaderEpoch.code())
-                    }
-                    _ => {
-                        // Subscribed before the first read, so no append in between is missed.
-                        watches.push(p.subscribe());
-                        Source::Ready(p)
-                    }
+                    Err(e) => Source::Failed(BrokerError::from(e).code()),
+                    Ok(epoch) => match check_current_leader_epoch(w.current_leader_epoch, epoch) {
+                        Some(e) => Source::Failed(e.code()),
+                        None => {
+                            // Subscribed before the first read, so no append in between is
+                            // missed.
+                            watches.push(p.subscribe());
+                            Source::Ready(p)
+                        }
+                    },
                 },
             },
         };
@@ -111,38 +127,83 @@ async fn read_all(
         let data = PartitionData::default().with_partition_index(w.partition);
         let data = match source {
             Source::Failed(code) => data.with_error_code(*code).with_high_watermark(-1),
-            Source::Ready(p) => {
-                let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(total));
-                // KIP-74: the first batch of the response is returned even if it exceeds the
-                // limits, so a large batch can never stall a consumer.
-                let min_one = total == 0;
-                match broker.log.read(p, w.fetch_offset, budget, min_one).await {
-                    Ok(r) => {
-                        let size = r.bytes();
-                        total += size;
-                        let mut records = BytesMut::with_capacity(size);
-                        for b in &r.batches {
-                            records.extend_from_slice(b);
-                        }
-                        data.with_high_watermark(r.high_watermark)
-                            .with_last_stable_offset(r.high_watermark)
-                            .with_log_start_offset(log_start(r.log_start_offset))
-                            .with_records(Some(records.freeze()))
-                    }
-                    Err(e) => {
-                        let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
-                        data.with_error_code(BrokerError::from(e).code())
-                            .with_high_watermark(hw)
-                            .with_last_stable_offset(hw)
-                            .with_log_start_offset(log_start(start))
-                            .with_records(Some(Bytes::new()))
-                    }
+            Source::Ready(p) if w.last_fetched_epoch != UNDEFINED_EPOCH => match diverging(p, w) {
+                Ok(None) => read_one(broker, p, w, data, max_bytes, &mut total, version).await,
+                Ok(Some(d)) => {
+                    let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
+                    d.with_high_watermark(hw)
+                        .with_last_stable_offset(hw)
+                        .with_log_start_offset(log_start(start))
+                        .with_records(Some(Bytes::new()))
                 }
-            }
+                Err(code) => data.with_error_code(code).with_high_watermark(-1),
+            },
+            Source::Ready(p) => read_one(broker, p, w, data, max_bytes, &mut total, version).await,
         };
         out.push((w.topic.clone(), data));
     }
     (out, total)
+}
+
+/// Kafka's last-fetched-epoch check: `Some` with the diverging epoch if the client's last
+/// fetched epoch ended before its fetch offset here; an error code if that epoch is unknown.
+fn diverging(p: &Partition, w: &Wanted) -> Result<Option<PartitionData>, i16> {
+    let found = p
+        .end_offset_for(w.last_fetched_epoch)
+        .map_err(|e| BrokerError::from(e).code())?;
+    match found {
+        None => Err(ResponseError::OffsetOutOfRange.code()),
+        Some((epoch, end)) if epoch < w.last_fetched_epoch || end < w.fetch_offset => Ok(Some(
+            PartitionData::default()
+                .with_partition_index(w.partition)
+                .with_diverging_epoch(
+                    EpochEndOffset::default()
+                        .with_epoch(epoch)
+                        .with_end_offset(end),
+                ),
+        )),
+        Some(_) => Ok(None),
+    }
+}
+
+/// One partition's records from `w.fetch_offset`, within what is left of the response's
+/// `max_bytes` (`total` is what the response holds so far).
+async fn read_one(
+    broker: &Broker,
+    p: &Arc<Partition>,
+    w: &Wanted,
+    data: PartitionData,
+    max_bytes: usize,
+    total: &mut usize,
+    version: i16,
+) -> PartitionData {
+    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
+    let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(*total));
+    // KIP-74: the first batch of the response is returned even if it exceeds the limits, so
+    // a large batch can never stall a consumer.
+    let min_one = *total == 0;
+    match broker.log.read(p, w.fetch_offset, budget, min_one).await {
+        Ok(r) => {
+            let size = r.bytes();
+            *total += size;
+            let mut records = BytesMut::with_capacity(size);
+            for b in &r.batches {
+                records.extend_from_slice(b);
+            }
+            data.with_high_watermark(r.high_watermark)
+                .with_last_stable_offset(r.high_watermark)
+                .with_log_start_offset(log_start(r.log_start_offset))
+                .with_records(Some(records.freeze()))
+        }
+        Err(e) => {
+            let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
+            data.with_error_code(BrokerError::from(e).code())
+                .with_high_watermark(hw)
+                .with_last_stable_offset(hw)
+                .with_log_start_offset(log_start(start))
+                .with_records(Some(Bytes::new()))
+        }
+    }
 }
 
 fn respond(partitions: Vec<(String, PartitionData)>) -> FetchResponse {

@@ -1,7 +1,11 @@
-//! OffsetForLeaderEpoch: the end offset of a leader epoch, which clients use to validate
-//! their position after a leader change (KIP-320). A partition keeps one epoch until the
-//! cluster moves it, so the current epoch ends at the log end offset; older epochs are
-//! answered as unknown until epoch history is kept (with leadership changes).
+//! OffsetForLeaderEpoch: where a leader epoch ended, which clients ask after a leader change
+//! to check that what they read is still the log (KIP-101, KIP-320). Answered as Kafka's
+//! `Partition.lastOffsetForLeaderEpoch` does, from the partition's epoch history (ARCHITECTURE
+//! decision 19): the largest epoch at or below the requested one and the start offset of the
+//! next higher epoch, or the log end offset for the leader's own epoch; `-1, -1` for an
+//! undefined epoch or one newer than the leader's. `current_leader_epoch` is checked first
+//! ([`check_current_leader_epoch`], shared with Fetch and ListOffsets), and only the leader
+//! answers (NOT_LEADER_OR_FOLLOWER elsewhere).
 
 use super::topic_name;
 use crate::broker::Broker;
@@ -10,7 +14,28 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
+use oxbow_metadata::LeaderEpoch;
 use std::sync::Arc;
+
+/// Kafka's `checkCurrentLeaderEpoch`: a client that names the epoch it believes current is
+/// told FENCED_LEADER_EPOCH if the leader has moved past it, UNKNOWN_LEADER_EPOCH if the
+/// leader has not reached it yet (its metadata is newer than this broker's); both make the
+/// client refresh metadata and retry. `-1` means "no epoch" and is not checked.
+pub(super) fn check_current_leader_epoch(
+    current_leader_epoch: LeaderEpoch,
+    leader_epoch: LeaderEpoch,
+) -> Option<ResponseError> {
+    if current_leader_epoch == UNDEFINED_EPOCH {
+        None
+    } else if current_leader_epoch < leader_epoch {
+        Some(ResponseError::FencedLeaderEpoch)
+    } else if current_leader_epoch > leader_epoch {
+        Some(ResponseError::UnknownLeaderEpoch)
+    } else {
+        None
+    }
+}
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -32,20 +57,25 @@ pub async fn handle(
             };
             let r = match partition {
                 Err(e) => r.with_error_code(e.code()),
-                Ok(part) => match (part.leader_epoch(), part.offsets()) {
-                    (Ok(epoch), Ok((_, _, log_end))) => {
-                        if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
-                            r.with_error_code(ResponseError::FencedLeaderEpoch.code())
-                        } else if p.current_leader_epoch > epoch {
-                            r.with_error_code(ResponseError::UnknownLeaderEpoch.code())
-                        } else if p.leader_epoch == epoch {
-                            r.with_leader_epoch(epoch).with_end_offset(log_end)
-                        } else {
-                            r
+                Ok(part) => {
+                    let answer = part
+                        .leader_epoch()
+                        .and_then(|epoch| Ok((epoch, part.end_offset_for(p.leader_epoch)?)));
+                    match answer {
+                        Err(e) => r.with_error_code(crate::error::BrokerError::from(e).code()),
+                        Ok((epoch, found)) => {
+                            match check_current_leader_epoch(p.current_leader_epoch, epoch) {
+                                Some(e) => r.with_error_code(e.code()),
+                                None => match found {
+                                    Some((epoch, end)) => {
+                                        r.with_leader_epoch(epoch).with_end_offset(end)
+                                    }
+                                    None => r,
+                                },
+                            }
                         }
                     }
-                    _ => r.with_error_code(ResponseError::UnknownServerError.code()),
-                },
+                }
             };
             partitions.push(r);
         }
@@ -56,4 +86,29 @@ pub async fn handle(
         );
     }
     OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_leader_epoch_is_checked_as_kafka_does() {
+        assert_eq!(check_current_leader_epoch(-1, 5), None);
+        assert_eq!(check_current_leader_epoch(5, 5), None);
+        assert_eq!(
+            check_current_leader_epoch(4, 5),
+            Some(ResponseError::FencedLeaderEpoch)
+        );
+        assert_eq!(
+            check_current_leader_epoch(6, 5),
+            Some(ResponseError::UnknownLeaderEpoch)
+        );
+        // Only -1 means "none" (Kafka's RequestUtils.getLeaderEpoch); other negatives are
+        // older than any epoch.
+        assert_eq!(
+            check_current_leader_epoch(-2, 0),
+            Some(ResponseError::FencedLeaderEpoch)
+        );
+    }
 }

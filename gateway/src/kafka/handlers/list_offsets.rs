@@ -1,6 +1,10 @@
 //! ListOffsets: earliest (-2), latest (-1, the high watermark) or the first offset at or
-//! after a timestamp.
+//! after a timestamp. From v4 each answer carries the leader epoch of the offset, as Kafka's
+//! `UnifiedLog.fetchOffsetByTimestamp` gives it: the leader's epoch for latest, else the
+//! epoch the offset was written under (from the epoch history; -1 where it does not reach).
+//! Clients keep it as their position's epoch and validate it after a leader change.
 
+use super::leader_epoch::check_current_leader_epoch;
 use super::topic_name;
 use crate::broker::Broker;
 use kafka_protocol::error::ResponseError;
@@ -8,7 +12,12 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use oxbow_metadata::{LeaderEpoch, Offset};
+use oxbow_segment_writer::Partition;
 use std::sync::Arc;
+
+/// `ListOffsets` timestamp for the latest offset.
+const LATEST_TIMESTAMP: i64 = -1;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -30,16 +39,21 @@ pub async fn handle(
                 );
                 continue;
             };
-            let epoch = topic
-                .partition(p.partition_index)
-                .map(|s| s.leader_epoch)
-                .unwrap_or(-1);
-            if p.current_leader_epoch >= 0 && p.current_leader_epoch != epoch {
-                let code = if p.current_leader_epoch < epoch {
-                    ResponseError::FencedLeaderEpoch
-                } else {
-                    ResponseError::UnknownLeaderEpoch
-                };
+            // Checked against the leader's own epoch, as Kafka does (a non-leader answers
+            // NOT_LEADER_OR_FOLLOWER).
+            let part = match broker.partition(topic, p.partition_index).await {
+                Ok(part) => part,
+                Err(e) => {
+                    partitions.push(
+                        r.with_error_code(e.code())
+                            .with_offset(-1)
+                            .with_timestamp(-1),
+                    );
+                    continue;
+                }
+            };
+            let epoch = part.leader_epoch().unwrap_or(-1);
+            if let Some(code) = check_current_leader_epoch(p.current_leader_epoch, epoch) {
                 partitions.push(
                     r.with_error_code(code.code())
                         .with_offset(-1)
@@ -56,7 +70,11 @@ pub async fn handle(
                         .with_offset(offset)
                         .with_timestamp(timestamp)
                         // The field exists from v4; older versions must leave it unset.
-                        .with_leader_epoch(if version >= 4 { epoch } else { -1 }),
+                        .with_leader_epoch(if version >= 4 {
+                            epoch_of(&part, epoch, p.timestamp, offset)
+                        } else {
+                            -1
+                        }),
                     Err(e) => r
                         .with_error_code(e.code())
                         .with_offset(-1)
@@ -71,4 +89,20 @@ pub async fn handle(
         );
     }
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// The leader epoch to answer with `offset` (see the module docs); -1 if unknown.
+fn epoch_of(
+    part: &Partition,
+    leader_epoch: LeaderEpoch,
+    timestamp: i64,
+    offset: Offset,
+) -> LeaderEpoch {
+    if timestamp == LATEST_TIMESTAMP {
+        return leader_epoch;
+    }
+    if offset < 0 {
+        return -1;
+    }
+    part.epoch_for_offset(offset).ok().flatten().unwrap_or(-1)
 }
