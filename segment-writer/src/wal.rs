@@ -106,6 +106,8 @@ struct Shared {
     failed: AtomicBool,
     /// Why the WAL stopped accepting writes (`None` while healthy); watched by the broker.
     failure: tokio::sync::watch::Sender<Option<String>>,
+    /// Appends the writer failed because of a write or fsync error (this one or an earlier).
+    failed_appends: AtomicU64,
     total_bytes: AtomicU64,
     sink: std::sync::OnceLock<GroupSink>,
     /// Bytes ever written (for write amplification figures).
@@ -258,6 +260,7 @@ impl Wal {
             durable_sequence: AtomicU64::new(next_sequence),
             failed: AtomicBool::new(false),
             failure: tokio::sync::watch::channel(None).0,
+            failed_appends: AtomicU64::new(0),
             total_bytes: AtomicU64::new(total),
             sink: std::sync::OnceLock::new(),
             written_bytes: AtomicU64::new(0),
@@ -339,6 +342,11 @@ impl Wal {
     /// Watches [`Self::failure`]: changes once, when the first write or fsync fails.
     pub fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.shared.failure.subscribe()
+    }
+
+    /// Appends the writer failed because a write or fsync failed.
+    pub fn failed_appends(&self) -> u64 {
+        self.shared.failed_appends.load(Ordering::Relaxed)
     }
 
     /// One past the highest sequence that is fsynced.
@@ -498,6 +506,9 @@ impl Writer {
     fn write_group(&mut self, group: Vec<Append>) {
         if self.shared.failed.load(Ordering::Acquire) {
             let reason = self.shared.failure.borrow().clone().unwrap_or_default();
+            self.shared
+                .failed_appends
+                .fetch_add(group.len() as u64, Ordering::Relaxed);
             for a in group {
                 (a.on_durable)(Err(Error::WalFailed(reason.clone())));
             }
@@ -537,6 +548,9 @@ impl Writer {
                 self.shared.failed.store(true, Ordering::Release);
                 tracing::error!(error = %e, first_sequence, "WAL write or fsync failed: this broker acknowledges no more writes");
                 self.cut_back_failed_file();
+                self.shared
+                    .failed_appends
+                    .fetch_add(callbacks.len() as u64, Ordering::Relaxed);
                 for (_, cb) in callbacks {
                     cb(Err(Error::WalFailed(reason.clone())));
                 }
