@@ -341,6 +341,9 @@ impl LogManager {
             settings.wal.dir.with_file_name("replicas"),
             settings.wal.file_bytes_max,
         ));
+        if let Some(wal) = &wal {
+            replica_store.set_own_wal(wal.clone());
+        }
         let manager = Arc::new(LogManager {
             compact_metrics: Arc::default(),
             replica_store,
@@ -485,6 +488,18 @@ impl LogManager {
         }
     }
 
+    /// Retries every waiting recovery now: a broker joined and may be the WAL replica they
+    /// wait for (called by the membership follower), so recovery need not sit out a backoff.
+    pub fn retry_recoveries_now(&self) {
+        if let Ok(mut r) = self.recoveries() {
+            if r.is_empty() {
+                return;
+            }
+            r.expedite(tokio::time::Instant::now());
+        }
+        self.recovery_added.notify_one();
+    }
+
     /// Opens a partition waiting for its `recover_from` recovery, if it still needs one.
     async fn retry_partition_recovery(&self, tp: TopicPartition) -> Result<()> {
         let topic = self.metadata.topic_by_id(tp.topic_id).await?;
@@ -538,6 +553,12 @@ impl LogManager {
             }
         }
         out
+    }
+
+    /// Whether this broker lost its WAL and has not recovered the old one's tail yet (its
+    /// partitions must not be handed over before: the tail would be left behind).
+    pub fn owes_own_tail(&self) -> bool {
+        self.self_recovery.lock().map_or(true, |s| s.is_some())
     }
 
     /// Recoveries waiting (this broker's own tail counts as one).

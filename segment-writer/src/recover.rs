@@ -105,8 +105,12 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
 
 /// Gathers what live brokers hold of `source`'s WAL. `record` is the source's replica set
 /// as recorded; at least one of its in-sync replicas must answer (unless it names none, in
-/// which case nothing acknowledged depends on a replica). `skip_incarnation` leaves out the
-/// current incarnation of a broker recovering its own lost WAL.
+/// which case nothing acknowledged depends on a replica) — or the source itself, alive
+/// again with the recorded incarnation: its own WAL holds everything it acknowledged (it
+/// restarted after its partitions moved, and its restart cleared the recorded in-sync set,
+/// so without asking it a recovery could find nothing and lose what it acknowledged).
+/// `skip_incarnation` leaves out the current incarnation of a broker recovering its own
+/// lost WAL.
 pub async fn fetch_tail(
     metadata: &Arc<dyn MetadataStore>,
     me: BrokerId,
@@ -127,7 +131,7 @@ pub async fn fetch_tail(
     let live = metadata.list_brokers().await?;
     let asks = live
         .iter()
-        .filter(|b| b.broker_id != me && b.broker_id != source && !b.internal_addr.is_empty())
+        .filter(|b| b.broker_id != me && !b.internal_addr.is_empty())
         .map(|b| {
             let addr = b.internal_addr.clone();
             let id = b.broker_id;
@@ -144,6 +148,9 @@ pub async fn fetch_tail(
                     answered_in_sync = true;
                 }
                 for (incarnation, bytes) in chunks {
+                    if id == source && record.is_some_and(|r| r.incarnation == incarnation) {
+                        answered_in_sync = true;
+                    }
                     if Some(incarnation) == skip_incarnation {
                         continue;
                     }

@@ -110,6 +110,14 @@ impl Recoveries {
         self.pending.get(key).is_some_and(|p| p.next_attempt > now)
     }
 
+    /// Makes every waiting recovery due at `now` (a broker joined: it may be the replica
+    /// they wait for). Backoff resumes from the attempt count if it fails again.
+    pub fn expedite(&mut self, now: Instant) {
+        for p in self.pending.values_mut() {
+            p.next_attempt = p.next_attempt.min(now);
+        }
+    }
+
     /// Recoveries whose next attempt is due.
     pub fn due(&self, now: Instant) -> Vec<(RecoveryKey, Pending)> {
         self.pending
@@ -167,6 +175,8 @@ mod tests {
         let (n, delay) = r.failed(RecoveryKey::OwnTail, 1, None, "down".into(), t0, 1.0);
         assert_eq!((n, delay), (2, BACKOFF_MIN * 2));
         assert_eq!(r.get(&RecoveryKey::OwnTail).map(|p| p.attempts), Some(2));
+        r.expedite(t0);
+        assert_eq!(r.due(t0).len(), 1, "a joining broker makes it due at once");
         assert!(r.done(RecoveryKey::OwnTail).is_some());
         assert!(r.is_empty() && r.next_due().is_none());
     }

@@ -379,6 +379,33 @@ impl Wal {
         Ok(out)
     }
 
+    /// Every whole entry on disk, in WAL framing, one buffer per file (each at most about
+    /// `file_bytes_max`, so each fits a frame; blocking: reads files): what this broker
+    /// answers for its own WAL when another broker recovers its tail while it is alive.
+    pub fn read_raw(&self) -> Result<Vec<Vec<u8>>> {
+        let paths: Vec<PathBuf> = self
+            .shared
+            .files
+            .lock()
+            .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
+            .iter()
+            .map(|f| f.path.clone())
+            .collect();
+        let mut out = Vec::new();
+        for path in paths {
+            let mut data = Vec::new();
+            match File::open(&path) {
+                Ok(mut f) => f.read_to_end(&mut data)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let (_, valid) = parse_file(&data);
+            data.truncate(valid);
+            out.push(data);
+        }
+        Ok(out)
+    }
+
     /// Bytes written since the WAL was opened.
     pub fn written_bytes(&self) -> u64 {
         self.shared.written_bytes.load(Ordering::Relaxed)
