@@ -370,10 +370,14 @@ impl LogManager {
         });
         manager.replay(entries).await?;
         if lost_wal {
-            // Recovered by `run_recoveries` once a replica answers (it may not be up yet);
-            // until then every partition led here answers NOT_LEADER_OR_FOLLOWER.
+            // First attempt now; if no replica answers (it may not be up yet) it is retried
+            // by `run_recoveries`, and until then every partition led here answers
+            // NOT_LEADER_OR_FOLLOWER.
             tracing::warn!("the WAL directory is new but this broker had a WAL before: its tail is recovered from its WAL replicas before it serves");
-            manager.wait_for_recovery(RecoveryKey::OwnTail, manager.settings.broker_id, None);
+            let me = manager.settings.broker_id;
+            if let Err(e) = manager.recover_own_tail().await {
+                manager.recovery_failed(RecoveryKey::OwnTail, me, None, &e);
+            }
         } else if manager.wal.is_some() {
             // Nothing is acknowledged before the record says no replica is in sync yet.
             manager.replicator.reset_record().await?;
@@ -385,18 +389,6 @@ impl LogManager {
         self.recoveries
             .lock()
             .map_err(|_| Error::Internal("recoveries lock poisoned".into()))
-    }
-
-    fn wait_for_recovery(
-        &self,
-        key: RecoveryKey,
-        source: BrokerId,
-        topic: Option<(TopicId, String)>,
-    ) {
-        if let Ok(mut r) = self.recoveries() {
-            r.add(key, source, topic, tokio::time::Instant::now());
-        }
-        self.recovery_added.notify_one();
     }
 
     /// Records a failed recovery attempt and logs it; returns the error clients get.
