@@ -553,6 +553,13 @@ impl LogManager {
         self.self_recovery.lock().map_or(true, |s| s.is_some())
     }
 
+    /// Every waiting recovery and its failed attempts so far.
+    pub fn recovery_attempts(&self) -> Vec<(RecoveryKey, u32)> {
+        self.recoveries()
+            .map(|r| r.iter().map(|(k, p)| (*k, p.attempts)).collect())
+            .unwrap_or_default()
+    }
+
     /// Recoveries waiting (this broker's own tail counts as one).
     pub fn recoveries_pending(&self) -> usize {
         self.recoveries().map(|r| r.len()).unwrap_or(0)
