@@ -75,6 +75,10 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<server::StorageFailed>().is_some() => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(server::EXIT_STORAGE_FAILED)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

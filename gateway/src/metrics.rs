@@ -241,6 +241,31 @@ pub fn render(broker: &crate::broker::Broker) -> String {
     );
     write_metric(
         &mut out,
+        "oxbow_wal_healthy",
+        "gauge",
+        "1 while the WAL takes writes; 0 after a write or fsync failed (the broker then exits).",
+        &one(if broker.log.wal_failure().is_some() {
+            0.0
+        } else {
+            1.0
+        }),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_storage_errors_total",
+        "counter",
+        "Produce batches answered KAFKA_STORAGE_ERROR because the WAL failed.",
+        &one(broker.log.storage_errors() as f64),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_recoveries_pending",
+        "gauge",
+        "WAL tail recoveries waiting for a WAL replica to answer (see /readyz).",
+        &one(broker.log.recoveries_pending() as f64),
+    );
+    write_metric(
+        &mut out,
         "oxbow_wal_written_bytes_total",
         "counter",
         "Bytes this broker's WAL wrote (fsynced) since start.",

@@ -8,6 +8,14 @@
 //! requests, wait until everything acknowledged is durable, seal it into the object
 //! store, exit 0.
 //!
+//! Storage failure (ARCHITECTURE decision 2): once a WAL write or fsync fails, the broker
+//! reports not-ready, answers every produce `KAFKA_STORAGE_ERROR` for
+//! `--storage-failure-exit-delay`, then stops as above but without the handoff (nothing it
+//! holds can become durable here; the lease is revoked, so the controller fails its
+//! partitions over with `recover_from`) and exits with [`EXIT_STORAGE_FAILED`] for its
+//! supervisor to restart it. Started on a disk that cannot take a write, it exits with the
+//! same code at once.
+//!
 //! Data directory layout: `metadata.redb` (embedded metadata), `wal/` (the WAL),
 //! `objects/` (the local object store), `cluster_id`.
 //!
@@ -183,6 +191,32 @@ pub struct ServeArgs {
     /// An HTTP request body must be read whole within this long of its head (408 past it).
     #[arg(long, env = "OXBOW_HTTP_BODY_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub http_body_timeout: Duration,
+    /// After a WAL write or fsync fails (disk full, I/O error), how long the broker stays up,
+    /// not ready and answering produces KAFKA_STORAGE_ERROR, before it exits with code 74
+    /// for its supervisor to restart it. Longer lets probes and scrapes see why; shorter
+    /// hands its partitions to healthy brokers sooner.
+    #[arg(long, env = "OXBOW_STORAGE_FAILURE_EXIT_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub storage_failure_exit_delay: Duration,
+}
+
+/// Exit code of a broker whose WAL failed (EX_IOERR): restart it once the disk takes writes.
+pub const EXIT_STORAGE_FAILED: u8 = 74;
+
+/// The broker stopped because its WAL could not write; `main` exits with
+/// [`EXIT_STORAGE_FAILED`].
+#[derive(Debug, thiserror::Error)]
+#[error("the WAL cannot write ({0}); exiting for the supervisor to restart the broker once the disk takes writes")]
+pub struct StorageFailed(pub String);
+
+/// Resolves with the WAL's failure, once it fails (never with `--durability direct`).
+async fn wal_failed(log: &LogManager) -> String {
+    match log.watch_wal_failure() {
+        Some(mut failure) => match failure.wait_for(Option::is_some).await {
+            Ok(f) => f.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// Where an acknowledged write is durable before it is acknowledged (`--durability`).
@@ -336,7 +370,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ReadCache::new(args.cache_bytes.as_usize()),
     )
     .await
-    .context("recovering the log")?;
+    .map_err(|e| match e {
+        oxbow_segment_writer::Error::WalFailed(why) => anyhow::Error::new(StorageFailed(why)),
+        other => anyhow::Error::new(other).context("recovering the log"),
+    })?;
     log.set_lease_guard(lease_guard.clone());
     let broker = Broker::new(
         BrokerSettings {
@@ -365,6 +402,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
 
     background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
+    // WAL tails that could not be recovered yet (a replica is not up) are retried here.
+    background.spawn(log.clone().run_recoveries(stop_sealing.clone()));
     // Compaction of sealed objects into per-partition segments; stops with the sealer.
     background.spawn(oxbow_segment_writer::run_compactor(
         log.clone(),
@@ -468,16 +507,35 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker_id = args.broker_id, "oxbow is serving"
     );
 
-    shutdown_signal().await;
+    let storage_failure = tokio::select! {
+        _ = shutdown_signal() => None,
+        why = wal_failed(&log) => Some(why),
+    };
     ready.store(false, Ordering::Release);
     stop_controller.cancel();
+    if let Some(why) = &storage_failure {
+        tracing::error!(reason = %why, exit_delay = ?args.storage_failure_exit_delay,
+            "the WAL failed: not ready, answering produces KAFKA_STORAGE_ERROR, then exiting with code {EXIT_STORAGE_FAILED}");
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = tokio::time::sleep(args.storage_failure_exit_delay) => {}
+        }
+    }
     // Controlled shutdown: while still serving, hand every partition led here to another
     // live broker (seal, then move leadership). Clients get NOT_LEADER_OR_FOLLOWER and
     // learn the new leader from any broker, this one included, instead of timing out on a
     // closed port. Then deregister at once: nothing is led here, and no balancer should
     // pick a broker that is leaving.
     tracing::info!("shutting down: handing partitions over");
-    match tokio::time::timeout(HANDOFF_TIMEOUT, cluster::handoff::hand_off_all(&broker)).await {
+    // After a WAL failure nothing appended since can become durable here, so a handoff
+    // (which waits for exactly that) cannot finish: the lease is revoked instead, below.
+    let handoff = async {
+        match storage_failure {
+            None => cluster::handoff::hand_off_all(&broker).await,
+            Some(_) => cluster::handoff::ShutdownHandoff::NoPeers,
+        }
+    };
+    match tokio::time::timeout(HANDOFF_TIMEOUT, handoff).await {
         Ok(cluster::handoff::ShutdownHandoff::Done { moved }) => {
             tracing::info!(moved, "handed every partition over; deregistering");
             stop_lease.cancel();
@@ -514,5 +572,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("background tasks did not stop within 30 s; the WAL keeps unsealed data for the next start");
     }
     tracing::info!("stopped");
-    Ok(())
+    match storage_failure {
+        Some(why) => Err(StorageFailed(why).into()),
+        None => Ok(()),
+    }
 }

@@ -57,6 +57,10 @@ pub enum Error {
     UnknownPartition(String),
     #[error("not the leader of {0}")]
     NotLeader(String),
+    /// Led here, but a WAL tail it needs is not recovered yet (a replica is not up); the
+    /// recovery is retried in the background.
+    #[error("not serving yet: {0}")]
+    RecoveryPending(String),
     #[error("this broker's metadata lease expired; it re-registers before serving again")]
     LeaseExpired,
     #[error("out of order sequence for producer {producer_id}: expected {expected}, got {got}")]
@@ -113,7 +117,11 @@ impl Error {
             Error::UnknownPartition(_) => ErrorKind::UnknownPartition,
             // Without a lease the broker may no longer lead anything: the client must look
             // the leader up again, exactly as for a moved partition.
-            Error::NotLeader(_) | Error::LeaseExpired => ErrorKind::NotLeader,
+            // A partition waiting for its recovery is offline, as in Kafka: the client looks
+            // the leader up again and retries.
+            Error::NotLeader(_) | Error::LeaseExpired | Error::RecoveryPending(_) => {
+                ErrorKind::NotLeader
+            }
             Error::OutOfOrderSequence { .. } => ErrorKind::OutOfOrderSequence,
             Error::ProducerFenced { .. } => ErrorKind::ProducerFenced,
             Error::WalFull { .. }

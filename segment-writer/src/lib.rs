@@ -8,7 +8,8 @@
 //! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
 //! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
 //!   protocol between brokers.
-//! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas.
+//! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas;
+//!   [`recovery_state`]: recoveries waiting for a replica to answer, and their backoff.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
@@ -32,6 +33,7 @@ pub mod objects;
 pub mod partition;
 pub mod read;
 pub mod recover;
+pub mod recovery_state;
 pub mod replica;
 pub mod replica_proto;
 pub mod replica_store;

@@ -16,6 +16,7 @@ use crate::batch::{self, BatchHeader};
 use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
+use crate::recovery_state::{Recoveries, RecoveryKey};
 use crate::replicate::{ReplicationSettings, Replicator};
 use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
 
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]
@@ -259,6 +261,9 @@ pub struct LogMetrics {
     pub object_reads: AtomicU64,
     pub cache_hits: AtomicU64,
     pub checksum_failures: AtomicU64,
+    /// Produce batches refused before the WAL because an earlier write or fsync failed (the
+    /// writer counts those it failed itself: [`LogManager::storage_errors`]).
+    pub storage_refusals: AtomicU64,
 }
 
 /// The partitions this broker leads, with the WAL, object store and catalog behind them.
@@ -297,6 +302,10 @@ pub struct LogManager {
     /// Set while the start-up recovers this broker's own tail after losing its WAL: the
     /// replica set recorded by the previous incarnation.
     self_recovery: Mutex<Option<WalReplicaSet>>,
+    /// Recoveries waiting for a WAL replica to answer; see [`crate::recovery_state`].
+    recoveries: Mutex<Recoveries>,
+    /// Wakes [`LogManager::run_recoveries`] when a recovery starts waiting.
+    recovery_added: Notify,
 }
 
 fn now_ms() -> i64 {
@@ -346,15 +355,20 @@ impl LogManager {
                 sink.publish(first, next, bytes)
             }));
             previous = metadata.wal_replica_set(settings.broker_id).await?;
-            lost_wal = wal.is_new_incarnation()
-                && previous
-                    .as_ref()
-                    .is_some_and(|p| p.incarnation != wal.incarnation());
+            // The record names another incarnation until that one's tail is recovered (the
+            // record is reset only then), so a broker that lost its disk and crashed again
+            // before recovering still knows it has a tail to recover.
+            lost_wal = previous
+                .as_ref()
+                .is_some_and(|p| p.incarnation != wal.incarnation());
         }
         let replica_store = Arc::new(crate::replica_store::ReplicaStore::new(
             settings.wal.dir.with_file_name("replicas"),
             settings.wal.file_bytes_max,
         ));
+        if let Some(wal) = &wal {
+            replica_store.set_own_wal(wal.clone());
+        }
         let manager = Arc::new(LogManager {
             compact_metrics: Arc::default(),
             replica_store,
@@ -376,16 +390,220 @@ impl LogManager {
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
             self_recovery: Mutex::new(if lost_wal { previous } else { None }),
+            recoveries: Mutex::new(Recoveries::default()),
+            recovery_added: Notify::new(),
         });
         manager.replay(entries).await?;
         if lost_wal {
-            manager.recover_own_tail().await?;
-        }
-        if manager.wal.is_some() {
+            // First attempt now; if no replica answers (it may not be up yet) it is retried
+            // by `run_recoveries`, and until then every partition led here answers
+            // NOT_LEADER_OR_FOLLOWER.
+            tracing::warn!("the WAL directory is new but this broker had a WAL before: its tail is recovered from its WAL replicas before it serves");
+            let me = manager.settings.broker_id;
+            if let Err(e) = manager.recover_own_tail().await {
+                manager.recovery_failed(RecoveryKey::OwnTail, me, None, &e);
+            }
+        } else if manager.wal.is_some() {
             // Nothing is acknowledged before the record says no replica is in sync yet.
             manager.replicator.reset_record().await?;
         }
         Ok(manager)
+    }
+
+    fn recoveries(&self) -> Result<std::sync::MutexGuard<'_, Recoveries>> {
+        self.recoveries
+            .lock()
+            .map_err(|_| Error::Internal("recoveries lock poisoned".into()))
+    }
+
+    /// Records a failed recovery attempt and logs it; returns the error clients get.
+    fn recovery_failed(
+        &self,
+        key: RecoveryKey,
+        source: BrokerId,
+        topic: Option<(TopicId, String)>,
+        error: &Error,
+    ) -> Error {
+        let what = match (&key, &topic) {
+            (RecoveryKey::OwnTail, _) => "this broker's lost WAL tail".to_string(),
+            (RecoveryKey::Partition(tp), Some((_, name))) => {
+                format!("{name}-{}: the WAL tail of broker {source}", tp.partition)
+            }
+            (RecoveryKey::Partition(tp), None) => {
+                format!(
+                    "{}-{}: the WAL tail of broker {source}",
+                    tp.topic_id, tp.partition
+                )
+            }
+        };
+        let jitter = 0.5 + (uuid::Uuid::new_v4().as_u64_pair().0 as f64 / u64::MAX as f64) / 2.0;
+        let scheduled = self.recoveries().map(|mut r| {
+            r.failed(
+                key,
+                source,
+                topic,
+                error.to_string(),
+                tokio::time::Instant::now(),
+                jitter,
+            )
+        });
+        if let Ok((attempt, retry_in)) = scheduled {
+            tracing::warn!(recovering = %what, attempt, ?retry_in, error = %error,
+                "WAL tail recovery failed; retrying");
+        }
+        self.recovery_added.notify_one();
+        Error::RecoveryPending(format!("recovering {what}: {error}"))
+    }
+
+    /// Retries every waiting recovery when its backoff has passed, until `shutdown`: this
+    /// broker's own lost tail (then it serves its partitions) and partitions whose
+    /// `recover_from` broker's replicas did not answer. Run on the broker's task tracker.
+    pub async fn run_recoveries(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let now = tokio::time::Instant::now();
+            let due = self.recoveries().map(|r| r.due(now)).unwrap_or_default();
+            for (key, pending) in due {
+                let attempt = pending.attempts + 1;
+                tracing::info!(
+                    ?key,
+                    source = pending.source,
+                    attempt,
+                    "attempting WAL tail recovery"
+                );
+                let result = match key {
+                    RecoveryKey::OwnTail => match self.recover_own_tail().await {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(self.recovery_failed(key, pending.source, None, &e)),
+                    },
+                    // Failures are recorded by the open itself.
+                    RecoveryKey::Partition(tp) => self.retry_partition_recovery(tp).await,
+                };
+                if result.is_ok() {
+                    if let Ok(mut r) = self.recoveries() {
+                        r.done(key);
+                    }
+                    tracing::info!(
+                        ?key,
+                        source = pending.source,
+                        attempt,
+                        "WAL tail recovery finished"
+                    );
+                }
+            }
+            let next = self.recoveries().ok().and_then(|r| r.next_due());
+            let wait = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.recovery_added.notified() => {}
+                _ = wait => {}
+            }
+        }
+    }
+
+    /// Retries every waiting recovery now: a broker joined and may be the WAL replica they
+    /// wait for (called by the membership follower), so recovery need not sit out a backoff.
+    pub fn retry_recoveries_now(&self) {
+        if let Ok(mut r) = self.recoveries() {
+            if r.is_empty() {
+                return;
+            }
+            r.expedite(tokio::time::Instant::now());
+        }
+        self.recovery_added.notify_one();
+    }
+
+    /// Opens a partition waiting for its `recover_from` recovery, if it still needs one.
+    async fn retry_partition_recovery(&self, tp: TopicPartition) -> Result<()> {
+        let topic = self.metadata.topic_by_id(tp.topic_id).await?;
+        let needed = topic
+            .as_ref()
+            .and_then(|t| t.partition(tp.partition))
+            .is_some_and(|s| s.leader == self.settings.broker_id && s.recover_from.is_some());
+        match topic {
+            Some(topic) if needed => self
+                .open_partition(&topic, tp.partition, true, true)
+                .await
+                .map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Why this broker does not serve everything it should (empty: it does): a failed WAL,
+    /// recoveries waiting for a WAL replica. Reported on `/readyz`.
+    pub fn not_ready_reasons(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(failure) = self.wal_failure() {
+            out.push(format!(
+                "wal: {failure}; no write is acknowledged until the broker restarts"
+            ));
+        }
+        let own_isr = self
+            .self_recovery
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|r| r.isr.clone()));
+        if let Ok(r) = self.recoveries() {
+            for (key, p) in r.iter() {
+                let last = if p.attempts == 0 {
+                    "first attempt running".to_string()
+                } else {
+                    format!("attempt {} failed: {}", p.attempts, p.last_error)
+                };
+                match key {
+                    RecoveryKey::OwnTail => out.push(format!(
+                        "recovering this broker's lost WAL tail from its in-sync WAL replicas {:?} before serving its partitions ({last})",
+                        own_isr.clone().unwrap_or_default()
+                    )),
+                    RecoveryKey::Partition(tp) if p.attempts > 0 => out.push(format!(
+                        "partition {}-{}: waiting to recover the WAL tail of broker {} from its WAL replicas ({last})",
+                        p.topic.as_ref().map_or_else(|| tp.topic_id.to_string(), |t| t.1.clone()),
+                        tp.partition,
+                        p.source
+                    )),
+                    RecoveryKey::Partition(_) => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether this broker lost its WAL and has not recovered the old one's tail yet (its
+    /// partitions must not be handed over before: the tail would be left behind).
+    pub fn owes_own_tail(&self) -> bool {
+        self.self_recovery.lock().map_or(true, |s| s.is_some())
+    }
+
+    /// Every waiting recovery and its failed attempts so far.
+    pub fn recovery_attempts(&self) -> Vec<(RecoveryKey, u32)> {
+        self.recoveries()
+            .map(|r| r.iter().map(|(k, p)| (*k, p.attempts)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Recoveries waiting (this broker's own tail counts as one).
+    pub fn recoveries_pending(&self) -> usize {
+        self.recoveries().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Why the WAL stopped accepting writes (`None`: healthy, or no WAL).
+    pub fn wal_failure(&self) -> Option<String> {
+        self.wal.as_ref().and_then(Wal::failure)
+    }
+
+    /// Watches [`Self::wal_failure`] (`None` with `--durability direct`).
+    pub fn watch_wal_failure(&self) -> Option<watch::Receiver<Option<String>>> {
+        self.wal.as_ref().map(Wal::watch_failure)
+    }
+
+    /// Produce batches answered with a storage error because the WAL failed.
+    pub fn storage_errors(&self) -> u64 {
+        self.metrics.storage_refusals.load(Ordering::Relaxed)
+            + self.wal.as_ref().map_or(0, Wal::failed_appends)
     }
 
     fn wal(&self) -> Result<&Wal> {
@@ -397,16 +615,27 @@ impl LogManager {
     /// This broker lost its WAL directory (a new incarnation) while the metadata service
     /// remembers an older one: reopen every partition it leads, each recovering the older
     /// incarnation's tail from the WAL replicas before anything new is accepted.
+    /// One attempt; partitions opened stay open, so a retry redoes only the others. Once
+    /// every one is open the replica-set record is reset to this incarnation (which marks
+    /// the old tail as recovered) and partitions open normally from then on.
     async fn recover_own_tail(&self) -> Result<()> {
-        tracing::warn!("the WAL directory is new but this broker had a WAL before: recovering its tail from WAL replicas");
         let me = self.settings.broker_id;
         let mut recovered = 0;
+        let mut first_error = None;
         for topic in self.metadata.list_topics().await? {
             for p in topic.partitions.iter().filter(|p| p.leader == me) {
-                self.partition(&topic, p.partition).await?;
-                recovered += 1;
+                match self.open_partition(&topic, p.partition, true, true).await {
+                    Ok(_) => recovered += 1,
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
             }
         }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.replicator.reset_record().await?;
         if let Ok(mut s) = self.self_recovery.lock() {
             *s = None;
         }
@@ -442,7 +671,10 @@ impl LogManager {
                 None => {
                     // Not begun: the epoch's start is the log end after this replay, recorded
                     // when the partition is first used (see `begin_epoch`).
-                    let p = match self.open_partition(&topic, tp.partition, false).await {
+                    let p = match self
+                        .open_partition(&topic, tp.partition, false, false)
+                        .await
+                    {
                         Ok(p) => Some(p),
                         Err(err) => {
                             tracing::warn!(error = %err, "holding the WAL entries of a partition this broker no longer leads");
@@ -506,27 +738,53 @@ impl LogManager {
     }
 
     /// Opens (or returns) a partition of `topic`, checking that this broker leads it. It is
-    /// returned only once its epoch's start is in the stored epoch history.
+    /// returned only once its epoch's start is in the stored epoch history. Fails with
+    /// [`Error::RecoveryPending`] while a WAL tail it needs cannot be recovered yet.
     pub async fn partition(
         &self,
         topic: &TopicMetadata,
         partition: PartitionId,
     ) -> Result<Arc<Partition>> {
-        self.open_partition(topic, partition, true).await
+        self.open_partition(topic, partition, true, false).await
     }
 
     /// [`Self::partition`]; with `begin` false (WAL replay, which appends after the open), a
     /// newly opened partition is left for its first use to record its epoch's start.
+    /// `recovering`: called by the recovery driver, which may attempt a recovery that is
+    /// backing off (clients are answered at once instead).
     async fn open_partition(
         &self,
         topic: &TopicMetadata,
         partition: PartitionId,
         begin: bool,
+        recovering: bool,
     ) -> Result<Arc<Partition>> {
         let tp = TopicPartition::new(topic.topic_id, partition);
         if let Some(p) = self.get(&tp) {
             if p.epoch_begun() || !begin {
                 return Ok(p);
+            }
+        }
+        if !recovering {
+            let now = tokio::time::Instant::now();
+            let r = self.recoveries()?;
+            for key in [RecoveryKey::OwnTail, RecoveryKey::Partition(tp)] {
+                if key == RecoveryKey::OwnTail && r.get(&key).is_some() || r.backing_off(&key, now)
+                {
+                    let why = r
+                        .get(&key)
+                        .map(|p| p.last_error.clone())
+                        .unwrap_or_default();
+                    return Err(Error::RecoveryPending(match key {
+                        RecoveryKey::OwnTail => format!(
+                            "this broker is recovering its lost WAL tail from its replicas ({why})"
+                        ),
+                        RecoveryKey::Partition(_) => format!(
+                            "{}-{partition} waits to recover a dead broker's WAL tail ({why})",
+                            topic.name
+                        ),
+                    }));
+                }
             }
         }
         let _opening = self.open_lock.lock().await;
@@ -601,8 +859,16 @@ impl LogManager {
         }
         let mut latest = state.clone();
         if let Some(source) = state.recover_from {
+            let key = RecoveryKey::Partition(tp);
+            let named = Some((topic.topic_id, topic.name.clone()));
             let record = self.metadata.wal_replica_set(source).await?;
-            let tail = self.tail_of(source, record.as_ref(), None).await?;
+            let tail = match self.tail_of(source, record.as_ref(), None).await {
+                Ok(tail) => tail,
+                Err(e) => return Err(self.recovery_failed(key, source, named, &e)),
+            };
+            if let Ok(mut r) = self.recoveries() {
+                r.done(key);
+            }
             let log_end = opened.offsets()?.2;
             self.append_recovered(&opened, &tail, log_end).await?;
             // Recovered data is now in this broker's WAL (and its in-sync replicas): the
@@ -948,7 +1214,16 @@ impl LogManager {
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
             match &self.wal {
-                Some(wal) => wal.check_accepting()?,
+                Some(wal) => {
+                    if let Err(e) = wal.check_accepting() {
+                        if matches!(e, Error::WalFailed(_)) {
+                            self.metrics
+                                .storage_refusals
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(e);
+                    }
+                }
                 // Direct: memory holds what awaits upload; bound it like the WAL budget.
                 None if self.unsealed_bytes() >= self.settings.wal.budget_bytes => {
                     return Err(Error::UnsealedFull {

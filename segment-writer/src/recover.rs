@@ -34,9 +34,15 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 pub type Tail = Vec<(u64, WalEntry)>;
 
 /// The batches of `tp` to append after `from`, in offset order (see the module docs).
+///
+/// Two rules keep a batch the source wrote but then superseded out of the chain, as
+/// Kafka's log truncation does: within one incarnation a partition's batches are written
+/// in offset order, so a batch followed (by sequence) by one at the same or a lower offset
+/// was truncated away — e.g. a group streamed to replicas but lost locally before a
+/// restart wrote that range again; and along the chain the leader epoch never decreases.
 pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>> {
-    // base offset → (epoch, incarnation, sequence, last offset, bytes)
-    let mut candidates: BTreeMap<Offset, (LeaderEpoch, u64, u64, Offset, Bytes)> = BTreeMap::new();
+    // (incarnation, sequence, epoch, base offset, last offset, bytes) of this partition.
+    let mut mine = Vec::new();
     for (incarnation, e) in tail {
         if e.topic_partition != tp {
             continue;
@@ -44,26 +50,53 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
         let Some(h) = batch::peek_header(&e.batch)? else {
             continue;
         };
-        if h.last_offset() < from {
-            continue;
-        }
-        let candidate = (
-            e.leader_epoch,
+        mine.push((
             *incarnation,
             e.sequence,
+            e.leader_epoch,
+            h.base_offset,
             h.last_offset(),
             e.batch.clone(),
-        );
-        match candidates.get(&h.base_offset) {
+        ));
+    }
+    // Latest first within each incarnation: keep a batch only if every later one of its
+    // incarnation starts above it.
+    mine.sort_by(|a, b| (a.0, b.1).cmp(&(b.0, a.1)));
+    let mut live = Vec::with_capacity(mine.len());
+    let mut lowest_later: Option<(u64, Offset)> = None;
+    for m in mine {
+        let superseded = lowest_later.is_some_and(|(inc, low)| inc == m.0 && m.3 >= low);
+        lowest_later = match lowest_later {
+            Some((inc, low)) if inc == m.0 => Some((inc, low.min(m.3))),
+            _ => Some((m.0, m.3)),
+        };
+        if !superseded {
+            live.push(m);
+        }
+    }
+    // base offset → (epoch, incarnation, sequence, last offset, bytes)
+    let mut candidates: BTreeMap<Offset, (LeaderEpoch, u64, u64, Offset, Bytes)> = BTreeMap::new();
+    for (incarnation, sequence, epoch, base_offset, last_offset, bytes) in live {
+        if last_offset < from {
+            continue;
+        }
+        let h = (base_offset, last_offset);
+        let candidate = (epoch, incarnation, sequence, h.1, bytes);
+        match candidates.get(&h.0) {
             Some(held) if (held.0, held.1, held.2) >= (candidate.0, candidate.1, candidate.2) => {}
             _ => {
-                candidates.insert(h.base_offset, candidate);
+                candidates.insert(h.0, candidate);
             }
         }
     }
     let mut out = Vec::new();
     let mut next = from;
-    while let Some((_, _, _, last, bytes)) = candidates.get(&next) {
+    let mut epoch = LeaderEpoch::MIN;
+    while let Some((e, _, _, last, bytes)) = candidates.get(&next) {
+        if *e < epoch {
+            break;
+        }
+        epoch = *e;
         out.push(bytes.clone());
         next = last + 1;
     }
@@ -72,8 +105,12 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
 
 /// Gathers what live brokers hold of `source`'s WAL. `record` is the source's replica set
 /// as recorded; at least one of its in-sync replicas must answer (unless it names none, in
-/// which case nothing acknowledged depends on a replica). `skip_incarnation` leaves out the
-/// current incarnation of a broker recovering its own lost WAL.
+/// which case nothing acknowledged depends on a replica) — or the source itself, alive
+/// again with the recorded incarnation: its own WAL holds everything it acknowledged (it
+/// restarted after its partitions moved, and its restart cleared the recorded in-sync set,
+/// so without asking it a recovery could find nothing and lose what it acknowledged).
+/// `skip_incarnation` leaves out the current incarnation of a broker recovering its own
+/// lost WAL.
 pub async fn fetch_tail(
     metadata: &Arc<dyn MetadataStore>,
     me: BrokerId,
@@ -94,7 +131,7 @@ pub async fn fetch_tail(
     let live = metadata.list_brokers().await?;
     let asks = live
         .iter()
-        .filter(|b| b.broker_id != me && b.broker_id != source && !b.internal_addr.is_empty())
+        .filter(|b| b.broker_id != me && !b.internal_addr.is_empty())
         .map(|b| {
             let addr = b.internal_addr.clone();
             let id = b.broker_id;
@@ -111,6 +148,9 @@ pub async fn fetch_tail(
                     answered_in_sync = true;
                 }
                 for (incarnation, bytes) in chunks {
+                    if id == source && record.is_some_and(|r| r.incarnation == incarnation) {
+                        answered_in_sync = true;
+                    }
                     if Some(incarnation) == skip_incarnation {
                         continue;
                     }
@@ -206,5 +246,28 @@ mod tests {
         // 0..2 (epoch 3), then the epoch-4 batch at 2 (3 records: 2..5); nothing at 5.
         assert_eq!(bases(&c), vec![0, 2]);
         assert_eq!(c[1].len(), entry(0, 0, 4, 2, 3).batch.len());
+    }
+
+    #[test]
+    fn a_range_written_again_supersedes_what_the_source_wrote_there_before() {
+        // Sequences 10..12 were streamed, then lost locally (a crash or a failed write);
+        // the restart wrote offsets 2.. again from sequence 20 on, in the same epoch.
+        let tail: Tail = vec![
+            (1, entry(0, 0, 3, 0, 2)),
+            (1, entry(10, 0, 3, 2, 5)),
+            (1, entry(11, 0, 3, 7, 1)),
+            (1, entry(20, 0, 3, 2, 2)),
+            (1, entry(21, 0, 3, 4, 3)),
+        ];
+        let c = chain(&tail, tp(0), 0).expect("chain");
+        // 0, then the rewrite at 2 and 4; the stale batch at 7 is not chained after it.
+        assert_eq!(bases(&c), vec![0, 2, 4]);
+        assert_eq!(c[1].len(), entry(20, 0, 3, 2, 2).batch.len());
+    }
+
+    #[test]
+    fn the_epoch_never_decreases_along_the_chain() {
+        let tail: Tail = vec![(1, entry(0, 0, 5, 0, 2)), (2, entry(0, 0, 4, 2, 2))];
+        assert_eq!(bases(&chain(&tail, tp(0), 0).expect("chain")), vec![0]);
     }
 }

@@ -92,9 +92,15 @@ async fn connection(socket: TcpStream, me: BrokerId, store: Arc<ReplicaStore>) -
             stream(rd, wr, source, incarnation, store).await
         }
         Some(Frame::FetchTail { source }) => {
-            let held = tokio::task::spawn_blocking(move || store.tail(source))
-                .await
-                .map_err(|e| Error::Internal(format!("tail read task: {e}")))??;
+            let held = tokio::task::spawn_blocking(move || {
+                let mut held = store.tail(source)?;
+                if source == me {
+                    held.extend(store.own_tail()?);
+                }
+                Ok::<_, Error>(held)
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("tail read task: {e}")))??;
             for (incarnation, bytes) in held {
                 write_frame(&mut wr, &Frame::TailChunk { incarnation, bytes }).await?;
             }

@@ -191,6 +191,8 @@ type Logs = HashMap<(BrokerId, u64), Arc<Mutex<ReplicaLog>>>;
 
 /// Every source's WAL copies on this broker.
 pub struct ReplicaStore {
+    /// This broker's own WAL, for tail requests about this broker itself.
+    own_wal: std::sync::OnceLock<crate::wal::Wal>,
     root: PathBuf,
     file_bytes_max: u64,
     logs: Mutex<Logs>,
@@ -200,6 +202,7 @@ pub struct ReplicaStore {
 impl ReplicaStore {
     pub fn new(root: PathBuf, file_bytes_max: u64) -> ReplicaStore {
         ReplicaStore {
+            own_wal: std::sync::OnceLock::new(),
             root,
             file_bytes_max,
             logs: Mutex::new(HashMap::new()),
@@ -249,6 +252,26 @@ impl ReplicaStore {
             out.push((inc, Bytes::from(data)));
         }
         Ok(out)
+    }
+
+    /// Sets this broker's own WAL (once), answered by [`Self::own_tail`].
+    pub fn set_own_wal(&self, wal: crate::wal::Wal) {
+        let _ = self.own_wal.set(wal);
+    }
+
+    /// This broker's own WAL: (incarnation, entries in WAL framing). A broker recovering a
+    /// partition from this one while it is alive (it restarted after the partition moved)
+    /// needs it: its replicas may not be up, and its replica-set record no longer names
+    /// them once it restarted.
+    pub fn own_tail(&self) -> Result<Vec<(u64, Bytes)>> {
+        match self.own_wal.get() {
+            Some(wal) => Ok(wal
+                .read_raw()?
+                .into_iter()
+                .map(|file| (wal.incarnation(), Bytes::from(file)))
+                .collect()),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Drops every incarnation of `source` except `keep` (the source lost its disk and has

@@ -121,6 +121,9 @@ pub struct Replicator {
     sealed_floor: watch::Sender<u64>,
     /// The stored record (the last one written or read).
     record: tokio::sync::Mutex<Option<WalReplicaSet>>,
+    /// Raised by [`Self::reset_record`]: until then the record still names a lost WAL
+    /// incarnation whose tail is being recovered, and [`Self::run`] must not replace it.
+    record_reset: watch::Sender<bool>,
 }
 
 impl Replicator {
@@ -145,6 +148,7 @@ impl Replicator {
             }),
             sealed_floor: watch::channel(sealed_floor).0,
             record: tokio::sync::Mutex::new(None),
+            record_reset: watch::channel(false).0,
         }
     }
 
@@ -224,6 +228,7 @@ impl Replicator {
             .put_wal_replica_set(set, current.map(|c| c.version))
             .await?;
         *self.record.lock().await = Some(stored);
+        self.record_reset.send_replace(true);
         Ok(())
     }
 
@@ -275,6 +280,11 @@ impl Replicator {
         let addrs: Arc<Mutex<HashMap<BrokerId, String>>> = Arc::default();
         let tasks = TaskTracker::new();
         let mut last_membership: Option<Instant> = None;
+        let mut reset = self.record_reset.subscribe();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = reset.wait_for(|r| *r) => {}
+        }
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

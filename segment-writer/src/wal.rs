@@ -12,8 +12,17 @@
 //! `len u32 | crc32c(payload) u32 | payload`, payload = `sequence u64 | topic id [16] |
 //! partition i32 | leader epoch i32 | record batch bytes`.
 //!
-//! An fsync error is fatal for acknowledgement: after one, every pending and future append
-//! fails with [`Error::WalFailed`] and the broker says so loudly; it never acks after one.
+//! A write or fsync error is fatal for acknowledgement (ARCHITECTURE decision 2): after one,
+//! every pending and future append fails with [`Error::WalFailed`] at once, the failure is
+//! published ([`Wal::failure`], [`Wal::watch_failure`]) so the broker can report not-ready
+//! and exit, and nothing is acknowledged again by this process. The writer cuts the file
+//! back to what its last successful fsync covered: after a failed fsync the page cache may
+//! hold bytes the disk never got (fsyncgate), and a restart must not replay them.
+//!
+//! Sequences are never reused within an incarnation: a write group is streamed to replicas
+//! before its local fsync, so replicas may hold a group this WAL lost (a crash, a failed
+//! write). [`Wal::open`] therefore continues [`GROUP_ENTRIES_MAX`] past the last entry on
+//! disk, beyond any group that may have been streamed but not kept.
 
 use crate::error::{Error, Result};
 use bytes::{Buf, Bytes};
@@ -34,6 +43,14 @@ const QUEUE_DEPTH: usize = 4096;
 /// Most bytes queued for the writer: with `acks=1` nobody waits for the fsync, so without a
 /// byte bound a fast producer could queue `QUEUE_DEPTH` large batches in memory.
 const QUEUE_BYTES_MAX: usize = 64 << 20;
+/// Most entries in one write group: bounds the sequences a crash can leave on replicas but
+/// not here, so a restart can skip past them (see the module docs).
+pub const GROUP_ENTRIES_MAX: u64 = QUEUE_DEPTH as u64;
+/// Most bytes in one write group.
+const GROUP_BYTES_MAX: usize = 8 << 20;
+/// Bytes [`Wal::open`] writes and fsyncs to check that the WAL directory takes writes: a
+/// broker started on a full disk says so at once instead of failing its first produce.
+const PROBE_BYTES: usize = 64 << 10;
 
 /// Settings of the WAL.
 #[derive(Clone, Debug)]
@@ -87,12 +104,19 @@ struct Shared {
     files: Mutex<Vec<WalFile>>,
     durable_sequence: AtomicU64,
     failed: AtomicBool,
+    /// Why the WAL stopped accepting writes (`None` while healthy); watched by the broker.
+    failure: tokio::sync::watch::Sender<Option<String>>,
+    /// Appends the writer failed because of a write or fsync error (this one or an earlier).
+    failed_appends: AtomicU64,
     total_bytes: AtomicU64,
     sink: std::sync::OnceLock<GroupSink>,
     /// Bytes ever written (for write amplification figures).
     written_bytes: AtomicU64,
     incarnation: u64,
     new_incarnation: bool,
+    /// Unit tests: the next write stores half its bytes, then fails with ENOSPC.
+    #[cfg(test)]
+    fail_next_write: AtomicBool,
 }
 
 /// Handle to the WAL; cheap to clone.
@@ -190,6 +214,7 @@ impl Wal {
             }
         }
         firsts.sort_unstable();
+        probe_writable(&settings.dir)?;
         let (incarnation, new_incarnation) = read_or_create_incarnation(&settings.dir)?;
         let mut entries = Vec::new();
         let mut files = Vec::new();
@@ -224,17 +249,25 @@ impl Wal {
                 bytes: valid as u64,
             });
         }
+        if !files.is_empty() {
+            // Past any group streamed to replicas but lost here (see the module docs).
+            next_sequence += GROUP_ENTRIES_MAX;
+        }
         let total: u64 = files.iter().map(|f| f.bytes).sum();
         let shared = Arc::new(Shared {
             dir: settings.dir.clone(),
             files: Mutex::new(files),
             durable_sequence: AtomicU64::new(next_sequence),
             failed: AtomicBool::new(false),
+            failure: tokio::sync::watch::channel(None).0,
+            failed_appends: AtomicU64::new(0),
             total_bytes: AtomicU64::new(total),
             sink: std::sync::OnceLock::new(),
             written_bytes: AtomicU64::new(0),
             incarnation,
             new_incarnation,
+            #[cfg(test)]
+            fail_next_write: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let settings = Arc::new(settings);
@@ -291,7 +324,7 @@ impl Wal {
     /// Whether an append would be accepted now (not failed, within budget).
     pub fn check_accepting(&self) -> Result<()> {
         if self.shared.failed.load(Ordering::Acquire) {
-            return Err(Error::WalFailed("an earlier write or fsync failed".into()));
+            return Err(Error::WalFailed(self.failure().unwrap_or_default()));
         }
         if self.shared.total_bytes.load(Ordering::Acquire) >= self.settings.budget_bytes {
             return Err(Error::WalFull {
@@ -299,6 +332,21 @@ impl Wal {
             });
         }
         Ok(())
+    }
+
+    /// Why the WAL stopped accepting writes, or `None` while it is healthy.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.borrow().clone()
+    }
+
+    /// Watches [`Self::failure`]: changes once, when the first write or fsync fails.
+    pub fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.shared.failure.subscribe()
+    }
+
+    /// Appends the writer failed because a write or fsync failed.
+    pub fn failed_appends(&self) -> u64 {
+        self.shared.failed_appends.load(Ordering::Relaxed)
     }
 
     /// One past the highest sequence that is fsynced.
@@ -327,6 +375,33 @@ impl Wal {
             };
             let (entries, _) = parse_file(&data);
             out.extend(entries.into_iter().filter(|e| e.sequence >= from));
+        }
+        Ok(out)
+    }
+
+    /// Every whole entry on disk, in WAL framing, one buffer per file (each at most about
+    /// `file_bytes_max`, so each fits a frame; blocking: reads files): what this broker
+    /// answers for its own WAL when another broker recovers its tail while it is alive.
+    pub fn read_raw(&self) -> Result<Vec<Vec<u8>>> {
+        let paths: Vec<PathBuf> = self
+            .shared
+            .files
+            .lock()
+            .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
+            .iter()
+            .map(|f| f.path.clone())
+            .collect();
+        let mut out = Vec::new();
+        for path in paths {
+            let mut data = Vec::new();
+            match File::open(&path) {
+                Ok(mut f) => f.read_to_end(&mut data)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let (_, valid) = parse_file(&data);
+            data.truncate(valid);
+            out.push(data);
         }
         Ok(out)
     }
@@ -385,6 +460,24 @@ impl Wal {
     }
 }
 
+/// Writes, fsyncs and deletes a small file in `dir`: fails (as [`Error::WalFailed`]) when the
+/// WAL could not take a write now, e.g. on a full disk.
+fn probe_writable(dir: &Path) -> Result<()> {
+    let path = dir.join("probe.tmp");
+    let written = (|| {
+        let mut f = File::create(&path)?;
+        f.write_all(&[0u8; PROBE_BYTES])?;
+        f.sync_data()
+    })();
+    let removed = std::fs::remove_file(&path);
+    written.and(removed).map_err(|e| {
+        Error::WalFailed(format!(
+            "the WAL directory {} cannot take writes: {e}",
+            dir.display()
+        ))
+    })
+}
+
 fn read_or_create_incarnation(dir: &Path) -> Result<(u64, bool)> {
     let path = dir.join(INCARNATION_FILE);
     match std::fs::read_to_string(&path) {
@@ -423,7 +516,7 @@ impl Writer {
         while let Some(first) = rx.blocking_recv() {
             let mut group = vec![first];
             let mut group_bytes = group[0].payload.len();
-            while group_bytes < (8 << 20) {
+            while group_bytes < GROUP_BYTES_MAX && (group.len() as u64) < GROUP_ENTRIES_MAX {
                 match rx.try_recv() {
                     Ok(a) => {
                         group_bytes += a.payload.len();
@@ -439,10 +532,12 @@ impl Writer {
 
     fn write_group(&mut self, group: Vec<Append>) {
         if self.shared.failed.load(Ordering::Acquire) {
+            let reason = self.shared.failure.borrow().clone().unwrap_or_default();
+            self.shared
+                .failed_appends
+                .fetch_add(group.len() as u64, Ordering::Relaxed);
             for a in group {
-                (a.on_durable)(Err(Error::WalFailed(
-                    "an earlier write or fsync failed".into(),
-                )));
+                (a.on_durable)(Err(Error::WalFailed(reason.clone())));
             }
             return;
         }
@@ -476,11 +571,41 @@ impl Writer {
                     .store(self.next_sequence, Ordering::Release);
             }
             Err(e) => {
+                let reason = format!("WAL write or fsync failed: {e}");
                 self.shared.failed.store(true, Ordering::Release);
-                tracing::error!(error = %e, "WAL write or fsync failed: this broker will acknowledge no more writes; restart it on a healthy disk");
+                tracing::error!(error = %e, first_sequence, "WAL write or fsync failed: this broker acknowledges no more writes");
+                self.cut_back_failed_file();
+                self.shared
+                    .failed_appends
+                    .fetch_add(callbacks.len() as u64, Ordering::Relaxed);
                 for (_, cb) in callbacks {
-                    cb(Err(Error::WalFailed(e.to_string())));
+                    cb(Err(Error::WalFailed(reason.clone())));
                 }
+                self.shared.failure.send_replace(Some(reason));
+            }
+        }
+    }
+
+    /// After a failed write or fsync: cuts the current file back to what its last
+    /// successful fsync covered and stops appending to it. What the failed group left in the
+    /// page cache may never reach the disk (a later fsync can succeed without writing it),
+    /// so a restart must not replay it; truncating drops it from the cache and, once the
+    /// truncation is fsynced, from the disk. Best effort: a restart also drops a torn tail.
+    fn cut_back_failed_file(&mut self) {
+        let Some(file) = self.current.take() else {
+            return;
+        };
+        let good = match self.shared.files.lock() {
+            Ok(files) => files.last().map_or(0, |f| f.bytes),
+            Err(_) => return,
+        };
+        match file.set_len(good).and_then(|()| file.sync_all()) {
+            Ok(()) => tracing::warn!(
+                kept_bytes = good,
+                "cut the WAL file back to what its last successful fsync covered"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "could not cut back the failed WAL file; the restart drops its torn tail")
             }
         }
     }
@@ -518,6 +643,11 @@ impl Writer {
             .current
             .as_mut()
             .ok_or_else(|| std::io::Error::other("no open WAL file"))?;
+        #[cfg(test)]
+        if self.shared.fail_next_write.swap(false, Ordering::AcqRel) {
+            file.write_all(&buf[..buf.len() / 2])?;
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
         file.write_all(buf)?;
         file.sync_data()?;
         let mut files = self
@@ -582,13 +712,65 @@ mod tests {
             }
         }
         let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
-        assert_eq!(wal.durable_sequence(), 10);
+        // A restart continues past any group that may have been streamed but not kept.
+        assert_eq!(wal.durable_sequence(), 10 + GROUP_ENTRIES_MAX);
         assert_eq!(found.len(), 10);
         assert!(found.iter().enumerate().all(|(i, e)| e.sequence == i as u64
             && e.batch[0] == i as u8
             && e.topic_partition == tp()
             && e.leader_epoch == 1));
-        assert_eq!(append_wait(&wal, b"next").await, 10);
+        assert_eq!(append_wait(&wal, b"next").await, 10 + GROUP_ENTRIES_MAX);
+    }
+
+    async fn append_result(wal: &Wal, data: &[u8]) -> Result<u64> {
+        let (tx, rx) = oneshot::channel();
+        wal.append(
+            tp(),
+            1,
+            data,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .await?;
+        rx.await.expect("answered")
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_fails_everything_after_it_and_leaves_only_what_was_fsynced() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (wal, _) = Wal::open(settings(dir.path())).expect("open");
+        let mut failure = wal.watch_failure();
+        assert_eq!(append_wait(&wal, &[1; 100]).await, 0);
+        assert_eq!(append_wait(&wal, &[2; 100]).await, 1);
+        assert!(wal.failure().is_none() && wal.check_accepting().is_ok());
+        wal.shared.fail_next_write.store(true, Ordering::Release);
+        let err = append_result(&wal, &[3; 100])
+            .await
+            .expect_err("write fails");
+        assert!(matches!(err, Error::WalFailed(_)), "{err}");
+        failure.changed().await.expect("failure published");
+        let reason = failure.borrow().clone().expect("a reason");
+        assert!(reason.contains("No space left"), "{reason}");
+        // Every later append fails at once, at the queue or in the writer.
+        assert!(matches!(wal.check_accepting(), Err(Error::WalFailed(_))));
+        let err = append_result(&wal, &[4; 100]).await.expect_err("refused");
+        assert!(matches!(err, Error::WalFailed(_)));
+        assert_eq!(wal.durable_sequence(), 2);
+        drop(wal);
+        // The half-written entry was cut off; the restart resumes past the failed group.
+        let len = std::fs::metadata(file_path(dir.path(), 0))
+            .expect("meta")
+            .len();
+        let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
+        assert_eq!(found.len(), 2);
+        assert_eq!(
+            len as usize,
+            2 * (ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + 100)
+        );
+        assert!(wal.failure().is_none());
+        // Sequence 2 went to the failed group (and maybe to replicas): never reused.
+        assert_eq!(append_wait(&wal, b"after").await, 2 + GROUP_ENTRIES_MAX);
     }
 
     #[tokio::test]

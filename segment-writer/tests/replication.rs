@@ -108,6 +108,7 @@ impl Cluster {
         let tasks = vec![
             tokio::spawn(run_sealer(log.clone(), stop.clone())),
             tokio::spawn(log.replicator.clone().run(stop.clone())),
+            tokio::spawn(log.clone().run_recoveries(stop.clone())),
             tokio::spawn(serve_internal(
                 listener,
                 id,
@@ -235,6 +236,76 @@ async fn acknowledged_tail_survives_losing_the_wal_directory() {
         assert_eq!(last.next_offset(), end);
     }
     for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_lost_its_wal_waits_for_its_replicas_then_recovers_its_tail() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("t", 1, "3").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 40).await;
+    // The whole cluster goes down; broker 1 comes back first, without its WAL.
+    for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+    std::fs::remove_dir_all(c.dir(1)).expect("delete broker 1's data");
+    let n1 = c.start(1).await;
+    let Err(err) = n1.log.partition(&topic, 0).await else {
+        panic!("opened before its tail was recovered");
+    };
+    assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
+    let reasons = n1.log.not_ready_reasons();
+    assert!(
+        reasons.iter().any(|r| r.contains("lost WAL tail")),
+        "{reasons:?}"
+    );
+    assert_eq!(n1.log.recoveries_pending(), 1);
+
+    // One of its in-sync replicas is back: the next attempt recovers the tail.
+    let n2 = c.start(2).await;
+    n1.log.retry_recoveries_now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while n1.log.recoveries_pending() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not recovered within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(n1.log.not_ready_reasons().is_empty());
+    dense(&read_all(&n1.log, &topic, 0).await, 40);
+    for n in [n1, n2] {
+        n.crash().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_source_answers_for_its_own_tail_when_its_replicas_are_down() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("t", 1, "3").await;
+    wait_in_sync(&n1, 3).await;
+    append_many(&n1.log, &topic, 0, 40).await;
+    for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+    // Broker 1 restarts with its WAL (its restart records an empty in-sync set), the
+    // partition moves to broker 2 with `recover_from: 1`, broker 2 comes back without its
+    // copies of other WALs and broker 3 stays down: only broker 1 itself still holds the
+    // acknowledged tail.
+    let n1 = c.start(1).await;
+    c.move_partition(&topic, 2, 1).await;
+    std::fs::remove_dir_all(c.dir(2).join("replicas")).expect("delete broker 2's copies");
+    let n2 = c.start(2).await;
+    dense(&read_all(&n2.log, &topic, 0).await, 40);
+    for n in [n1, n2] {
         n.crash().await;
     }
 }

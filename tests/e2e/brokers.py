@@ -114,7 +114,8 @@ class Broker:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> "Broker":
+    def start(self, timeout: float = READY_TIMEOUT_S, wait: bool = True) -> "Broker":
+        """Launches the broker and (unless wait=False) waits until it reports ready."""
         if self.alive:
             raise BrokerError(f"{self.name} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +132,8 @@ class Broker:
                 env={**os.environ, **env},
                 cwd=self.workdir,
             )
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:

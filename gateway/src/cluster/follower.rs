@@ -66,6 +66,8 @@ pub async fn run_membership(broker: Arc<Broker>, shutdown: CancellationToken) {
                     let changed = match event {
                         Some(BrokerEvent::Joined(b)) => {
                             tracing::info!(broker = b.broker_id, az = ?b.az, addr = %b.kafka_addr, "broker joined");
+                            // It may be the WAL replica a waiting recovery needs.
+                            broker.log.retry_recoveries_now();
                             broker.cluster.joined(b)
                         }
                         Some(BrokerEvent::Left(id)) => {

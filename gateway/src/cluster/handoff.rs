@@ -160,6 +160,14 @@ async fn move_one(broker: &Broker, me: BrokerId, h: &Handoff) -> Result<bool> {
     if h.requested && state.transfer_to != Some(h.to) {
         return Ok(false); // withdrawn or re-targeted meanwhile
     }
+    if broker.log.owes_own_tail() {
+        // This broker lost its WAL and has not recovered the old one's tail yet: nothing in
+        // the partition's state says so, so a move now would leave that tail behind. (If it
+        // dies instead, failover sets `recover_from` and the new leader recovers it.)
+        tracing::info!(partition = %format!("{}-{}", topic.name, h.partition),
+            "handoff postponed: this broker's lost WAL tail is not recovered yet");
+        return Ok(false);
+    }
     if let Some(open) = broker.log.get(&h.tp()) {
         if open.leader_epoch()? != state.leader_epoch {
             return Ok(false); // fenced: the follower forgets it

@@ -3,7 +3,8 @@
 //! Liveness is "this process answers HTTP": a load balancer or orchestrator restarts the
 //! broker when it stops. Readiness is the `ready` flag the server raises once start-up
 //! (WAL replay, listeners) is done and lowers when shutdown begins, so traffic is routed
-//! away before connections close.
+//! away before connections close — and the log's own reasons: a failed WAL (disk full,
+//! I/O error) or a WAL tail recovery waiting for a replica, named in the JSON body.
 
 use super::body::json;
 use super::AppState;
@@ -21,21 +22,31 @@ struct Status {
     status: &'static str,
 }
 
+#[derive(Debug, Serialize)]
+struct NotReady {
+    status: &'static str,
+    /// What the broker waits for, one line each (empty during start-up and shutdown).
+    reasons: Vec<String>,
+}
+
 /// `GET /healthz`: 200 `{"status":"ok"}` while the process serves.
 pub(crate) async fn healthz() -> Response {
     json(StatusCode::OK, &Status { status: "ok" })
 }
 
-/// `GET /readyz`: 200 `{"status":"ready"}`, or 503 `{"status":"not_ready"}` during
-/// start-up and shutdown.
+/// `GET /readyz`: 200 `{"status":"ready"}`, or 503 `{"status":"not_ready","reasons":[..]}`
+/// during start-up and shutdown, after a WAL failure, and while a WAL tail recovery waits
+/// for a replica.
 pub(crate) async fn readyz(State(app): State<AppState>) -> Response {
-    if app.http.ready.load(Ordering::Acquire) {
+    let reasons = app.http.broker.log.not_ready_reasons();
+    if app.http.ready.load(Ordering::Acquire) && reasons.is_empty() {
         json(StatusCode::OK, &Status { status: "ready" })
     } else {
         json(
             StatusCode::SERVICE_UNAVAILABLE,
-            &Status {
+            &NotReady {
                 status: "not_ready",
+                reasons,
             },
         )
     }
