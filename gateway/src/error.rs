@@ -91,6 +91,11 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::Corrupt => mapped(ResponseError::CorruptMessage, 422, 42207),
         LogKind::InvalidRecord => mapped(ResponseError::InvalidRecord, 422, 42208),
         LogKind::TooLarge => mapped(ResponseError::MessageTooLarge, 413, 41301),
+        // Produce: a Java producer splits the batch and retries, others report the size.
+        // HTTP reads of a stored batch past the budget: the broker's limit, not the client's.
+        LogKind::DecompressedTooLarge => mapped(ResponseError::MessageTooLarge, 500, 50003),
+        LogKind::InvalidTimestamp => mapped(ResponseError::InvalidTimestamp, 422, 42210),
+        LogKind::TransactionsUnsupported => mapped(ResponseError::InvalidTxnState, 422, 42211),
         LogKind::OffsetOutOfRange => mapped(ResponseError::OffsetOutOfRange, 416, 41601),
         LogKind::UnknownPartition => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
         LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),

@@ -15,6 +15,7 @@ use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::replicate::{ReplicationSettings, Replicator};
+use crate::validate;
 use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
@@ -41,6 +42,11 @@ pub struct LogSettings {
     /// Recent (already sealed) data kept in memory per partition for tail reads; larger
     /// serves more lagging readers without a GET, at the cost of broker memory.
     pub partition_tail_bytes: usize,
+    /// Most bytes one batch's records may decompress to, when the broker looks inside a
+    /// compressed batch (produce validation, HTTP reads, ListOffsets by time). Each such
+    /// look holds up to this much memory while it runs; a producer batch past it is
+    /// refused (`MESSAGE_TOO_LARGE`), a stored one is not served over HTTP.
+    pub max_decompressed_batch_bytes: usize,
     /// WAL replication to other zones.
     pub replication: ReplicationSettings,
     /// Where a write is durable before `acks=all` is answered.
@@ -466,6 +472,11 @@ impl LogManager {
         self.settings.broker_id
     }
 
+    /// The budget of every look inside a compressed batch ([`LogSettings`]).
+    pub fn max_decompressed_batch_bytes(&self) -> usize {
+        self.settings.max_decompressed_batch_bytes
+    }
+
     /// Ties acknowledgements to this broker's metadata lease: once `guard` is invalid,
     /// appends fail with [`Error::NotLeader`] instead of being acknowledged. Set once,
     /// before serving; later calls are ignored.
@@ -822,7 +833,12 @@ impl LogManager {
                 });
             }
         }
-        let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
+        let rules = validate::ProduceRules {
+            max_message_bytes,
+            log_append_time,
+            max_decompressed_batch_bytes: self.settings.max_decompressed_batch_bytes,
+        };
+        let header: BatchHeader = validate::validate_produced(raw, &rules)?.header;
         let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;

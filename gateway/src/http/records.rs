@@ -145,7 +145,13 @@ pub(crate) async fn read(
             params.timeout,
         )
         .await?;
-    let records = crate::records::decode(&result.batches, params.offset).map_err(|e| {
+    let records = crate::records::decode(
+        &result.batches,
+        params.offset,
+        params.max_bytes,
+        app.http.broker.log.max_decompressed_batch_bytes(),
+    )
+    .map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             50002,
