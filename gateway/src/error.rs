@@ -95,7 +95,13 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         // HTTP reads of a stored batch past the budget: the broker's limit, not the client's.
         LogKind::DecompressedTooLarge => mapped(ResponseError::MessageTooLarge, 500, 50003),
         LogKind::InvalidTimestamp => mapped(ResponseError::InvalidTimestamp, 422, 42210),
-        LogKind::TransactionsUnsupported => mapped(ResponseError::InvalidTxnState, 422, 42211),
+        // What Kafka answers a transactional batch it may not take (no transactional id):
+        // fatal to every client, so a transactional producer stops at once.
+        LogKind::TransactionsUnsupported => mapped(
+            ResponseError::TransactionalIdAuthorizationFailed,
+            422,
+            42211,
+        ),
         LogKind::OffsetOutOfRange => mapped(ResponseError::OffsetOutOfRange, 416, 41601),
         LogKind::UnknownPartition => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
         LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
