@@ -15,6 +15,7 @@ broker's peak RSS (VmHWM) growing by more than its `--max-decompressed-batch-byt
 from __future__ import annotations
 
 import gzip
+import re
 import struct
 import time
 from dataclasses import dataclass
@@ -324,3 +325,58 @@ def test_zstd_bomb_stored_earlier_is_not_served_over_http(broker_factory):
     )
     assert resp.status_code == 200 and [r["offset"] for r in resp.json()] == [1], resp.text
     assert b.alive
+
+
+# -- what real clients send still passes -----------------------------------------
+
+from test_java_tools import PRODUCER_PERFORMANCE, java  # noqa: E402,F401 (the fixture)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_java_producer_every_codec_passes_validation(shared_broker, java, codec):  # noqa: F811
+    """The Java client's framings (xerial snappy, Kafka's lz4 frame, zstd-jni streams) pass
+    the broker's record validation, and its HTTP reads decompress them."""
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique(f"jcodec-{codec}"), 1)
+    n = 5_000
+    proc = java(
+        PRODUCER_PERFORMANCE,
+        "--topic", topic,
+        "--num-records", str(n),
+        "--record-size", "1000",
+        "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={b}", "acks=all", "linger.ms=20", "batch.size=262144",
+        f"compression.type={codec}",
+        timeout=180,
+    )  # fmt: skip
+    assert re.search(rf"^{n} records sent", proc.stdout, re.M), proc.stdout
+    assert "ERROR" not in proc.stderr and "Exception" not in proc.stderr, proc.stderr[-3000:]
+    got = consume_partitions(b, topic, [0], timeout=120)[0]
+    assert [r.offset for r in got] == list(range(n))
+    if shared_broker.kind == "oxbow":
+        resp = requests.get(
+            f"{shared_broker.http}/topics/{topic}/partitions/0/records",
+            params={"offset": 10, "max_bytes": 5000},
+            headers={"Accept": "application/vnd.kafka.binary.v2+json"},
+            timeout=30,
+        )
+        assert resp.status_code == 200, resp.text
+        assert [r["offset"] for r in resp.json()] == list(range(10, 15)), "max_bytes bounds the records"
+
+
+@pytest.mark.parametrize("codec", [None, "gzip"])
+def test_kafka_python_codecs_pass_validation(shared_broker, codec):
+    """kafka-python's codecs available here (lz4, snappy and zstd need modules not installed;
+    librdkafka and Java cover them)."""
+    from kafka import KafkaProducer
+
+    topic = create_topic(shared_broker.bootstrap, unique("kpy-codec"), 1)
+    p = KafkaProducer(bootstrap_servers=shared_broker.bootstrap, acks="all", linger_ms=20, compression_type=codec)
+    try:
+        futures = [p.send(topic, key=b"k%d" % i, value=b"value-%d " % i * 20, headers=[("h", b"x")]) for i in range(500)]
+        p.flush(timeout=60)
+        assert [f.get(timeout=30).offset for f in futures] == list(range(500))
+    finally:
+        p.close(timeout=10)
+    got = consume_partitions(shared_broker.bootstrap, topic, [0], timeout=60)[0]
+    assert [r.value for r in got] == [b"value-%d " % i * 20 for i in range(500)]
