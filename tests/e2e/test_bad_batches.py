@@ -31,6 +31,7 @@ from helpers import consume_partitions, consumer, create_topic, unique
 
 ERR_INVALID_TIMESTAMP = 32
 ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+ERR_UNSUPPORTED_COMPRESSION_TYPE = 76
 ERR_INVALID_RECORD = 87
 ERR_UNKNOWN_SERVER_ERROR = -1
 
@@ -283,6 +284,19 @@ def test_bad_batch_is_refused_and_stores_nothing(shared_broker, case):
     if case.expected != w.ERR_NONE:
         got = consume_partitions(shared_broker.bootstrap, topic, [0], timeout=30)[0]
         assert [(r.offset, r.value) for r in got] == [(0, b"good-0"), (1, b"good-1")]
+
+
+def test_zstd_needs_produce_v7(shared_broker):
+    """Kafka's ProduceRequest.validateRecords: zstd batches only from Produce v7 (KIP-110)."""
+    topic = create_topic(shared_broker.bootstrap, unique("zstd-v7"), 1)
+    zstd_batch = batch(zstd_frame([("raw", records(2))]), 2, attributes=4)
+    with w.KafkaConn(shared_broker.bootstrap) as conn:
+        body = conn.call(w.API_PRODUCE, 3, w.produce_body_v3_to_v8(topic, 0, zstd_batch))
+        assert w.parse_produce_response_v3_to_v8(body)[0] == ERR_UNSUPPORTED_COMPRESSION_TYPE
+        body = conn.call(w.API_PRODUCE, 7, w.produce_body_v3_to_v8(topic, 0, zstd_batch))
+        assert w.parse_produce_response_v3_to_v8(body) == (w.ERR_NONE, 0)
+    got = consume_partitions(shared_broker.bootstrap, topic, [0], timeout=30)[0]
+    assert [r.value for r in got] == [b"bad-0", b"bad-1"]
 
 
 def test_zstd_bomb_stored_earlier_is_not_served_over_http(broker_factory):
