@@ -191,6 +191,9 @@ mod tests {
                 max_message_bytes: 1 << 20,
                 log_append_time: false,
                 max_decompressed_batch_bytes: 1 << 20,
+                now_ms: 0,
+                timestamp_before_max_ms: i64::MAX,
+                timestamp_after_max_ms: i64::MAX,
             };
             oxbow_segment_writer::validate::validate_produced(&b, &rules)
                 .unwrap_or_else(|e| panic!("{compression:?}: {e}"));

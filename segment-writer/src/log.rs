@@ -192,6 +192,10 @@ pub struct Partition {
     /// The topic's `min.insync.replicas` when the partition was opened: `acks=all` appends
     /// need this many in-sync WAL copies (this broker's included).
     min_insync_replicas: i32,
+    /// The topic's `message.timestamp.before.max.ms` / `after.max.ms` when the partition
+    /// was opened: how far a `CreateTime` record may lie from the broker's clock.
+    timestamp_before_max_ms: i64,
+    timestamp_after_max_ms: i64,
 }
 
 impl Partition {
@@ -532,6 +536,8 @@ impl LogManager {
             append_order: tokio::sync::Mutex::new(()),
             high_watermark_tx: watch::channel(log_end).0,
             min_insync_replicas: fresh.configs.min_insync_replicas(),
+            timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
+            timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
         });
         if self.wal.is_none() {
             opened.lock()?.set_direct();
@@ -833,13 +839,17 @@ impl LogManager {
                 });
             }
         }
+        let now = now_ms();
         let rules = validate::ProduceRules {
             max_message_bytes,
             log_append_time,
             max_decompressed_batch_bytes: self.settings.max_decompressed_batch_bytes,
+            now_ms: now,
+            timestamp_before_max_ms: partition.timestamp_before_max_ms,
+            timestamp_after_max_ms: partition.timestamp_after_max_ms,
         };
         let header: BatchHeader = validate::validate_produced(raw, &rules)?.header;
-        let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
+        let log_append_time_ms = if log_append_time { now } else { -1 };
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
             match &self.wal {

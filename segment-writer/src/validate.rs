@@ -10,8 +10,9 @@
 //! 3. a transactional batch is refused while the broker has no transactions: stored as plain
 //!    data its records would be visible to `read_committed` consumers before any commit and
 //!    forever after an abort;
-//! 4. a producer may not claim `LogAppendTime` on a `LogAppendTime` topic
-//!    (`INVALID_TIMESTAMP`, as Kafka);
+//! 4. timestamps (`INVALID_TIMESTAMP`): on a `CreateTime` topic a record's timestamp lies
+//!    within `message.timestamp.before.max.ms` / `after.max.ms` of the broker's clock;
+//!    a producer may not claim `LogAppendTime` on a `LogAppendTime` topic;
 //! 5. the codec is one of 0–4, and the records decompress within the broker's budget
 //!    (`CORRUPT_MESSAGE`);
 //! 6. every record decodes, exactly `recordCount` of them, nothing left over
@@ -20,8 +21,7 @@
 //!    batch (recompressing it); Oxbow stores batches as sent and never recompresses, so it
 //!    refuses what it cannot serve with correct offsets. No real client sends them.
 //!
-//! Not checked (Oxbow has no such topic configs yet): `message.timestamp.before.max.ms` /
-//! `after.max.ms`, and keys on compacted topics.
+//! Not checked: keys on compacted topics (Kafka refuses keyless records there).
 //!
 //! Cost: uncompressed records are walked in place (no allocation); compressed ones are
 //! decompressed once into one buffer of at most `max_decompressed_batch_bytes`.
@@ -39,6 +39,40 @@ pub struct ProduceRules {
     pub log_append_time: bool,
     /// The broker's `--max-decompressed-batch-bytes`.
     pub max_decompressed_batch_bytes: usize,
+    /// The broker's clock, for the timestamp bounds.
+    pub now_ms: i64,
+    /// The topic's `message.timestamp.before.max.ms`: how old a `CreateTime` record may be.
+    pub timestamp_before_max_ms: i64,
+    /// The topic's `message.timestamp.after.max.ms`: how far in the future.
+    pub timestamp_after_max_ms: i64,
+}
+
+/// Kafka's `RecordBatch.NO_TIMESTAMP`.
+const NO_TIMESTAMP: i64 = -1;
+
+impl ProduceRules {
+    /// Kafka's `LogValidator.validateTimestamp` for one record's timestamp (`batch_lat`:
+    /// the producer set the batch's timestamp type to `LogAppendTime`).
+    fn check_timestamp(&self, timestamp: i64, batch_lat: bool, index: i32) -> Result<()> {
+        if !self.log_append_time && timestamp != NO_TIMESTAMP {
+            let behind = i128::from(self.now_ms) - i128::from(timestamp);
+            if behind > i128::from(self.timestamp_before_max_ms)
+                || -behind > i128::from(self.timestamp_after_max_ms)
+            {
+                return Err(Error::InvalidTimestamp(format!(
+                    "record {index} has timestamp {timestamp}, outside [{}, {}] \
+                     (message.timestamp.before.max.ms / after.max.ms)",
+                    self.now_ms.saturating_sub(self.timestamp_before_max_ms),
+                    self.now_ms.saturating_add(self.timestamp_after_max_ms)
+                )));
+            }
+        } else if batch_lat {
+            return Err(Error::InvalidTimestamp(
+                "a producer may not set the timestamp type to LogAppendTime".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A batch that passed, and what the walk learned.
@@ -64,11 +98,6 @@ pub fn validate_produced(buf: &[u8], rules: &ProduceRules) -> Result<Validated> 
             producer_id: header.producer_id,
         });
     }
-    if rules.log_append_time && header.is_log_append_time() {
-        return Err(Error::InvalidTimestamp(
-            "a producer may not set the timestamp type to LogAppendTime".into(),
-        ));
-    }
     let section = records_section(buf, &header, rules.max_decompressed_batch_bytes)?;
     let mut max_timestamp = i64::MIN;
     for (expected, record) in (0i32..).zip(walk(&section, header.record_count)) {
@@ -79,8 +108,15 @@ pub fn validate_produced(buf: &[u8], rules: &ProduceRules) -> Result<Validated> 
                 record.offset_delta
             )));
         }
-        max_timestamp =
-            max_timestamp.max(header.base_timestamp.wrapping_add(record.timestamp_delta));
+        // A LogAppendTime batch's records all read as its max timestamp (Kafka's
+        // DefaultRecordBatch), whatever their deltas.
+        let timestamp = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(record.timestamp_delta)
+        };
+        rules.check_timestamp(timestamp, header.is_log_append_time(), expected)?;
+        max_timestamp = max_timestamp.max(timestamp);
     }
     Ok(Validated {
         header,
@@ -99,6 +135,9 @@ mod tests {
         max_message_bytes: 1 << 20,
         log_append_time: false,
         max_decompressed_batch_bytes: 1 << 20,
+        now_ms: 10_000,
+        timestamp_before_max_ms: i64::MAX,
+        timestamp_after_max_ms: 3_600_000,
     };
 
     /// A v2 batch around `records` (an encoded records section, compressed with
@@ -292,6 +331,45 @@ mod tests {
             Err(Error::InvalidTimestamp(_))
         ));
         assert!(validate_produced(&b, &RULES).is_ok());
+    }
+
+    #[test]
+    fn timestamps_within_the_topic_bounds() {
+        let at = |ts: i64| {
+            batch_of(&section(2), 2, 0, |b| {
+                b[27..35].copy_from_slice(&ts.to_be_bytes());
+            })
+        };
+        let rules = ProduceRules {
+            now_ms: 1_000_000,
+            timestamp_before_max_ms: 1000,
+            timestamp_after_max_ms: 500,
+            ..RULES
+        };
+        // section(2) has deltas 0 and 1.
+        assert!(validate_produced(&at(999_000), &rules).is_ok());
+        assert!(validate_produced(&at(998_999), &rules).is_err());
+        assert!(validate_produced(&at(1_000_499), &rules).is_ok());
+        assert!(matches!(
+            validate_produced(&at(1_000_500), &rules),
+            Err(Error::InvalidTimestamp(_))
+        ));
+        // NO_TIMESTAMP (-1) is never out of range; extremes do not overflow.
+        let none = batch_of(&record(0, 0, None, Some(b"v"), &[]), 1, 0, |b| {
+            b[27..35].copy_from_slice(&(-1i64).to_be_bytes());
+        });
+        assert!(validate_produced(&none, &rules).is_ok());
+        assert!(
+            validate_produced(&at(0), &RULES).is_ok(),
+            "any age by default"
+        );
+        assert!(validate_produced(&at(i64::MAX - 1), &RULES).is_err());
+        // A LogAppendTime topic takes any CreateTime timestamp: the broker restamps it.
+        let lat = ProduceRules {
+            log_append_time: true,
+            ..rules
+        };
+        assert!(validate_produced(&at(5), &lat).is_ok());
     }
 
     #[test]

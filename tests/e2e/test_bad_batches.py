@@ -64,9 +64,10 @@ def batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    ts_offset_ms: int = 0,
 ) -> bytes:
     """A RecordBatch v2 around an already encoded (maybe compressed) records section."""
-    ts = int(time.time() * 1000)
+    ts = int(time.time() * 1000) + ts_offset_ms
     lod = count - 1 if last_offset_delta is None else last_offset_delta
     after_crc = (
         struct.pack(">hiqqqhii", attributes, lod, ts, ts, producer_id, producer_epoch, base_sequence, count) + section
@@ -230,6 +231,21 @@ CASES = [
         ERR_INVALID_TIMESTAMP,
         ERR_INVALID_TIMESTAMP,
         topic_config={"message.timestamp.type": "LogAppendTime"},
+    ),
+    # Kafka 4.x's default message.timestamp.after.max.ms is one hour (KIP-1030).
+    Case("timestamp-2h-ahead", lambda: batch(records(1), 1, ts_offset_ms=2 * 3600_000), ERR_INVALID_TIMESTAMP, ERR_INVALID_TIMESTAMP),
+    Case(
+        "timestamp-2h-ahead-allowed-by-topic",
+        lambda: batch(records(1), 1, ts_offset_ms=2 * 3600_000),
+        w.ERR_NONE,
+        w.ERR_NONE,
+        topic_config={"message.timestamp.after.max.ms": "86400000"},
+    ),
+    Case(
+        "timestamp-old-allowed-by-default",
+        lambda: batch(records(1), 1, ts_offset_ms=-10 * 365 * 86400_000),
+        w.ERR_NONE,
+        w.ERR_NONE,
     ),
     # Kafka looks at the sequence only when the producer id is set: this one is plain data.
     Case(
