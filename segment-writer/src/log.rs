@@ -848,7 +848,16 @@ impl LogManager {
             timestamp_before_max_ms: partition.timestamp_before_max_ms,
             timestamp_after_max_ms: partition.timestamp_after_max_ms,
         };
-        let header: BatchHeader = validate::validate_produced(raw, &rules)?.header;
+        let validated = validate::validate_produced(raw, &rules)?;
+        let mut header: BatchHeader = validated.header;
+        let corrected;
+        let raw = if !log_append_time && validated.max_timestamp != header.max_timestamp {
+            corrected = batch::with_max_timestamp(raw, validated.max_timestamp);
+            header.max_timestamp = validated.max_timestamp;
+            &corrected[..]
+        } else {
+            raw
+        };
         let log_append_time_ms = if log_append_time { now } else { -1 };
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
