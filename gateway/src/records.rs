@@ -194,6 +194,7 @@ mod tests {
                 now_ms: 0,
                 timestamp_before_max_ms: i64::MAX,
                 timestamp_after_max_ms: i64::MAX,
+                compacted: false,
             };
             oxbow_segment_writer::validate::validate_produced(&b, &rules)
                 .unwrap_or_else(|e| panic!("{compression:?}: {e}"));

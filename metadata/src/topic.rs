@@ -286,6 +286,14 @@ impl TopicConfigs {
         self.get("message.timestamp.type") == "LogAppendTime"
     }
 
+    /// Whether `cleanup.policy` includes `compact` (Kafka then requires a key on every
+    /// record).
+    pub fn compacted(&self) -> bool {
+        self.get("cleanup.policy")
+            .split(',')
+            .any(|p| p.trim() == "compact")
+    }
+
     /// How far in the future (by the broker's clock) a `CreateTime` record may be.
     pub fn timestamp_after_max_ms(&self) -> i64 {
         self.get("message.timestamp.after.max.ms")

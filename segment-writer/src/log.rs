@@ -196,6 +196,8 @@ pub struct Partition {
     /// was opened: how far a `CreateTime` record may lie from the broker's clock.
     timestamp_before_max_ms: i64,
     timestamp_after_max_ms: i64,
+    /// The topic's `cleanup.policy` includes `compact` (every record needs a key).
+    compacted: bool,
 }
 
 impl Partition {
@@ -538,6 +540,7 @@ impl LogManager {
             min_insync_replicas: fresh.configs.min_insync_replicas(),
             timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
             timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
+            compacted: fresh.configs.compacted(),
         });
         if self.wal.is_none() {
             opened.lock()?.set_direct();
@@ -847,6 +850,7 @@ impl LogManager {
             now_ms: now,
             timestamp_before_max_ms: partition.timestamp_before_max_ms,
             timestamp_after_max_ms: partition.timestamp_after_max_ms,
+            compacted: partition.compacted,
         };
         let validated = validate::validate_produced(raw, &rules)?;
         let mut header: BatchHeader = validated.header;

@@ -21,7 +21,7 @@
 //!    batch (recompressing it); Oxbow stores batches as sent and never recompresses, so it
 //!    refuses what it cannot serve with correct offsets. No real client sends them.
 //!
-//! Not checked: keys on compacted topics (Kafka refuses keyless records there).
+//! 8. on a compacted topic every record has a key (`INVALID_RECORD`).
 //!
 //! Cost: uncompressed records are walked in place (no allocation); compressed ones are
 //! decompressed once into one buffer of at most `max_decompressed_batch_bytes`.
@@ -45,6 +45,8 @@ pub struct ProduceRules {
     pub timestamp_before_max_ms: i64,
     /// The topic's `message.timestamp.after.max.ms`: how far in the future.
     pub timestamp_after_max_ms: i64,
+    /// The topic's `cleanup.policy` includes `compact`: every record needs a key.
+    pub compacted: bool,
 }
 
 /// Kafka's `RecordBatch.NO_TIMESTAMP`.
@@ -115,6 +117,11 @@ pub fn validate_produced(buf: &[u8], rules: &ProduceRules) -> Result<Validated> 
         } else {
             header.base_timestamp.wrapping_add(record.timestamp_delta)
         };
+        if rules.compacted && record.key.is_none() {
+            return Err(Error::InvalidRecord(format!(
+                "record {expected} has no key; a compacted topic cannot accept records without one"
+            )));
+        }
         rules.check_timestamp(timestamp, header.is_log_append_time(), expected)?;
         max_timestamp = max_timestamp.max(timestamp);
     }
@@ -138,6 +145,7 @@ mod tests {
         now_ms: 10_000,
         timestamp_before_max_ms: i64::MAX,
         timestamp_after_max_ms: 3_600_000,
+        compacted: false,
     };
 
     /// A v2 batch around `records` (an encoded records section, compressed with
@@ -369,6 +377,21 @@ mod tests {
             ..rules
         };
         assert!(validate_produced(&at(5), &lat).is_ok());
+    }
+
+    #[test]
+    fn compacted_topics_need_keys() {
+        let compacted = ProduceRules {
+            compacted: true,
+            ..RULES
+        };
+        let keyless = batch_of(&record(0, 0, None, Some(b"v"), &[]), 1, 0, |_| {});
+        assert!(validate_produced(&keyless, &RULES).is_ok());
+        assert!(matches!(
+            validate_produced(&keyless, &compacted),
+            Err(Error::InvalidRecord(why)) if why.contains("no key")
+        ));
+        assert!(validate_produced(&batch_of(&section(2), 2, 0, |_| {}), &compacted).is_ok());
     }
 
     #[test]

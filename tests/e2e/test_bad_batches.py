@@ -247,6 +247,13 @@ CASES = [
         w.ERR_NONE,
         w.ERR_NONE,
     ),
+    Case(
+        "keyless-record-on-compacted-topic",
+        lambda: batch(record(0, b"v", key=None), 1),
+        ERR_INVALID_RECORD,
+        ERR_INVALID_RECORD,
+        topic_config={"cleanup.policy": "compact"},
+    ),
     # Kafka looks at the sequence only when the producer id is set: this one is plain data.
     Case(
         "sequence-without-producer-id",
