@@ -615,7 +615,10 @@ impl Broker {
                 let Some(batch) = self.log.find_batch_by_timestamp(&p, ts).await? else {
                     return Ok((-1, -1));
                 };
-                Ok(crate::records::first_at_or_after(&batch, ts, log_start).unwrap_or((-1, -1)))
+                let max_decompressed = self.log.max_decompressed_batch_bytes();
+                let found =
+                    crate::records::first_at_or_after(&batch, ts, log_start, max_decompressed)?;
+                Ok(found.unwrap_or((-1, -1)))
             }
         }
     }

@@ -21,6 +21,8 @@ pub enum BrokerError {
     UnknownPartition { topic: String, partition: i32 },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("unsupported compression: {0}")]
+    UnsupportedCompression(String),
 }
 
 /// A Kafka error code and the HTTP status plus REST Proxy error code for the same failure.
@@ -53,6 +55,9 @@ impl BrokerError {
                 mapped(ResponseError::UnknownTopicOrPartition, 404, 40402)
             }
             BrokerError::InvalidRequest(_) => mapped(ResponseError::InvalidRequest, 400, 40000),
+            BrokerError::UnsupportedCompression(_) => {
+                mapped(ResponseError::UnsupportedCompressionType, 415, 41502)
+            }
         }
     }
 
@@ -91,6 +96,17 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::Corrupt => mapped(ResponseError::CorruptMessage, 422, 42207),
         LogKind::InvalidRecord => mapped(ResponseError::InvalidRecord, 422, 42208),
         LogKind::TooLarge => mapped(ResponseError::MessageTooLarge, 413, 41301),
+        // Produce: a Java producer splits the batch and retries, others report the size.
+        // HTTP reads of a stored batch past the budget: the broker's limit, not the client's.
+        LogKind::DecompressedTooLarge => mapped(ResponseError::MessageTooLarge, 500, 50003),
+        LogKind::InvalidTimestamp => mapped(ResponseError::InvalidTimestamp, 422, 42210),
+        // What Kafka answers a transactional batch it may not take (no transactional id):
+        // fatal to every client, so a transactional producer stops at once.
+        LogKind::TransactionsUnsupported => mapped(
+            ResponseError::TransactionalIdAuthorizationFailed,
+            422,
+            42211,
+        ),
         LogKind::OffsetOutOfRange => mapped(ResponseError::OffsetOutOfRange, 416, 41601),
         LogKind::UnknownPartition => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
         LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
@@ -134,5 +150,13 @@ mod tests {
             required: 2,
         });
         assert_eq!(isr.code(), 19);
+        use oxbow_segment_writer::Error as LogError;
+        let bomb = BrokerError::Log(LogError::DecompressedTooLarge { limit: 1 });
+        assert_eq!((bomb.code(), bomb.mapped().http_status), (10, 500));
+        let txn = BrokerError::Log(LogError::TransactionalBatch { producer_id: 1 });
+        assert_eq!(txn.code(), 53);
+        let ts = BrokerError::Log(LogError::InvalidTimestamp("t".into()));
+        assert_eq!(ts.code(), 32);
+        assert_eq!(BrokerError::UnsupportedCompression("z".into()).code(), 76);
     }
 }

@@ -100,6 +100,16 @@ pub struct ServeArgs {
     /// Recent, already uploaded data kept in memory per partition for tail reads.
     #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
     pub partition_tail_bytes: ByteSize,
+    /// Most bytes one batch may decompress to when the broker looks inside it (produce
+    /// validation, HTTP reads, ListOffsets by time); each look holds up to this much memory
+    /// while it runs. Larger admits producers that pack more records per compressed batch;
+    /// a batch past it is refused with MESSAGE_TOO_LARGE (Java producers then split it).
+    #[arg(
+        long,
+        env = "OXBOW_MAX_DECOMPRESSED_BATCH_BYTES",
+        default_value = "32MiB"
+    )]
+    pub max_decompressed_batch_bytes: ByteSize,
     /// Largest per-partition segment compaction writes. Larger: fewer objects and catalog
     /// entries and longer sequential reads, at the cost of memory while one is built (one
     /// at a time) and more bytes re-written as small segments merge.
@@ -355,6 +365,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             flush_interval: args.flush_interval,
             flush_bytes: args.flush_bytes.as_u64(),
             partition_tail_bytes: args.partition_tail_bytes.as_usize(),
+            max_decompressed_batch_bytes: args.max_decompressed_batch_bytes.as_usize(),
             replication: ReplicationSettings {
                 az: args.az.clone(),
                 replication_factor: args.wal_replication_factor,

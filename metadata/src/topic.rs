@@ -125,6 +125,14 @@ fn check_long_min_minus_one(v: &str) -> std::result::Result<(), String> {
     }
 }
 
+fn check_non_negative_long(v: &str) -> std::result::Result<(), String> {
+    match v.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(()),
+        Ok(_) => Err("must not be negative".into()),
+        Err(_) => Err("must be an integer".into()),
+    }
+}
+
 fn check_positive_int(v: &str) -> std::result::Result<(), String> {
     match v.parse::<i32>() {
         Ok(n) if n >= 1 => Ok(()),
@@ -204,6 +212,17 @@ const CONFIG_DEFS: &[ConfigDef] = &[
         name: "max.message.bytes",
         default: "1048588",
         check: check_non_negative_int,
+    },
+    // Kafka 4.x defaults (KIP-937, KIP-1030): any age, at most an hour in the future.
+    ConfigDef {
+        name: "message.timestamp.after.max.ms",
+        default: "3600000",
+        check: check_non_negative_long,
+    },
+    ConfigDef {
+        name: "message.timestamp.before.max.ms",
+        default: "9223372036854775807",
+        check: check_non_negative_long,
     },
     ConfigDef {
         name: "message.timestamp.type",
@@ -307,6 +326,28 @@ impl TopicConfigs {
     /// Whether the broker stamps batches with its own clock (`LogAppendTime`).
     pub fn log_append_time(&self) -> bool {
         self.get("message.timestamp.type") == "LogAppendTime"
+    }
+
+    /// Whether `cleanup.policy` includes `compact` (Kafka then requires a key on every
+    /// record).
+    pub fn compacted(&self) -> bool {
+        self.get("cleanup.policy")
+            .split(',')
+            .any(|p| p.trim() == "compact")
+    }
+
+    /// How far in the future (by the broker's clock) a `CreateTime` record may be.
+    pub fn timestamp_after_max_ms(&self) -> i64 {
+        self.get("message.timestamp.after.max.ms")
+            .parse()
+            .unwrap_or(3_600_000)
+    }
+
+    /// How far in the past (by the broker's clock) a `CreateTime` record may be.
+    pub fn timestamp_before_max_ms(&self) -> i64 {
+        self.get("message.timestamp.before.max.ms")
+            .parse()
+            .unwrap_or(i64::MAX)
     }
 
     pub fn min_insync_replicas(&self) -> i32 {

@@ -199,6 +199,18 @@ pub fn stamp(
     out.freeze()
 }
 
+/// A copy of `buf` with its max timestamp set to `max_timestamp` and the CRC recomputed:
+/// on `CreateTime` topics Kafka stores the records' real maximum (`LogValidator`), which
+/// the time index and ListOffsets by time then trust.
+pub fn with_max_timestamp(buf: &[u8], max_timestamp: i64) -> Vec<u8> {
+    let mut out = buf.to_vec();
+    out[OFFSET_MAX_TIMESTAMP..OFFSET_MAX_TIMESTAMP + 8]
+        .copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&out[OFFSET_ATTRIBUTES..]);
+    out[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
 /// Walks the whole batches stored back to back in `buf` (as in a sealed object range).
 /// Stops at the first incomplete or malformed header.
 pub fn iter_batches(buf: &Bytes) -> impl Iterator<Item = (BatchHeader, Bytes)> + '_ {
@@ -217,13 +229,14 @@ pub fn iter_batches(buf: &Bytes) -> impl Iterator<Item = (BatchHeader, Bytes)> +
 pub mod testing {
     use super::*;
 
-    /// Builds a minimal valid uncompressed batch holding `count` empty records.
+    /// Builds a minimal valid uncompressed batch holding `count` (at most 63) records with
+    /// value "x", timestamped `timestamp`, `timestamp + 1`, ….
     pub fn make_batch(count: i32, timestamp: i64) -> Vec<u8> {
         let mut records = Vec::new();
         for i in 0..count {
             // length, attributes, timestampDelta, offsetDelta, keyLen(-1), valueLen(1), 'x',
             // headers(0) as varints (zigzag).
-            let body = [0u8, 0, (i as u8) << 1, 1, 2, b'x', 0];
+            let body = [0u8, (i as u8) << 1, (i as u8) << 1, 1, 2, b'x', 0];
             records.push((body.len() as u8) << 1);
             records.extend_from_slice(&body);
         }

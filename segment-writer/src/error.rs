@@ -14,6 +14,12 @@ pub enum ErrorKind {
     InvalidRecord,
     /// The batch exceeds `max.message.bytes` (`MESSAGE_TOO_LARGE`).
     TooLarge,
+    /// The batch's records decompress past the broker's `--max-decompressed-batch-bytes`.
+    DecompressedTooLarge,
+    /// A record's timestamp or timestamp type is not acceptable (`INVALID_TIMESTAMP`).
+    InvalidTimestamp,
+    /// A transactional batch: the broker does not implement transactions.
+    TransactionsUnsupported,
     /// The requested offset is outside the log (`OFFSET_OUT_OF_RANGE`).
     OffsetOutOfRange,
     /// The partition or topic is gone (`UNKNOWN_TOPIC_OR_PARTITION`).
@@ -47,6 +53,14 @@ pub enum Error {
     InvalidRecord(String),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     BatchTooLarge { size: usize, max: usize },
+    #[error(
+        "record batch decompresses to more than {limit} bytes (the broker's --max-decompressed-batch-bytes)"
+    )]
+    DecompressedTooLarge { limit: usize },
+    #[error("invalid timestamp: {0}")]
+    InvalidTimestamp(String),
+    #[error("transactional batch of producer {producer_id} refused: this broker does not support transactions")]
+    TransactionalBatch { producer_id: i64 },
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         offset: i64,
@@ -113,6 +127,9 @@ impl Error {
             Error::CorruptBatch(_) => ErrorKind::Corrupt,
             Error::InvalidRecord(_) => ErrorKind::InvalidRecord,
             Error::BatchTooLarge { .. } => ErrorKind::TooLarge,
+            Error::DecompressedTooLarge { .. } => ErrorKind::DecompressedTooLarge,
+            Error::InvalidTimestamp(_) => ErrorKind::InvalidTimestamp,
+            Error::TransactionalBatch { .. } => ErrorKind::TransactionsUnsupported,
             Error::OffsetOutOfRange { .. } => ErrorKind::OffsetOutOfRange,
             Error::UnknownPartition(_) => ErrorKind::UnknownPartition,
             // Without a lease the broker may no longer lead anything: the client must look

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`batch`]: RecordBatch v2 headers — validate, stamp offsets, never recompress.
+//! - [`records`]: the records inside a batch, walked in place; [`decompress`]: the one
+//!   bounded decompressor; [`validate`]: Kafka's checks of a producer's batch.
 //! - [`wal`]: the write-ahead log (group-commit fsync, torn-tail recovery, trimming).
 //! - [`commit`]: the commit point (local fsync + in-sync WAL replicas; pure).
 //! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
@@ -25,6 +27,7 @@ pub mod batch;
 pub mod commit;
 pub mod compact;
 pub mod compact_state;
+pub mod decompress;
 pub mod error;
 pub mod fence;
 pub mod log;
@@ -32,6 +35,7 @@ pub mod object;
 pub mod objects;
 pub mod partition;
 pub mod read;
+pub mod records;
 pub mod recover;
 pub mod recovery_state;
 pub mod replica;
@@ -40,6 +44,7 @@ pub mod replica_store;
 pub mod replicate;
 pub mod seal;
 pub mod segment;
+pub mod validate;
 pub mod wal;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::recovery_state::{Recoveries, RecoveryKey};
 use crate::replicate::{ReplicationSettings, Replicator};
+use crate::validate;
 use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
@@ -45,6 +46,11 @@ pub struct LogSettings {
     /// Recent (already sealed) data kept in memory per partition for tail reads; larger
     /// serves more lagging readers without a GET, at the cost of broker memory.
     pub partition_tail_bytes: usize,
+    /// Most bytes one batch's records may decompress to, when the broker looks inside a
+    /// compressed batch (produce validation, HTTP reads, ListOffsets by time). Each such
+    /// look holds up to this much memory while it runs; a producer batch past it is
+    /// refused (`MESSAGE_TOO_LARGE`), a stored one is not served over HTTP.
+    pub max_decompressed_batch_bytes: usize,
     /// WAL replication to other zones.
     pub replication: ReplicationSettings,
     /// Where a write is durable before `acks=all` is answered.
@@ -197,6 +203,12 @@ pub struct Partition {
     /// Whether this leader's epoch and its start offset are in the partition's stored
     /// epoch history (`LogManager::begin_epoch`); nothing is served before.
     epoch_begun: AtomicBool,
+    /// The topic's `message.timestamp.before.max.ms` / `after.max.ms` when the partition
+    /// was opened: how far a `CreateTime` record may lie from the broker's clock.
+    timestamp_before_max_ms: i64,
+    timestamp_after_max_ms: i64,
+    /// The topic's `cleanup.policy` includes `compact` (every record needs a key).
+    compacted: bool,
 }
 
 impl Partition {
@@ -725,6 +737,11 @@ impl LogManager {
         self.settings.broker_id
     }
 
+    /// The budget of every look inside a compressed batch ([`LogSettings`]).
+    pub fn max_decompressed_batch_bytes(&self) -> usize {
+        self.settings.max_decompressed_batch_bytes
+    }
+
     /// Ties acknowledgements to this broker's metadata lease: once `guard` is invalid,
     /// appends fail with [`Error::NotLeader`] instead of being acknowledged. Set once,
     /// before serving; later calls are ignored.
@@ -824,6 +841,9 @@ impl LogManager {
             high_watermark_tx: watch::channel(log_end).0,
             min_insync_replicas: fresh.configs.min_insync_replicas(),
             epoch_begun: AtomicBool::new(false),
+            timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
+            timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
+            compacted: fresh.configs.compacted(),
         });
         opened.lock()?.leader_epochs = state.leader_epochs.clone();
         if self.wal.is_none() {
@@ -1209,8 +1229,27 @@ impl LogManager {
                 });
             }
         }
-        let header: BatchHeader = batch::validate_produced(raw, max_message_bytes)?;
-        let log_append_time_ms = if log_append_time { now_ms() } else { -1 };
+        let now = now_ms();
+        let rules = validate::ProduceRules {
+            max_message_bytes,
+            log_append_time,
+            max_decompressed_batch_bytes: self.settings.max_decompressed_batch_bytes,
+            now_ms: now,
+            timestamp_before_max_ms: partition.timestamp_before_max_ms,
+            timestamp_after_max_ms: partition.timestamp_after_max_ms,
+            compacted: partition.compacted,
+        };
+        let validated = validate::validate_produced(raw, &rules)?;
+        let mut header: BatchHeader = validated.header;
+        let corrected;
+        let raw = if !log_append_time && validated.max_timestamp != header.max_timestamp {
+            corrected = batch::with_max_timestamp(raw, validated.max_timestamp);
+            header.max_timestamp = validated.max_timestamp;
+            &corrected[..]
+        } else {
+            raw
+        };
+        let log_append_time_ms = if log_append_time { now } else { -1 };
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
             match &self.wal {

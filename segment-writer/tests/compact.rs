@@ -32,6 +32,8 @@ fn settings(dir: &Path) -> LogSettings {
         flush_bytes: 1 << 30,
         // Nothing kept in memory after a seal: reads go to the object store.
         partition_tail_bytes: 0,
+        max_decompressed_batch_bytes:
+            oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
         durability: Default::default(),
         replication: Default::default(),
     }

@@ -23,6 +23,8 @@ fn settings(dir: &Path) -> LogSettings {
         flush_interval: Duration::from_secs(3600),
         flush_bytes: 1 << 30,
         partition_tail_bytes: 0,
+        max_decompressed_batch_bytes:
+            oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
         durability: Default::default(),
         replication: Default::default(),
     }
@@ -449,4 +451,48 @@ async fn a_new_epoch_starts_after_what_the_wal_replays() {
         stored.partitions[0].leader_epochs.entries()[0].start_offset,
         4
     );
+}
+
+/// What the log refuses it does not store, and a batch's max timestamp is the records' own
+/// (Kafka's LogValidator), whatever the producer's header claimed.
+#[tokio::test]
+async fn refused_batches_store_nothing_and_max_timestamp_is_the_records() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "t", 1, &[]).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("p");
+    // Claims 2^31-1 records, holds one: the 70-byte batch of issue 11.
+    let mut lying = make_batch(1, 1000);
+    lying[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+    lying[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+    let crc = crc32c::crc32c(&lying[21..]);
+    lying[17..21].copy_from_slice(&crc.to_be_bytes());
+    let err = log
+        .append(&p, &lying, 1 << 20, false, Acks::All)
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        err.kind(),
+        oxbow_segment_writer::ErrorKind::InvalidRecord,
+        "{err}"
+    );
+    assert_eq!(
+        p.offsets().expect("offsets").2,
+        0,
+        "the log end did not move"
+    );
+    // A header max timestamp lower than its records' is corrected on append.
+    let mut low = make_batch(3, 1000);
+    low[35..43].copy_from_slice(&5i64.to_be_bytes());
+    let crc = crc32c::crc32c(&low[21..]);
+    low[17..21].copy_from_slice(&crc.to_be_bytes());
+    let a = log
+        .append(&p, &low, 1 << 20, false, Acks::All)
+        .await
+        .expect("append");
+    assert_eq!(a.base_offset, 0);
+    let read = log.read(&p, 0, 1 << 20, true).await.expect("read");
+    let stored = batch::validate_produced(&read.batches[0], 1 << 20).expect("CRC still valid");
+    assert_eq!(stored.max_timestamp, 1002);
 }

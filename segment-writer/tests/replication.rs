@@ -91,6 +91,8 @@ impl Cluster {
                 flush_interval: Duration::from_secs(3600),
                 flush_bytes: 1 << 30,
                 partition_tail_bytes: 0,
+                max_decompressed_batch_bytes:
+                    oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
                 durability: Default::default(),
                 replication: ReplicationSettings {
                     az: Some(format!("az{id}")),

@@ -7,7 +7,8 @@
 //!
 //! Fetch: [`decode_fetched`] takes a partition's `records` bytes from a Fetch response. A
 //! broker may cut the last batch short at the size limit, so only complete batches are
-//! decoded (`RecordBatchDecoder::decode_all`); control records (transaction markers) and
+//! decoded (`RecordBatchDecoder`, decompressing with the bounded
+//! `oxbow_segment_writer::decompress`); control records (transaction markers) and
 //! records before the fetch offset (a batch is returned whole even if the fetch offset
 //! lies inside it) are dropped. The offset to fetch next comes from the batch headers, not
 //! the last record, so batches emptied by compaction or holding only control records are
@@ -21,6 +22,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
     TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
+use oxbow_segment_writer::decompress::{decompress, Codec, DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES};
 
 /// A record to produce.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -193,6 +195,20 @@ const LOG_OVERHEAD: usize = 12;
 /// partition leader epoch (4), magic (1), crc (4), attributes (2).
 const LAST_OFFSET_DELTA_POS: usize = 23;
 
+/// Decompresses one fetched batch's records with the broker's bounded decompressor (a
+/// broker is input like any other: a few KB of zstd must not make the client allocate GBs),
+/// within [`DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES`].
+fn bounded_decompress(records: &mut Bytes, compression: Compression) -> anyhow::Result<Bytes> {
+    let codec = match compression {
+        Compression::None => return Ok(records.split_off(0)),
+        Compression::Gzip => Codec::Gzip,
+        Compression::Snappy => Codec::Snappy,
+        Compression::Lz4 => Codec::Lz4,
+        Compression::Zstd => Codec::Zstd,
+    };
+    Ok(decompress(codec, records, DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES)?.into())
+}
+
 /// Decodes a fetched partition's record bytes; see the module docs.
 pub fn decode_fetched(data: Bytes, fetch_offset: i64) -> Result<DecodedRecords, RecordsError> {
     let mut next_offset = fetch_offset;
@@ -218,8 +234,15 @@ pub fn decode_fetched(data: Bytes, fetch_offset: i64) -> Result<DecodedRecords, 
         complete = end;
     }
     let mut batches = data.slice(..complete);
-    let sets = RecordBatchDecoder::decode_all(&mut batches)
+    let mut sets = Vec::new();
+    while batches.has_remaining() {
+        let set = RecordBatchDecoder::decode_with_custom_compression(
+            &mut batches,
+            Some(bounded_decompress),
+        )
         .map_err(|e| RecordsError(format!("cannot decode record batch: {e}")))?;
+        sets.push(set);
+    }
     let records = sets
         .into_iter()
         .flat_map(|set| set.records)
@@ -281,7 +304,13 @@ mod tests {
 
     #[test]
     fn batch_round_trips_with_and_without_compression() {
-        for compression in [Compression::None, Compression::Gzip, Compression::Zstd] {
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let input = sample(4);
             let batch = encode_batch(&input, compression, 0).expect("encodes");
             let decoded = decode_fetched(with_base_offset(&batch, 100), 100).expect("decodes");
@@ -295,6 +324,16 @@ mod tests {
                 assert_eq!(Some(got.timestamp_ms), want.timestamp_ms);
             }
         }
+    }
+
+    /// A batch that decompresses past the budget is an error, not an allocation.
+    #[test]
+    fn decompression_is_bounded() {
+        let bomb = ProduceRecord::new(None, vec![0u8; DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES + 1]);
+        let batch = encode_batch(&[bomb], Compression::Zstd, 0).expect("encodes");
+        assert!(batch.len() < 64 << 10, "{} bytes", batch.len());
+        let err = decode_fetched(batch, 0).expect_err("over budget");
+        assert!(err.0.contains("decompresses to more than"), "{err}");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!
 //! `max_bytes` (default 1 MiB, at most [`READ_BYTES_MAX`]) bounds, as in Confluent's REST
 //! Proxy, the unencoded key and value bytes returned; the first record is always returned
-//! so a reader never gets stuck on a large one.
+//! so a reader never gets stuck on a large one. Only that many records are built; a stored
+//! batch whose records would decompress past `--max-decompressed-batch-bytes` is not served
+//! (500/50002, naming the flag) rather than allocated.
 //! `timeout` (default 1 s, at most [`READ_TIMEOUT_MAX`]) is how long to wait at the end of
 //! the log for records to arrive (a long poll); an empty array means none came. An offset
 //! outside the log is 416/41601.
@@ -145,7 +147,13 @@ pub(crate) async fn read(
             params.timeout,
         )
         .await?;
-    let records = crate::records::decode(&result.batches, params.offset).map_err(|e| {
+    let records = crate::records::decode(
+        &result.batches,
+        params.offset,
+        params.max_bytes,
+        app.http.broker.log.max_decompressed_batch_bytes(),
+    )
+    .map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             50002,

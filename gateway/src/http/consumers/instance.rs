@@ -427,6 +427,8 @@ mod tests {
                 flush_interval: Duration::from_secs(3600),
                 flush_bytes: 1 << 30,
                 partition_tail_bytes: 1 << 20,
+                max_decompressed_batch_bytes:
+                    oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
                 durability: Default::default(),
                 replication: Default::default(),
             },

@@ -176,7 +176,13 @@ async fn read_once(
         if result.batches.is_empty() {
             continue;
         }
-        let decoded = crate::records::decode(&result.batches, *position).map_err(|e| {
+        let decoded = crate::records::decode(
+            &result.batches,
+            *position,
+            budget,
+            broker.log.max_decompressed_batch_bytes(),
+        )
+        .map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 50002,

@@ -30,7 +30,10 @@ fn config_type(name: &str) -> i8 {
         | "num.partitions"
         | "message.max.bytes"
         | "broker.id" => INT,
-        "retention.bytes" | "retention.ms" => LONG,
+        "retention.bytes"
+        | "retention.ms"
+        | "message.timestamp.after.max.ms"
+        | "message.timestamp.before.max.ms" => LONG,
         "auto.create.topics.enable" => BOOLEAN,
         _ => STRING,
     }

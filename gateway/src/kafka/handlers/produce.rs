@@ -71,6 +71,14 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                         ResponseError::CorruptMessage.code(),
                         "no record batch".into(),
                     ),
+                    (Some(_), Some(records)) if version < 7 && is_zstd(&records) => {
+                        // Kafka's ProduceRequest.validateRecords: zstd needs v7 (KIP-110),
+                        // so an old client never gets batches it cannot decompress.
+                        let e = BrokerError::UnsupportedCompression(format!(
+                            "zstd batches need Produce v7 or later, this request is v{version}"
+                        ));
+                        Outcome::Failed(e.code(), e.to_string())
+                    }
                     (Some(topic), Some(records)) => {
                         match broker.produce_pending(topic, p.index, &records, acks).await {
                             Ok(pending) => Outcome::Pending {
@@ -146,6 +154,14 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         }
         .boxed(),
     )
+}
+
+/// Whether a produced batch says it is zstd-compressed (validation proper is the log's).
+fn is_zstd(records: &[u8]) -> bool {
+    oxbow_segment_writer::batch::peek_header(records)
+        .ok()
+        .flatten()
+        .is_some_and(|h| h.compression() == 4)
 }
 
 fn log_rejection(topic: &str, partition: i32, e: &BrokerError) {
