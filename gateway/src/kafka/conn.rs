@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 /// Most requests of one connection being worked on at once; past it, reading pauses
@@ -43,10 +43,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (read_half, mut write_half) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .length_field_length(4)
-        .max_frame_length(broker.settings.max_request_bytes)
-        .new_codec();
+    let codec = frame::FrameCodec::new(broker.settings.max_request_bytes);
     // `FramedRead::next` is cancel-safe, so it can sit in the select below.
     let mut frames = FramedRead::new(read_half, codec);
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();

@@ -32,6 +32,46 @@ pub fn check_length(length: i32, max: usize) -> Result<usize, FrameError> {
     Ok(size)
 }
 
+/// Most bytes reserved ahead of a frame that has not fully arrived. The length prefix is the
+/// client's word, not bytes in hand: reserving all of it up front (as `LengthDelimitedCodec`
+/// does) let a 4-byte prefix pin `--max-request-bytes` per connection. The buffer instead
+/// grows with what arrives, so memory follows what the client actually sent.
+const READ_AHEAD_MAX: usize = 64 * 1024;
+
+/// Splits a byte stream into request frames (without their length prefix), refusing a
+/// negative length or one over `max` before a byte of the body is read.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameCodec {
+    max: usize,
+}
+
+impl FrameCodec {
+    pub fn new(max: usize) -> Self {
+        Self { max }
+    }
+}
+
+impl tokio_util::codec::Decoder for FrameCodec {
+    type Item = BytesMut;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, std::io::Error> {
+        let Some(prefix) = src.get(..4) else {
+            return Ok(None);
+        };
+        let length = i32::from_be_bytes(prefix.try_into().expect("a 4-byte slice"));
+        let size = check_length(length, self.max)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let missing = (4 + size).saturating_sub(src.len());
+        if missing > 0 {
+            src.reserve(missing.min(READ_AHEAD_MAX));
+            return Ok(None);
+        }
+        src.advance(4);
+        Ok(Some(src.split_to(size)))
+    }
+}
+
 /// The first fields of every request header, readable before knowing the header version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prelude {
@@ -109,6 +149,33 @@ mod tests {
             check_length(-1, 100),
             Err(FrameError::NegativeLength(-1))
         ));
+    }
+
+    #[test]
+    fn frames_split_without_reserving_the_announced_length() {
+        use tokio_util::codec::Decoder as _;
+        let mut codec = FrameCodec::new(100 << 20);
+        // A prefix announcing 100 MiB followed by 3 bytes reserves a bounded read-ahead.
+        let mut src = BytesMut::from(&[0x06, 0x40, 0x00, 0x00, 1, 2, 3][..]);
+        assert!(codec.decode(&mut src).expect("valid prefix").is_none());
+        assert!(src.capacity() <= 7 + READ_AHEAD_MAX, "{}", src.capacity());
+        // Two whole frames back to back.
+        let mut src = BytesMut::from(&[0, 0, 0, 2, 9, 8, 0, 0, 0, 0][..]);
+        assert_eq!(
+            &codec.decode(&mut src).expect("ok").expect("frame")[..],
+            &[9, 8]
+        );
+        assert!(codec
+            .decode(&mut src)
+            .expect("ok")
+            .expect("empty frame")
+            .is_empty());
+        assert!(codec.decode(&mut src).expect("ok").is_none());
+        // Negative and oversized lengths fail before any body arrives.
+        let mut src = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
+        assert!(codec.decode(&mut src).is_err());
+        let mut src = BytesMut::from(&[0x7f, 0xff, 0xff, 0xff][..]);
+        assert!(codec.decode(&mut src).is_err());
     }
 
     #[test]

@@ -516,7 +516,12 @@ impl RecordBatchDecoder {
     ) -> Result<()> {
         // Oxbow patch: a record takes at least one byte; never reserve more than the input
         // can fill, whatever the header's record count claims.
-        records.reserve((batch_decode_info.record_count as usize).min(buf.remaining()));
+        // (A negative count reserves nothing and decodes no record.)
+        let count = usize::try_from(batch_decode_info.record_count).unwrap_or(0);
+        records.reserve(crate::protocol::types::bounded_capacity::<Record>(
+            count,
+            buf.remaining(),
+        ));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -896,7 +901,10 @@ impl Record {
         let num_headers = num_headers as usize;
 
         // Oxbow patch: bounded by the bytes left, as for records.
-        let mut headers = IndexMap::with_capacity(num_headers.min(buf.remaining()));
+        let mut headers = IndexMap::with_capacity(crate::protocol::types::bounded_capacity::<(
+            StrBytes,
+            Option<Bytes>,
+        )>(num_headers, buf.remaining()));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;
