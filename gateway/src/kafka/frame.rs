@@ -2,14 +2,14 @@
 //! request frame starts with the request header.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 /// Why a frame cannot be served; every case closes the connection (as Kafka does), since the
 /// stream can no longer be trusted to be in sync.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    #[error("frame of {size} bytes exceeds --max-request-bytes {max}")]
+    #[error("frame of {size} bytes exceeds the limit of {max} (--max-request-bytes, or 4 MiB for requests but Produce)")]
     TooLarge { size: usize, max: usize },
     #[error("negative frame length {0}")]
     NegativeLength(i32),
@@ -101,6 +101,64 @@ pub fn decode_header(
 ) -> Result<RequestHeader, FrameError> {
     let header_version = key.request_header_version(version);
     RequestHeader::decode(frame, header_version).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Largest frame of any request but Produce. Decoding builds a struct per array element,
+/// up to 64 times the element's wire size (a 2-byte null topic name becomes a 128-byte
+/// `MetadataRequestTopic`), so one 100 MiB Metadata frame held 6.4 GiB and aborted the
+/// broker. Produce carries its bulk as record bytes, which decode without copying; every
+/// other request stays far below this (a JoinGroup naming 10,000 topics in two protocols
+/// is ~600 KB), which bounds such a frame to ~256 MiB.
+pub const NON_PRODUCE_REQUEST_BYTES_MAX: usize = 4 << 20;
+
+/// A request frame, decoded as far as the broker decodes before handling it.
+// Returned once per request and destructured at once; boxing the body would only add an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Request {
+    /// A supported API and version: its header and body.
+    Decoded {
+        key: ApiKey,
+        version: i16,
+        header: RequestHeader,
+        body: RequestKind,
+    },
+    /// ApiVersions at a version this broker does not support: answered in the v0 layout with
+    /// the versions it does (KIP-511), so the client can retry with one of them.
+    UnsupportedApiVersions { correlation_id: i32 },
+}
+
+/// The whole request decode path, without I/O: the API and version are checked against
+/// [`versions::SUPPORTED`](super::versions::SUPPORTED) before the header and body are
+/// decoded. `frame` is one frame without its length prefix, `p` its [`prelude`]. The
+/// protocol fuzzer (`gateway/tests/fuzz_decode.rs`) drives exactly this function.
+pub fn decode_request(p: Prelude, mut frame: Bytes) -> Result<Request, FrameError> {
+    let key = ApiKey::try_from(p.api_key).map_err(|_| FrameError::UnknownApiKey(p.api_key))?;
+    let version = p.api_version;
+    if !super::versions::supports(key, version) {
+        if key == ApiKey::ApiVersions {
+            return Ok(Request::UnsupportedApiVersions {
+                correlation_id: p.correlation_id,
+            });
+        }
+        return Err(FrameError::UnsupportedVersion { key, version });
+    }
+    if key != ApiKey::Produce && frame.len() > NON_PRODUCE_REQUEST_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            size: frame.len(),
+            max: NON_PRODUCE_REQUEST_BYTES_MAX,
+        });
+    }
+    let header = decode_header(key, version, &mut frame)?;
+    let body = RequestKind::decode(key, &mut frame, version)
+        .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+    Ok(Request::Decoded {
+        key,
+        version,
+        header,
+        body,
+    })
 }
 
 /// Encodes a whole response frame: length, header, body.
