@@ -216,6 +216,19 @@ fn fnv(data: &[u8]) -> u64 {
     })
 }
 
+/// With `OXBOW_FUZZ_EXPORT=<dir>`, writes the seeds to `<dir>/<target>/` for libFuzzer
+/// (`fuzz/run.sh` does this), so both fuzzers start from the same corpus.
+fn export(name: &str, seeds: &[Vec<u8>]) {
+    let Ok(dir) = std::env::var("OXBOW_FUZZ_EXPORT") else {
+        return;
+    };
+    let dir = Path::new(&dir).join(name);
+    std::fs::create_dir_all(&dir).expect("create the export directory");
+    for s in seeds {
+        std::fs::write(dir.join(format!("{:016x}", fnv(s))), s).expect("export a seed");
+    }
+}
+
 fn budget() -> Duration {
     let secs = std::env::var("OXBOW_FUZZ_SECS")
         .ok()
@@ -233,6 +246,7 @@ fn seed() -> u64 {
 
 /// The systematic pass, then random mutations until `budget` runs out.
 fn fuzz(name: &str, target: fn(&[u8]), seeds: &[Vec<u8>], fixup: Fixup, budget: Duration) -> Stats {
+    export(name, seeds);
     let started = Instant::now();
     let mut stats = Stats {
         executions: 0,

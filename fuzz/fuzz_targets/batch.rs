@@ -1,0 +1,9 @@
+//! One produced record batch through validation and a full decode.
+#![no_main]
+
+#[path = "../../gateway/tests/fuzz_decode/targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    targets::record_batch(data);
+});
