@@ -13,7 +13,6 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Refuses single allocations over `max` bytes; otherwise forwards to [`System`].
 pub struct Guard {
@@ -32,11 +31,11 @@ impl Guard {
         // No allocation here: the process is about to abort on this very failure.
         let mut buf = [0u8; 200];
         let mut w = &mut buf[..];
-        let n = EXECUTION.load(Ordering::Relaxed);
+        let (name, n) = EXECUTION.try_with(|e| e.get()).unwrap_or(("?", 0));
         let _ = write!(
             w,
-            "\nalloc-guard: REFUSED one allocation of {size} bytes (limit {}) in execution \
-             {n}\n",
+            "\nalloc-guard: REFUSED one allocation of {size} bytes (limit {}) in {name} \
+             execution {n}\n",
             self.max
         );
         let left = w.len();
@@ -49,14 +48,13 @@ thread_local! {
     /// Bytes this thread holds through the allocator, and the most since the last reset.
     static LIVE: Cell<usize> = const { Cell::new(0) };
     static PEAK: Cell<usize> = const { Cell::new(0) };
+    /// The caller's (target, execution number) on this thread, reported with a refusal.
+    static EXECUTION: Cell<(&'static str, u64)> = const { Cell::new(("?", 0)) };
 }
 
-/// The caller's execution number, reported with a refusal.
-static EXECUTION: AtomicU64 = AtomicU64::new(0);
-
-/// Records which execution is running, for the refusal report.
-pub fn set_execution(n: u64) {
-    EXECUTION.store(n, Ordering::Relaxed);
+/// Records which execution this thread is running, for the refusal report.
+pub fn set_execution(target: &'static str, n: u64) {
+    let _ = EXECUTION.try_with(|e| e.set((target, n)));
 }
 
 fn track_alloc(size: usize) {

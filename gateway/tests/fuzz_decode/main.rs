@@ -16,7 +16,8 @@
 //!
 //! A panic writes the input to `$CARGO_TARGET_TMPDIR` and fails the test, naming the file
 //! to copy into `tests/corpus/regressions/`. A refused allocation aborts the test binary
-//! with the execution number (see the `alloc-guard` crate in `fuzz/`); `OXBOW_FUZZ_DUMP=<n>` writes that input instead of running it.
+//! with the target and execution number (see the `alloc-guard` crate in `fuzz/`);
+//! `OXBOW_FUZZ_DUMP=<target>:<n>` writes that input instead of running it.
 
 mod targets;
 
@@ -25,7 +26,6 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use oxbow_gateway::kafka::versions::SUPPORTED;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 // -- the allocation guard -----------------------------------------------------------------
@@ -37,9 +37,6 @@ const ALLOCATION_MAX: usize = 256 << 20;
 
 #[global_allocator]
 static GUARD: alloc_guard::Guard = alloc_guard::Guard::new(ALLOCATION_MAX);
-
-/// Executions so far (across this binary's tests), for reports and `OXBOW_FUZZ_DUMP`.
-static EXECUTION: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `f` and returns the most bytes it held at once (on this thread).
 fn peak_bytes_of(f: impl FnOnce()) -> usize {
@@ -172,19 +169,15 @@ struct Stats {
 }
 
 /// Runs one input under the guard; a panic saves the input and fails the test.
-fn execute(name: &str, target: fn(&[u8]), input: &[u8], stats: &mut Stats) {
-    let n = EXECUTION.fetch_add(1, Ordering::Relaxed) + 1;
-    alloc_guard::set_execution(n);
-    if std::env::var("OXBOW_FUZZ_DUMP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        == Some(n)
-    {
+fn execute(name: &'static str, target: fn(&[u8]), input: &[u8], stats: &mut Stats) {
+    stats.executions += 1;
+    let n = stats.executions;
+    alloc_guard::set_execution(name, n);
+    if std::env::var("OXBOW_FUZZ_DUMP").ok() == Some(format!("{name}:{n}")) {
         let path = save(name, input);
-        panic!("execution {n} written to {}", path.display());
+        panic!("{name} execution {n} written to {}", path.display());
     }
     let outcome = std::panic::catch_unwind(|| peak_bytes_of(|| target(input)));
-    stats.executions += 1;
     match outcome {
         Ok(peak) => {
             if peak > stats.peak_bytes {
@@ -245,7 +238,13 @@ fn seed() -> u64 {
 }
 
 /// The systematic pass, then random mutations until `budget` runs out.
-fn fuzz(name: &str, target: fn(&[u8]), seeds: &[Vec<u8>], fixup: Fixup, budget: Duration) -> Stats {
+fn fuzz(
+    name: &'static str,
+    target: fn(&[u8]),
+    seeds: &[Vec<u8>],
+    fixup: Fixup,
+    budget: Duration,
+) -> Stats {
     export(name, seeds);
     let started = Instant::now();
     let mut stats = Stats {
@@ -318,12 +317,22 @@ fn corpus_dir(sub: &str) -> PathBuf {
 }
 
 fn read_dir(dir: &Path) -> Vec<Vec<u8>> {
+    read_dir_matching(dir, "")
+}
+
+/// The `.bin` files of `dir` whose names start with `prefix`, in name order.
+fn read_dir_matching(dir: &Path, prefix: &str) -> Vec<Vec<u8>> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut paths: Vec<PathBuf> = entries
         .map(|e| e.expect("corpus entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
         .collect();
     paths.sort();
     paths
@@ -404,7 +413,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
             }
         }
     }
-    seeds.extend(read_dir(&corpus_dir("regressions")));
+    seeds.extend(read_dir_matching(&corpus_dir("regressions"), "request-"));
     seeds
 }
 
@@ -432,6 +441,7 @@ fn batch_seeds() -> Vec<Vec<u8>> {
         seeds.len() >= 10,
         "expected the captured Produce requests' batches"
     );
+    seeds.extend(read_dir_matching(&corpus_dir("regressions"), "batch-"));
     seeds
 }
 
@@ -548,7 +558,22 @@ fn regressions_stay_fixed() {
         peak_bytes: 0,
         peak_input_len: 0,
     };
-    for input in read_dir(&corpus_dir("regressions")) {
-        execute("regression", request_target, &input, &mut stats);
+    let dir = corpus_dir("regressions");
+    let requests = read_dir_matching(&dir, "request-");
+    let batches = read_dir_matching(&dir, "batch-");
+    assert!(
+        !requests.is_empty() && !batches.is_empty(),
+        "regressions/ lost its files"
+    );
+    assert_eq!(
+        requests.len() + batches.len(),
+        read_dir(&dir).len(),
+        "every regression is named request-* or batch-*"
+    );
+    for input in requests {
+        execute("regression-request", request_target, &input, &mut stats);
+    }
+    for input in batches {
+        execute("regression-batch", batch_target, &input, &mut stats);
     }
 }
