@@ -1,9 +1,4 @@
 //! The gateway's request decode path (`gateway/src/kafka/{frame,versions}.rs`), compiled
 //! from the very same files for the libFuzzer targets, without the rest of the broker.
 
-pub mod kafka {
-    #[path = "../../../../gateway/src/kafka/frame.rs"]
-    pub mod frame;
-    #[path = "../../../../gateway/src/kafka/versions.rs"]
-    pub mod versions;
-}
+pub mod kafka;
