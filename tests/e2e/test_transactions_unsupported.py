@@ -1,7 +1,8 @@
 """Issue 11, defect 8: until Oxbow has transactions, a transactional producer must stop at
 once with a message naming transactions, not retry: FindCoordinator for a transactional id
 answered the retriable COORDINATOR_NOT_AVAILABLE, so init_transactions waited 60 s (Java,
-kafka-python) or until the caller's timeout (librdkafka). The broker now answers the fatal
+kafka-python), until the caller's timeout (librdkafka) or forever (franz-go, whose
+program is franz_txn/; needs `go`, modules come from the Go proxy). The broker now answers the fatal
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (with an error_message where the API has one).
 
 Oxbow-only: a real Kafka serves transactions."""
@@ -93,3 +94,22 @@ def test_java_transactional_producer_fails_at_once(oxbow, tmp_path):
     # The JVM takes a few seconds to start; the old answer made this take 60 s.
     assert elapsed < 3 * FAIL_WITHIN_S, f"took {elapsed:.1f} s\n{out}"
     assert "TransactionalIdAuthorizationException" in out, out
+
+
+def test_franz_go_transactional_producer_fails_at_once(oxbow, tmp_path):
+    """franz-go retried COORDINATOR_NOT_AVAILABLE forever."""
+    import shutil
+    from pathlib import Path
+
+    if shutil.which("go") is None:
+        pytest.skip("go not installed")
+    src = Path(__file__).parent / "franz_txn"
+    binary = tmp_path / "franztxn"
+    run(["go", "build", "-C", str(src), "-o", str(binary), "."], timeout=300)
+    topic = create_topic(oxbow.bootstrap, unique("txn-franz"), 1)
+    proc = run([str(binary), oxbow.bootstrap, unique("txn-franz"), topic], timeout=90, check=False)
+    print(f"franz-go: {proc.stdout.strip()}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    elapsed = float(proc.stdout.split("elapsed=")[1].split()[0])
+    assert elapsed < FAIL_WITHIN_S, proc.stdout
+    assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in proc.stdout, proc.stdout
