@@ -1,6 +1,8 @@
 //! One produced record batch through validation and a full decode.
 #![no_main]
 
+// Each target uses part of the shared file.
+#[allow(dead_code)]
 #[path = "../../gateway/tests/fuzz_decode/targets.rs"]
 mod targets;
 

@@ -132,14 +132,27 @@ def test_the_reported_frames_close_the_connection(hostile_broker, api, version, 
     assert b.alive, b.log_tail()
 
 
-def test_a_large_metadata_frame_is_refused_before_decoding(hostile_broker):
-    """8 MiB of 2-byte null topic names would decode into ~512 MiB of structs (a 100 MiB
-    frame into 6.4 GiB); requests but Produce are capped at 4 MiB, so the frame is refused."""
+def _metadata_v1_null_names(names: int) -> bytes:
+    return w.request_header(3, 1, 7, "x", False) + struct.pack(">i", names) + b"\xff\xff" * names
+
+
+def _produce_v9_empty_topics(topics: int) -> bytes:
+    body = b"\x00" + struct.pack(">hi", 1, 1000) + w.uvarint(topics + 1) + b"\x01\x01\x00" * topics + b"\x00"
+    return w.request_header(0, 9, 7, "x", True) + body
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [_metadata_v1_null_names(4 << 20), _produce_v9_empty_topics(1 << 20)],
+    ids=["Metadata-v1-8MiB-null-names", "Produce-v9-3MiB-empty-topics"],
+)
+def test_frames_that_decode_into_gigabytes_are_refused(hostile_broker, payload):
+    """Truthful counts of tiny elements: 8 MiB of null topic names would build 512 MiB of
+    structs (a 100 MiB frame 6.4 GiB), 3 MiB of empty Produce topics 96 MiB (100 MiB:
+    3.2 GiB). Decoding one request may build at most 64 MiB, so both are refused."""
     b = hostile_broker
     if b.kind != "oxbow":
-        pytest.skip("Oxbow's cap on requests other than Produce; Kafka decodes it")
-    names = 4 << 20
-    payload = w.request_header(3, 1, 7, "x", False) + struct.pack(">i", names) + b"\xff\xff" * names
+        pytest.skip("Oxbow's decode budget; Kafka decodes these")
     rss_before = rss_bytes(b.pid)
     with w.KafkaConn(b.bootstrap, timeout=30) as bad:
         bad.send_raw(w.frame(payload))

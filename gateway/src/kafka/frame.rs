@@ -3,13 +3,13 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{with_decode_budget, Decodable, Encodable};
 
 /// Why a frame cannot be served; every case closes the connection (as Kafka does), since the
 /// stream can no longer be trusted to be in sync.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    #[error("frame of {size} bytes exceeds the limit of {max} (--max-request-bytes, or 4 MiB for requests but Produce)")]
+    #[error("frame of {size} bytes exceeds --max-request-bytes {max}")]
     TooLarge { size: usize, max: usize },
     #[error("negative frame length {0}")]
     NegativeLength(i32),
@@ -103,15 +103,14 @@ pub fn decode_header(
     RequestHeader::decode(frame, header_version).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
-/// Largest frame of any request but Produce. Decoding builds a struct per array element,
-/// up to 64 times the element's wire size (a 2-byte null topic name becomes a 128-byte
-/// `MetadataRequestTopic`), so one 100 MiB Metadata frame held 6.4 GiB and aborted the
-/// broker. Produce carries its bulk as record bytes, which decode without copying; every
-/// other request stays far below this (a JoinGroup naming 10,000 topics in two protocols
-/// is ~600 KB), which bounds such a frame to ~256 MiB.
-pub const NON_PRODUCE_REQUEST_BYTES_MAX: usize = 4 << 20;
+/// The most memory decoding one request may build, beyond the frame's own bytes (which
+/// strings and records reference without copying). A decoded struct can be far larger than
+/// its wire form: a 2-byte null topic name becomes a 128-byte `MetadataRequestTopic`, an
+/// empty 3-byte Produce topic a 96-byte struct, so one 100 MiB frame built 3-6 GiB and
+/// aborted the broker. Real requests stay far below this (Metadata naming 100,000 topics
+/// builds ~13 MiB); the vendored decoder charges every array and unknown tagged field.
+pub const REQUEST_DECODE_BYTES_MAX: usize = 64 << 20;
 
-/// A request frame, decoded as far as the broker decodes before handling it.
 // Returned once per request and destructured at once; boxing the body would only add an
 // allocation per request.
 #[allow(clippy::large_enum_variant)]
@@ -144,15 +143,12 @@ pub fn decode_request(p: Prelude, mut frame: Bytes) -> Result<Request, FrameErro
         }
         return Err(FrameError::UnsupportedVersion { key, version });
     }
-    if key != ApiKey::Produce && frame.len() > NON_PRODUCE_REQUEST_BYTES_MAX {
-        return Err(FrameError::TooLarge {
-            size: frame.len(),
-            max: NON_PRODUCE_REQUEST_BYTES_MAX,
-        });
-    }
-    let header = decode_header(key, version, &mut frame)?;
-    let body = RequestKind::decode(key, &mut frame, version)
-        .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+    let (header, body) = with_decode_budget(REQUEST_DECODE_BYTES_MAX, || {
+        let header = decode_header(key, version, &mut frame)?;
+        let body = RequestKind::decode(key, &mut frame, version)
+            .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+        Ok::<_, FrameError>((header, body))
+    })?;
     Ok(Request::Decoded {
         key,
         version,

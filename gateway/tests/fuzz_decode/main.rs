@@ -502,12 +502,17 @@ fn max_count_frames_are_refused_for_every_api_and_version() {
 
 /// The same count in a large frame: the bytes left no longer cap the damage if the
 /// reservation counts element slots (a 128-byte struct per byte left), so it counts bytes.
-/// And a count the bytes can hold decodes into structs far larger than their wire form,
-/// which is why requests but Produce are capped at `NON_PRODUCE_REQUEST_BYTES_MAX`.
+/// And a count the bytes can hold decodes into structs far larger than their wire form
+/// (Metadata's null topic names 64x, Produce's empty topics 32x), so decoding one request
+/// may build at most `REQUEST_DECODE_BYTES_MAX`.
 #[test]
-fn large_frames_claiming_many_elements_hold_a_bounded_multiple_of_the_frame() {
-    use oxbow_gateway::kafka::frame::{
-        decode_request, prelude, FrameError, NON_PRODUCE_REQUEST_BYTES_MAX,
+fn large_frames_claiming_many_elements_build_at_most_the_decode_budget() {
+    use oxbow_gateway::kafka::frame::{decode_request, prelude, REQUEST_DECODE_BYTES_MAX};
+    let decode = |frame: Bytes| {
+        let p = prelude(&frame).expect("prelude");
+        let mut ok = false;
+        let peak = peak_bytes_of(|| ok = decode_request(p, frame.clone()).is_ok());
+        (ok, peak)
     };
     // Topic names as null strings (-1), 2 bytes each: the densest MetadataRequestTopic.
     let metadata_v1 = |count: i32, body_bytes: usize| {
@@ -515,39 +520,61 @@ fn large_frames_claiming_many_elements_hold_a_bounded_multiple_of_the_frame() {
         body.extend(std::iter::repeat_n([0xff, 0xff], body_bytes / 2).flatten());
         Bytes::from(frame_of(ApiKey::Metadata, 1, &body)).slice(4..)
     };
-    let lying = metadata_v1(i32::MAX, NON_PRODUCE_REQUEST_BYTES_MAX - 64);
-    let p = prelude(&lying).expect("prelude");
-    let peak = peak_bytes_of(|| {
-        assert!(decode_request(p, lying.clone()).is_err());
-    });
-    eprintln!(
-        "Metadata v1 claiming 2^31-1 topics, {} bytes: held {peak} bytes",
-        lying.len()
+    let (ok, peak) = decode(metadata_v1(i32::MAX, 8 << 20));
+    eprintln!("Metadata v1 claiming 2^31-1 topics in 8 MiB: held {peak} bytes");
+    assert!(
+        !ok && peak <= 64 << 10,
+        "a lying count reserved {peak} bytes"
     );
-    assert!(peak <= 64 << 10, "a lying count reserved {peak} bytes");
 
-    let body_bytes = 1 << 20;
-    let truthful = metadata_v1((body_bytes / 2) as i32, body_bytes);
-    let p = prelude(&truthful).expect("prelude");
-    let peak = peak_bytes_of(|| {
-        assert!(decode_request(p, truthful.clone()).is_ok());
-    });
-    let ratio = peak / truthful.len();
-    eprintln!(
-        "Metadata v1 with {} null topic names: held {peak} bytes, {ratio}x",
-        body_bytes / 2
+    let (ok, peak) = decode(metadata_v1(1 << 19, 1 << 20));
+    eprintln!("Metadata v1 with 2^19 null names (1 MiB): held {peak} bytes, decoded: {ok}");
+    assert!(ok, "64 MiB of structs fits the budget");
+
+    let (ok, peak) = decode(metadata_v1(4 << 20, 8 << 20));
+    eprintln!("Metadata v1 with 2^22 null names (8 MiB): held {peak} bytes, decoded: {ok}");
+    assert!(
+        !ok && peak <= 64 << 10,
+        "refused before building: {peak} bytes"
     );
-    assert!(ratio <= 128, "{ratio}x the frame");
 
-    let over = metadata_v1(1, NON_PRODUCE_REQUEST_BYTES_MAX);
-    let p = prelude(&over).expect("prelude");
-    let peak = peak_bytes_of(|| {
-        assert!(matches!(
-            decode_request(p, over.clone()),
-            Err(FrameError::TooLarge { .. })
-        ));
-    });
-    assert!(peak <= 64 << 10, "refusing a large frame held {peak} bytes");
+    // Produce v9 with empty topics (3 bytes each: empty name, no partitions, no tags),
+    // inside a frame a real client may send: refused once the structs pass the budget.
+    let topics = 1 << 20;
+    let mut body = vec![0x00]; // transactional_id: null
+    body.extend(1i16.to_be_bytes()); // acks
+    body.extend(1000i32.to_be_bytes()); // timeout_ms
+    body.extend([0x81, 0x80, 0x40]); // compact count: 2^20 + 1
+    body.extend(std::iter::repeat_n([0x01, 0x01, 0x00], topics).flatten());
+    body.push(0);
+    let (ok, peak) = decode(Bytes::from(frame_of(ApiKey::Produce, 9, &body)).slice(4..));
+    eprintln!("Produce v9 with 2^20 empty topics (3 MiB): held {peak} bytes, decoded: {ok}");
+    assert!(
+        !ok && peak <= REQUEST_DECODE_BYTES_MAX + (4 << 20),
+        "{peak} bytes"
+    );
+
+    // Unknown tagged fields: 2^20 distinct tags in a Produce v9 header.
+    let mut header = BytesMut::new();
+    header.put_i16(ApiKey::Produce as i16);
+    header.put_i16(9);
+    header.put_i32(7);
+    header.put_i16(-1);
+    header.extend_from_slice(&[0x80, 0x80, 0x40]); // 2^20 tagged fields
+    for tag in 0u32..1 << 20 {
+        let mut t = tag;
+        while t >= 0x80 {
+            header.put_u8((t as u8) | 0x80);
+            t >>= 7;
+        }
+        header.put_u8(t as u8);
+        header.put_u8(0); // size 0
+    }
+    let (ok, peak) = decode(header.freeze());
+    eprintln!(
+        "Produce v9 header with 2^20 unknown tagged fields: held {peak} bytes, decoded: {ok}"
+    );
+    assert!(!ok && peak <= 2 * REQUEST_DECODE_BYTES_MAX, "{peak} bytes");
 }
 
 /// Every input that once failed still passes.

@@ -5,8 +5,11 @@
 //! hold; the allocation guard installed by the caller turns an over-reservation into a
 //! failure too.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::RequestKind;
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, RequestKind,
+};
+use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use oxbow_gateway::kafka::frame::{self, FrameCodec, Request};
 use std::io::Read;
@@ -35,23 +38,46 @@ pub fn request_stream(data: &[u8]) -> usize {
 
 /// One frame (without its length prefix) through the broker's decode path: prelude, the
 /// supported-version check, header, body; a Produce request's record batches then go
-/// through the batch path as the produce handler would.
+/// through the batch path as the produce handler would, and a JoinGroup's subscriptions
+/// or a SyncGroup's assignments through the consumer protocol decoders.
 pub fn request_frame(frame: Bytes) {
     let Ok(p) = frame::prelude(&frame) else {
         return;
     };
-    if let Ok(Request::Decoded {
-        body: RequestKind::Produce(req),
-        ..
-    }) = frame::decode_request(p, frame)
-    {
-        for topic in &req.topic_data {
-            for partition in &topic.partition_data {
-                if let Some(records) = &partition.records {
-                    record_batch(records);
+    let Ok(Request::Decoded { body, .. }) = frame::decode_request(p, frame) else {
+        return;
+    };
+    match body {
+        RequestKind::Produce(req) => {
+            for topic in &req.topic_data {
+                for partition in &topic.partition_data {
+                    if let Some(records) = &partition.records {
+                        record_batch(records);
+                    }
                 }
             }
         }
+        // The consumer protocol's embedded formats, which the coordinator decodes as
+        // `groups/protocol.rs` does (version prefix, then the body at that version).
+        RequestKind::JoinGroup(req) => {
+            for protocol in &req.protocols {
+                embedded::<ConsumerProtocolSubscription>(&protocol.metadata);
+            }
+        }
+        RequestKind::SyncGroup(req) => {
+            for assignment in &req.assignments {
+                embedded::<ConsumerProtocolAssignment>(&assignment.assignment);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn embedded<T: Decodable>(data: &Bytes) {
+    let mut body = data.clone();
+    if body.len() >= 2 {
+        let version = body.get_i16();
+        let _ = T::decode(&mut body, version.clamp(0, 3));
     }
 }
 

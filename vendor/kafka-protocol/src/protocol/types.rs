@@ -1031,6 +1031,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
                         buf.remaining()
                     );
                 }
+                super::charge_decode_budget((n as usize).saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result =
                     Vec::with_capacity(bounded_capacity::<T>(n as usize, buf.remaining()));
                 for _ in 0..n {
@@ -1148,6 +1149,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
                         buf.remaining()
                     );
                 }
+                super::charge_decode_budget(count.saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result = Vec::with_capacity(bounded_capacity::<T>(count, buf.remaining()));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
