@@ -6,6 +6,9 @@
 #   scripts/test.sh e2e [-- ARGS]   setup + end-to-end suite only (pytest ARGS, e.g. -k http)
 #   scripts/test.sh build e2e       rebuild the binaries, then the end-to-end suite
 #   scripts/test.sh fmt clippy ...  any subset of stages, in the order given
+#   scripts/test.sh fuzz            the protocol fuzzer for longer (not in the default set):
+#                                   OXBOW_FUZZ_SECS (default 300) of the seeded run, then as
+#                                   long per libFuzzer target if nightly + cargo-fuzz exist
 #
 # Works from any directory. CI runs it through .ci/run (as root, CI=true, no stdin).
 # A failing stage does not stop the later ones (except setup; a failed build skips e2e);
@@ -199,6 +202,21 @@ stage_build() {
     done
 }
 
+# The bounded run (12 s) is part of `cargo test --workspace`; this is the longer one.
+stage_fuzz() {
+    section "protocol fuzzer (${OXBOW_FUZZ_SECS:-300} s per target)"
+    OXBOW_FUZZ_SECS="${OXBOW_FUZZ_SECS:-300}" bounded cargo test -p oxbow-gateway \
+        --test fuzz_decode fuzz_ -- --nocapture || return 1
+    if cargo +nightly fuzz --version >/dev/null 2>&1; then
+        local target
+        for target in request batch; do
+            bounded fuzz/run.sh "$target" "${OXBOW_FUZZ_SECS:-300}" || return 1
+        done
+    else
+        echo "(nightly or cargo-fuzz missing: coverage-guided run skipped)"
+    fi
+}
+
 # ------------------------------------------------------------------ e2e ----
 
 stage_e2e() {
@@ -229,9 +247,9 @@ PYTEST_ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --) shift; PYTEST_ARGS=("$@"); break ;;
-        setup | fmt | clippy | unit | build | e2e) STAGES+=("$1") ;;
+        setup | fmt | clippy | unit | build | e2e | fuzz) STAGES+=("$1") ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-        *) die "unknown stage '$1' (setup fmt clippy unit build e2e)" ;;
+        *) die "unknown stage '$1' (setup fmt clippy unit build e2e fuzz)" ;;
     esac
     shift
 done

@@ -12,13 +12,12 @@
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
 use super::request_reader::RequestReader;
-use super::{versions, ConnectionLimits};
+use super::ConnectionLimits;
 use crate::broker::Broker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
-use kafka_protocol::messages::{ApiKey, RequestKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -193,27 +192,22 @@ async fn sleep_until(deadline: Option<Instant>) {
 async fn dispatch(
     broker: &Arc<Broker>,
     peer: std::net::SocketAddr,
-    mut frame: Bytes,
+    frame: Bytes,
 ) -> Result<Pending, FrameError> {
     let p = frame::prelude(&frame)?;
     broker.metrics.count_request(p.api_key);
-    let key = ApiKey::try_from(p.api_key).map_err(|_| FrameError::UnknownApiKey(p.api_key))?;
-    if key == ApiKey::ApiVersions && !versions::supports(key, p.api_version) {
-        // KIP-511: answer in the v0 layout with the versions we do support, so the client
-        // can retry with one of them.
-        let bytes = handlers::api_versions::unsupported_version_response(p.correlation_id);
-        return Ok(async move { Outgoing::Send(bytes) }.boxed());
-    }
-    if !versions::supports(key, p.api_version) {
-        return Err(FrameError::UnsupportedVersion {
+    let (key, version, header, request) = match frame::decode_request(p, frame)? {
+        frame::Request::Decoded {
             key,
-            version: p.api_version,
-        });
-    }
-    let version = p.api_version;
-    let header = frame::decode_header(key, version, &mut frame)?;
-    let request = RequestKind::decode(key, &mut frame, version)
-        .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+            version,
+            header,
+            body,
+        } => (key, version, header, body),
+        frame::Request::UnsupportedApiVersions { correlation_id } => {
+            let bytes = handlers::api_versions::unsupported_version_response(correlation_id);
+            return Ok(async move { Outgoing::Send(bytes) }.boxed());
+        }
+    };
     let correlation_id = header.correlation_id;
     let reply = handlers::handle(broker, &header, peer, request).await;
     let encode = move |body| match frame::encode_response(key, version, correlation_id, &body) {

@@ -2,8 +2,8 @@
 //! request frame starts with the request header.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{with_decode_budget, Decodable, Encodable};
 
 /// Why a frame cannot be served; every case closes the connection (as Kafka does), since the
 /// stream can no longer be trusted to be in sync.
@@ -61,6 +61,60 @@ pub fn decode_header(
 ) -> Result<RequestHeader, FrameError> {
     let header_version = key.request_header_version(version);
     RequestHeader::decode(frame, header_version).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// The most memory decoding one request may build, beyond the frame's own bytes (which
+/// strings and records reference without copying). A decoded struct can be far larger than
+/// its wire form: a 2-byte null topic name becomes a 128-byte `MetadataRequestTopic`, an
+/// empty 3-byte Produce topic a 96-byte struct, so one 100 MiB frame built 3-6 GiB and
+/// aborted the broker. Real requests stay far below this (Metadata naming 100,000 topics
+/// builds ~13 MiB); the vendored decoder charges every array and unknown tagged field.
+pub const REQUEST_DECODE_BYTES_MAX: usize = 64 << 20;
+
+// Returned once per request and destructured at once; boxing the body would only add an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Request {
+    /// A supported API and version: its header and body.
+    Decoded {
+        key: ApiKey,
+        version: i16,
+        header: RequestHeader,
+        body: RequestKind,
+    },
+    /// ApiVersions at a version this broker does not support: answered in the v0 layout with
+    /// the versions it does (KIP-511), so the client can retry with one of them.
+    UnsupportedApiVersions { correlation_id: i32 },
+}
+
+/// The whole request decode path, without I/O: the API and version are checked against
+/// [`versions::SUPPORTED`](super::versions::SUPPORTED) before the header and body are
+/// decoded. `frame` is one frame without its length prefix, `p` its [`prelude`]. The
+/// protocol fuzzer (`gateway/tests/fuzz_decode.rs`) drives exactly this function.
+pub fn decode_request(p: Prelude, mut frame: Bytes) -> Result<Request, FrameError> {
+    let key = ApiKey::try_from(p.api_key).map_err(|_| FrameError::UnknownApiKey(p.api_key))?;
+    let version = p.api_version;
+    if !super::versions::supports(key, version) {
+        if key == ApiKey::ApiVersions {
+            return Ok(Request::UnsupportedApiVersions {
+                correlation_id: p.correlation_id,
+            });
+        }
+        return Err(FrameError::UnsupportedVersion { key, version });
+    }
+    let (header, body) = with_decode_budget(REQUEST_DECODE_BYTES_MAX, || {
+        let header = decode_header(key, version, &mut frame)?;
+        let body = RequestKind::decode(key, &mut frame, version)
+            .map_err(|e| FrameError::Malformed(format!("{key:?} v{version}: {e}")))?;
+        Ok::<_, FrameError>((header, body))
+    })?;
+    Ok(Request::Decoded {
+        key,
+        version,
+        header,
+        body,
+    })
 }
 
 /// Encodes a whole response frame: length, header, body.

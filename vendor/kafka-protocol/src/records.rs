@@ -516,7 +516,12 @@ impl RecordBatchDecoder {
     ) -> Result<()> {
         // Oxbow patch: a record takes at least one byte; never reserve more than the input
         // can fill, whatever the header's record count claims.
-        records.reserve((batch_decode_info.record_count as usize).min(buf.remaining()));
+        // (A negative count reserves nothing and decodes no record.)
+        let count = usize::try_from(batch_decode_info.record_count).unwrap_or(0);
+        records.reserve(crate::protocol::types::bounded_capacity::<Record>(
+            count,
+            buf.remaining(),
+        ));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -861,11 +866,13 @@ impl Record {
 
         // Timestamp delta
         let timestamp_delta: i64 = types::VarLong.decode(buf)?;
-        let timestamp = batch_decode_info.min_timestamp + timestamp_delta;
+        // Oxbow patch: wrapping, as Kafka's long arithmetic does; a hostile delta overflowed
+        // (a panic in debug builds).
+        let timestamp = batch_decode_info.min_timestamp.wrapping_add(timestamp_delta);
 
         // Offset delta
         let offset_delta: i32 = types::VarInt.decode(buf)?;
-        let offset = batch_decode_info.min_offset + offset_delta as i64;
+        let offset = batch_decode_info.min_offset.wrapping_add(offset_delta as i64);
         let sequence = batch_decode_info.base_sequence.wrapping_add(offset_delta);
 
         // Key
@@ -896,7 +903,10 @@ impl Record {
         let num_headers = num_headers as usize;
 
         // Oxbow patch: bounded by the bytes left, as for records.
-        let mut headers = IndexMap::with_capacity(num_headers.min(buf.remaining()));
+        let mut headers = IndexMap::with_capacity(crate::protocol::types::bounded_capacity::<(
+            StrBytes,
+            Option<Bytes>,
+        )>(num_headers, buf.remaining()));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;

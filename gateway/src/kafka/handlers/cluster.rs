@@ -21,6 +21,11 @@ use std::sync::Arc;
 const ENDPOINT_BROKERS: i8 = 1;
 /// FindCoordinator key types.
 const KEY_GROUP: i8 = 0;
+const KEY_TRANSACTION: i8 = 1;
+
+/// Why a transactional producer is refused, in the answer's `error_message`.
+pub const TRANSACTIONS_UNSUPPORTED: &str =
+    "transactions are not supported by this broker yet (use an idempotent producer: enable.idempotence without transactional.id)";
 
 pub fn describe(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeClusterResponse {
     let s = &broker.settings;
@@ -65,13 +70,33 @@ pub fn find_coordinator(
 ) -> FindCoordinatorResponse {
     // (node, host, port, error code, message) for one key.
     let answer = |key: &str| {
-        if req.key_type != KEY_GROUP {
+        if req.key_type == KEY_TRANSACTION {
+            // Until transactions exist, the one answer every client treats as fatal at once
+            // (librdkafka, the Java client, kafka-python, franz-go): a retriable code
+            // (COORDINATOR_NOT_AVAILABLE) made them retry for 60 s or forever.
+            tracing::warn!(
+                transactional_id = key,
+                "refusing a transactional producer: transactions are not supported yet"
+            );
             return (
                 -1,
                 String::new(),
                 -1,
-                ResponseError::CoordinatorNotAvailable.code(),
-                Some(str_bytes("transactions are not supported yet")),
+                ResponseError::TransactionalIdAuthorizationFailed.code(),
+                Some(str_bytes(TRANSACTIONS_UNSUPPORTED)),
+            );
+        }
+        if req.key_type != KEY_GROUP {
+            // As Kafka answers a coordinator type it does not know.
+            return (
+                -1,
+                String::new(),
+                -1,
+                ResponseError::InvalidRequest.code(),
+                Some(str_bytes(&format!(
+                    "coordinator type {} is not supported",
+                    req.key_type
+                ))),
             );
         }
         match coordinator_of(broker, key) {

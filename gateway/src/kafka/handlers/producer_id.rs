@@ -1,4 +1,5 @@
-//! InitProducerId for idempotent (non-transactional) producers: a producer id from a block
+//! InitProducerId for idempotent (non-transactional) producers (a transactional id is
+//! refused with the fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions exist): a producer id from a block
 //! reserved in the metadata service, epoch 0; a producer that asks with its current id and
 //! epoch (KIP-360, after an unknown-producer or timeout error) gets the epoch bumped.
 
@@ -9,8 +10,13 @@ use std::sync::Arc;
 
 pub async fn init(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let r = InitProducerIdResponse::default();
-    if req.transactional_id.is_some() {
-        tracing::warn!("refusing a transactional producer: transactions are not supported yet");
+    if let Some(id) = &req.transactional_id {
+        // FindCoordinator(transaction) already refused this producer; a client that skips
+        // it gets the same fatal code (InitProducerId has no error message).
+        tracing::warn!(
+            transactional_id = %id.as_str(),
+            "refusing a transactional producer: transactions are not supported yet"
+        );
         return r
             .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
             .with_producer_id(ProducerId(-1))

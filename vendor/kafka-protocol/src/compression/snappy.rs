@@ -55,6 +55,19 @@ impl<B: ByteBufMut> Compressor<B> for Snappy {
     }
 }
 
+/// Oxbow patch: the most one compressed byte can expand to. Snappy's densest element is a
+/// 3-byte copy of 64 bytes (under 22x), so a header claiming more than this ratio is a lie —
+/// and it sizes a zero-filled buffer before a byte is decompressed (4 GiB from a 5-byte
+/// header otherwise).
+const EXPANSION_MAX: usize = 32;
+
+fn check_claimed_len(claimed: usize, compressed: usize) -> Result<()> {
+    if claimed > compressed.saturating_mul(EXPANSION_MAX) {
+        anyhow::bail!("snappy header claims {claimed} bytes from {compressed} compressed bytes");
+    }
+    Ok(())
+}
+
 const MAGIC_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 
 impl<B: ByteBuf> Decompressor<B> for Snappy {
@@ -81,6 +94,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
+            check_claimed_len(actual_len, compressed.len())?;
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -104,6 +118,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
+            check_claimed_len(uncompressed_block_length, compressed_block.len())?;
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),

@@ -13,6 +13,47 @@ use bytes::Bytes;
 pub mod buf;
 pub mod types;
 
+// Oxbow patch: a per-thread budget for the memory decoding may build. A decoded struct can be
+// far larger than its wire form (a 2-byte null topic name becomes a 128-byte struct, an
+// empty Produce topic 3 bytes a 96-byte one), so bounding counts by the bytes left still let
+// one 100 MiB frame build gigabytes. Arrays charge their elements' size, unknown tagged
+// fields their map entry; past the budget, decoding fails. Unlimited unless a caller sets
+// one with `with_decode_budget`.
+thread_local! {
+    static DECODE_BUDGET: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Oxbow patch: runs `f` with at most `bytes` of decoded elements allowed on this thread
+/// (nested calls see the inner budget; the outer one is restored afterwards, even on panic).
+pub fn with_decode_budget<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = DECODE_BUDGET.try_with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(DECODE_BUDGET.with(|b| b.replace(bytes)));
+    f()
+}
+
+/// Oxbow patch: takes `bytes` from this thread's decode budget, or fails if it is spent.
+pub fn charge_decode_budget(bytes: usize) -> Result<()> {
+    DECODE_BUDGET.with(|b| {
+        let left = b.get();
+        if bytes > left {
+            bail!("decoding would build more than its memory budget allows");
+        }
+        b.set(left - bytes);
+        Ok(())
+    })
+}
+
+/// Oxbow patch: what one unknown tagged field costs (its map entry: the tag and the bytes
+/// handle, plus the map's per-entry share of its nodes).
+pub fn charge_unknown_tagged_field() -> Result<()> {
+    charge_decode_budget(96)
+}
+
 mod str_bytes {
     use bytes::Bytes;
     use std::borrow::Borrow;

@@ -10,6 +10,16 @@ use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
 
+/// Oxbow patch: how many elements to reserve for a decoded count of `count`, with
+/// `remaining` bytes of input left: never more element slots than those bytes could fill
+/// one byte each, and never more memory than the bytes left (an element may be far larger
+/// in memory than on the wire). A count that tells the truth grows the vector as it is read.
+pub(crate) fn bounded_capacity<T>(count: usize, remaining: usize) -> usize {
+    count
+        .min(remaining)
+        .min(remaining / std::mem::size_of::<T>().max(1))
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -361,7 +371,10 @@ impl Decoder<Option<StdString>> for String {
             n if n >= 0 => {
                 // Oxbow patch: check the length against the bytes left before allocating.
                 if n as usize > buf.remaining() {
-                    bail!("String length {n} exceeds the {} bytes left", buf.remaining());
+                    bail!(
+                        "String length {n} exceeds the {} bytes left",
+                        buf.remaining()
+                    );
                 }
                 let mut strbuf = vec![0; n as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
@@ -517,7 +530,11 @@ impl Decoder<Option<StdString>> for CompactString {
             n => {
                 // Oxbow patch: check the length against the bytes left before allocating.
                 if (n - 1) as usize > buf.remaining() {
-                    bail!("String length {} exceeds the {} bytes left", n - 1, buf.remaining());
+                    bail!(
+                        "String length {} exceeds the {} bytes left",
+                        n - 1,
+                        buf.remaining()
+                    );
                 }
                 let mut strbuf = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
@@ -818,7 +835,11 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
             n => {
                 // Oxbow patch: check the length against the bytes left before allocating.
                 if (n - 1) as usize > buf.remaining() {
-                    bail!("Data length {} exceeds the {} bytes left", n - 1, buf.remaining());
+                    bail!(
+                        "Data length {} exceeds the {} bytes left",
+                        n - 1,
+                        buf.remaining()
+                    );
                 }
                 let mut data = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut data)?;
@@ -1002,8 +1023,17 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
             -1 => Ok(None),
             n if n >= 0 => {
                 // Oxbow patch: every element takes at least one byte, so a count larger than
-                // the bytes left is a lie; never reserve more than the input can fill.
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                // the bytes left is a lie (Kafka's generated readers refuse it the same way);
+                // and never reserve more memory than the input holds.
+                if n as usize > buf.remaining() {
+                    bail!(
+                        "Array of {n} elements exceeds the {} bytes left",
+                        buf.remaining()
+                    );
+                }
+                super::charge_decode_budget((n as usize).saturating_mul(std::mem::size_of::<T>()))?;
+                let mut result =
+                    Vec::with_capacity(bounded_capacity::<T>(n as usize, buf.remaining()));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1112,7 +1142,15 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 // Oxbow patch: as for `Array`, bounded by the bytes left.
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
+                let count = (n - 1) as usize;
+                if count > buf.remaining() {
+                    bail!(
+                        "CompactArray of {count} elements exceeds the {} bytes left",
+                        buf.remaining()
+                    );
+                }
+                super::charge_decode_budget(count.saturating_mul(std::mem::size_of::<T>()))?;
+                let mut result = Vec::with_capacity(bounded_capacity::<T>(count, buf.remaining()));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }

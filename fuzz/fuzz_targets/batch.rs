@@ -1,0 +1,11 @@
+//! One produced record batch through validation and a full decode.
+#![no_main]
+
+// Each target uses part of the shared file.
+#[allow(dead_code)]
+#[path = "../../gateway/tests/fuzz_decode/targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    targets::record_batch(data);
+});
