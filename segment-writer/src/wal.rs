@@ -356,6 +356,17 @@ impl Wal {
 
     /// Every whole entry on disk with a sequence at or after `from` (blocking: reads files).
     pub fn read_from(&self, from: u64) -> Result<Vec<WalEntry>> {
+        let mut out = Vec::new();
+        for data in self.read_files()? {
+            let (entries, _) = parse_file(&data);
+            out.extend(entries.into_iter().filter(|e| e.sequence >= from));
+        }
+        Ok(out)
+    }
+
+    /// The bytes of every WAL file, oldest first (blocking). A file trimmed meanwhile is
+    /// skipped: everything in it was sealed.
+    fn read_files(&self) -> Result<Vec<Vec<u8>>> {
         let paths: Vec<PathBuf> = self
             .shared
             .files
@@ -364,17 +375,15 @@ impl Wal {
             .iter()
             .map(|f| f.path.clone())
             .collect();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(paths.len());
         for path in paths {
             let mut data = Vec::new();
             match File::open(&path) {
                 Ok(mut f) => f.read_to_end(&mut data)?,
-                // Trimmed meanwhile: everything in it was sealed.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e.into()),
             };
-            let (entries, _) = parse_file(&data);
-            out.extend(entries.into_iter().filter(|e| e.sequence >= from));
+            out.push(data);
         }
         Ok(out)
     }
@@ -383,22 +392,8 @@ impl Wal {
     /// `file_bytes_max`, so each fits a frame; blocking: reads files): what this broker
     /// answers for its own WAL when another broker recovers its tail while it is alive.
     pub fn read_raw(&self) -> Result<Vec<Vec<u8>>> {
-        let paths: Vec<PathBuf> = self
-            .shared
-            .files
-            .lock()
-            .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
-            .iter()
-            .map(|f| f.path.clone())
-            .collect();
         let mut out = Vec::new();
-        for path in paths {
-            let mut data = Vec::new();
-            match File::open(&path) {
-                Ok(mut f) => f.read_to_end(&mut data)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e.into()),
-            };
+        for mut data in self.read_files()? {
             let (_, valid) = parse_file(&data);
             data.truncate(valid);
             out.push(data);
