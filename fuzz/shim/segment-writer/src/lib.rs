@@ -1,7 +1,8 @@
-//! The record batch validation (`segment-writer/src/batch.rs`), compiled from the very same
-//! file for the libFuzzer targets, without the WAL, replication and metadata it lives with.
+//! The produce-side batch checks (`segment-writer/src/{batch,records,decompress,validate}.rs`),
+//! compiled from the very same files for the libFuzzer targets, without the WAL, replication
+//! and metadata they live with.
 
-/// The variants `batch.rs` uses, with the same shapes as `segment-writer/src/error.rs`'s (a
+/// The variants those files use, with the same shapes as `segment-writer/src/error.rs`'s (a
 /// new one there shows up here as a compile error, to be added).
 pub mod error {
     #[derive(Debug, thiserror::Error)]
@@ -12,9 +13,21 @@ pub mod error {
         InvalidRecord(String),
         #[error("batch of {size} bytes exceeds {max}")]
         BatchTooLarge { size: usize, max: usize },
+        #[error("decompresses past {limit} bytes")]
+        DecompressedTooLarge { limit: usize },
+        #[error("invalid timestamp: {0}")]
+        InvalidTimestamp(String),
+        #[error("transactional batch of producer {producer_id}")]
+        TransactionalBatch { producer_id: i64 },
     }
     pub type Result<T> = std::result::Result<T, Error>;
 }
 
 #[path = "../../../../segment-writer/src/batch.rs"]
 pub mod batch;
+#[path = "../../../../segment-writer/src/decompress.rs"]
+pub mod decompress;
+#[path = "../../../../segment-writer/src/records.rs"]
+pub mod records;
+#[path = "../../../../segment-writer/src/validate.rs"]
+pub mod validate;

@@ -4,3 +4,5 @@
 pub mod frame;
 #[path = "../../../../../gateway/src/kafka/versions.rs"]
 pub mod versions;
+#[path = "../../../../../gateway/src/kafka/request_reader.rs"]
+pub mod request_reader;
