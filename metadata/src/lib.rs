@@ -6,6 +6,7 @@
 //! and the controller post are kept behind the [`MetadataStore`] trait.
 //!
 //! # Layout
+//! - [`clock`]: the [`Clock`] and [`Rng`] seams (production and simulated).
 //! - [`types`]: the shared vocabulary (`TopicId`, `PartitionId`, `Offset`, `LeaderEpoch`, ...).
 //! - [`topic`]: topic specs, configs and their validation.
 //! - [`leader_epochs`]: a partition's leader-epoch history (OffsetForLeaderEpoch's answers).
@@ -28,6 +29,7 @@
 //! `tokio::sync::mpsc` receiver) rather than generic streams for the same reason.
 
 pub mod catalog;
+pub mod clock;
 pub mod codec;
 pub mod connect;
 pub mod embedded;
@@ -47,6 +49,7 @@ pub mod watch;
 pub use catalog::{
     CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, REPLACE_NEW_ENTRIES_MAX,
 };
+pub use clock::{Clock, OsRng, Rng, SeededRng, SimClock, SystemClock};
 pub use connect::{open_store, MetadataLocation};
 pub use embedded::EmbeddedStore;
 pub use error::{Error, ErrorKind, Result};
