@@ -5,7 +5,8 @@
 //! - [`batch`]: RecordBatch v2 headers — validate, stamp offsets, never recompress.
 //! - [`records`]: the records inside a batch, walked in place; [`decompress`]: the one
 //!   bounded decompressor; [`validate`]: Kafka's checks of a producer's batch.
-//! - [`wal`]: the write-ahead log (group-commit fsync, torn-tail recovery, trimming).
+//! - [`wal`]: the write-ahead log (group-commit fsync, torn-tail recovery, trimming), on a
+//!   [`wal_disk::WalDisk`] (real files, or the simulation's disk with its failures).
 //! - [`commit`]: the commit point (local fsync + in-sync WAL replicas; pure).
 //! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
 //! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
@@ -46,6 +47,7 @@ pub mod seal;
 pub mod segment;
 pub mod validate;
 pub mod wal;
+pub mod wal_disk;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};

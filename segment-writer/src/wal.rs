@@ -8,6 +8,10 @@
 //! is a prefix of the log. [`Wal::trim`] deletes whole files once everything in them is in
 //! the object store.
 //!
+//! All file I/O goes through a [`WalDisk`] (`crate::wal_disk`): real files in production,
+//! a simulated disk in the deterministic simulation, where the writer runs as a task instead
+//! of a thread.
+//!
 //! On-disk naming: `{dir}/{first_sequence:020}.wal`. Entry framing (big-endian):
 //! `len u32 | crc32c(payload) u32 | payload`, payload = `sequence u64 | topic id [16] |
 //! partition i32 | leader epoch i32 | record batch bytes`.
@@ -25,10 +29,10 @@
 //! disk, beyond any group that may have been streamed but not kept.
 
 use crate::error::{Error, Result};
+use crate::wal_disk::{FsDisk, WalDisk, WalDiskFile};
 use bytes::{Buf, Bytes};
+use oxbow_metadata::clock::{OsRng, Rng};
 use oxbow_metadata::{LeaderEpoch, TopicId, TopicPartition};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -95,12 +99,13 @@ struct Append {
 
 struct WalFile {
     first_sequence: u64,
-    path: PathBuf,
+    name: String,
     bytes: u64,
 }
 
 struct Shared {
     dir: PathBuf,
+    disk: Arc<dyn WalDisk>,
     files: Mutex<Vec<WalFile>>,
     durable_sequence: AtomicU64,
     failed: AtomicBool,
@@ -128,8 +133,8 @@ pub struct Wal {
     settings: Arc<WalSettings>,
 }
 
-fn file_path(dir: &Path, first_sequence: u64) -> PathBuf {
-    dir.join(format!("{first_sequence:020}.wal"))
+fn file_name(first_sequence: u64) -> String {
+    format!("{first_sequence:020}.wal")
 }
 
 fn encode_payload(sequence: u64, tp: TopicPartition, epoch: LeaderEpoch, batch: &[u8]) -> Vec<u8> {
@@ -198,43 +203,48 @@ impl Wal {
     /// sequence order. A torn tail of the newest file is cut off; damage anywhere else is an
     /// error, because entries after it would be lost silently.
     pub fn open(settings: WalSettings) -> Result<(Wal, Vec<WalEntry>)> {
-        std::fs::create_dir_all(&settings.dir)?;
+        let disk = FsDisk::new(settings.dir.clone());
+        Wal::open_on(settings, disk, &OsRng)
+    }
+
+    /// [`Wal::open`] on a given disk, drawing a new incarnation from `rng`.
+    pub fn open_on(
+        settings: WalSettings,
+        disk: Arc<dyn WalDisk>,
+        rng: &dyn Rng,
+    ) -> Result<(Wal, Vec<WalEntry>)> {
+        disk.create_dir()?;
         let mut firsts = Vec::new();
-        for dirent in std::fs::read_dir(&settings.dir)? {
-            let dirent = dirent?;
-            let name = dirent.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wal")) else {
+        for name in disk.list()? {
+            let Some(stem) = name.strip_suffix(".wal") else {
                 continue;
             };
             match stem.parse::<u64>() {
                 Ok(first) => firsts.push(first),
                 Err(_) => {
-                    tracing::warn!(file = ?dirent.path(), "ignoring unexpected file in WAL directory")
+                    tracing::warn!(file = %name, "ignoring unexpected file in WAL directory")
                 }
             }
         }
         firsts.sort_unstable();
-        probe_writable(&settings.dir)?;
-        let (incarnation, new_incarnation) = read_or_create_incarnation(&settings.dir)?;
+        probe_writable(&*disk)?;
+        let (incarnation, new_incarnation) = read_or_create_incarnation(&*disk, rng)?;
         let mut entries = Vec::new();
         let mut files = Vec::new();
         let mut next_sequence = 0u64;
         for (i, first) in firsts.iter().copied().enumerate() {
-            let path = file_path(&settings.dir, first);
-            let mut data = Vec::new();
-            File::open(&path)?.read_to_end(&mut data)?;
+            let name = file_name(first);
+            let data = disk.read(&name)?;
             let (found, valid) = parse_file(&data);
             if valid < data.len() {
                 if i + 1 == firsts.len() {
-                    tracing::warn!(file = %path.display(), dropped_bytes = data.len() - valid,
+                    tracing::warn!(file = %name, dropped_bytes = data.len() - valid,
                         "dropping a torn tail of the WAL (an append that never completed)");
-                    let f = OpenOptions::new().write(true).open(&path)?;
-                    f.set_len(valid as u64)?;
-                    f.sync_all()?;
+                    disk.truncate(&name, valid as u64)?;
                 } else {
                     return Err(Error::Internal(format!(
-                        "WAL file {} is corrupt at byte {valid} and is not the newest file",
-                        path.display()
+                        "WAL file {name} in {} is corrupt at byte {valid} and is not the newest file",
+                        disk.location()
                     )));
                 }
             }
@@ -245,7 +255,7 @@ impl Wal {
             entries.extend(found);
             files.push(WalFile {
                 first_sequence: first,
-                path,
+                name,
                 bytes: valid as u64,
             });
         }
@@ -254,8 +264,10 @@ impl Wal {
             next_sequence += GROUP_ENTRIES_MAX;
         }
         let total: u64 = files.iter().map(|f| f.bytes).sum();
+        let blocking = disk.blocking();
         let shared = Arc::new(Shared {
             dir: settings.dir.clone(),
+            disk,
             files: Mutex::new(files),
             durable_sequence: AtomicU64::new(next_sequence),
             failed: AtomicBool::new(false),
@@ -277,9 +289,15 @@ impl Wal {
             next_sequence,
             current: None,
         };
-        std::thread::Builder::new()
-            .name("oxbow-wal".into())
-            .spawn(move || writer.run(rx))?;
+        if blocking {
+            std::thread::Builder::new()
+                .name("oxbow-wal".into())
+                .spawn(move || writer.run(rx))?;
+        } else {
+            // A disk that never blocks (the simulation's): the writer is a task on the
+            // caller's runtime. It ends, like the thread, when every handle is dropped.
+            tokio::spawn(writer.run_task(rx));
+        }
         Ok((
             Wal {
                 tx,
@@ -367,23 +385,21 @@ impl Wal {
     /// The bytes of every WAL file, oldest first (blocking). A file trimmed meanwhile is
     /// skipped: everything in it was sealed.
     fn read_files(&self) -> Result<Vec<Vec<u8>>> {
-        let paths: Vec<PathBuf> = self
+        let names: Vec<String> = self
             .shared
             .files
             .lock()
             .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
             .iter()
-            .map(|f| f.path.clone())
+            .map(|f| f.name.clone())
             .collect();
-        let mut out = Vec::with_capacity(paths.len());
-        for path in paths {
-            let mut data = Vec::new();
-            match File::open(&path) {
-                Ok(mut f) => f.read_to_end(&mut data)?,
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.shared.disk.read(&name) {
+                Ok(data) => out.push(data),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e.into()),
-            };
-            out.push(data);
+            }
         }
         Ok(out)
     }
@@ -425,9 +441,9 @@ impl Wal {
             remove += 1;
         }
         for f in files.drain(..remove) {
-            std::fs::remove_file(&f.path)?;
+            self.shared.disk.remove(&f.name)?;
             self.shared.total_bytes.fetch_sub(f.bytes, Ordering::AcqRel);
-            tracing::debug!(file = %f.path.display(), "trimmed WAL file");
+            tracing::debug!(file = %f.name, "trimmed WAL file");
         }
         Ok(())
     }
@@ -457,40 +473,38 @@ impl Wal {
 
 /// Writes, fsyncs and deletes a small file in `dir`: fails (as [`Error::WalFailed`]) when the
 /// WAL could not take a write now, e.g. on a full disk.
-fn probe_writable(dir: &Path) -> Result<()> {
-    let path = dir.join("probe.tmp");
+fn probe_writable(disk: &dyn WalDisk) -> Result<()> {
+    const PROBE: &str = "probe.tmp";
     let written = (|| {
-        let mut f = File::create(&path)?;
+        let mut f = disk.open_append(PROBE)?;
+        f.set_len(0)?;
         f.write_all(&[0u8; PROBE_BYTES])?;
-        f.sync_data()
+        f.sync()
     })();
-    let removed = std::fs::remove_file(&path);
+    let removed = disk.remove(PROBE);
     written.and(removed).map_err(|e| {
         Error::WalFailed(format!(
             "the WAL directory {} cannot take writes: {e}",
-            dir.display()
+            disk.location()
         ))
     })
 }
 
-fn read_or_create_incarnation(dir: &Path) -> Result<(u64, bool)> {
-    let path = dir.join(INCARNATION_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => match u64::from_str_radix(text.trim(), 16) {
-            Ok(n) => Ok((n, false)),
-            Err(_) => Err(Error::Internal(format!(
-                "{} does not hold a hex incarnation: {text:?}",
-                path.display()
-            ))),
-        },
+fn read_or_create_incarnation(disk: &dyn WalDisk, rng: &dyn Rng) -> Result<(u64, bool)> {
+    match disk.read(INCARNATION_FILE) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            match u64::from_str_radix(text.trim(), 16) {
+                Ok(n) => Ok((n, false)),
+                Err(_) => Err(Error::Internal(format!(
+                    "{INCARNATION_FILE} in {} does not hold a hex incarnation: {text:?}",
+                    disk.location()
+                ))),
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let n = uuid::Uuid::new_v4().as_u64_pair().0;
-            let tmp = dir.join("incarnation.tmp");
-            let mut f = File::create(&tmp)?;
-            f.write_all(format!("{n:016x}\n").as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            File::open(dir)?.sync_all()?;
+            let n = rng.next_u64();
+            disk.write_atomic(INCARNATION_FILE, format!("{n:016x}\n").as_bytes())?;
             Ok((n, true))
         }
         Err(e) => Err(e.into()),
@@ -501,7 +515,7 @@ struct Writer {
     shared: Arc<Shared>,
     settings: Arc<WalSettings>,
     next_sequence: u64,
-    current: Option<File>,
+    current: Option<Box<dyn WalDiskFile>>,
 }
 
 impl Writer {
@@ -509,20 +523,35 @@ impl Writer {
         // Ends when every `Wal` handle is dropped: the queue drains first, so every queued
         // append is written and answered before the thread exits.
         while let Some(first) = rx.blocking_recv() {
-            let mut group = vec![first];
-            let mut group_bytes = group[0].payload.len();
-            while group_bytes < GROUP_BYTES_MAX && (group.len() as u64) < GROUP_ENTRIES_MAX {
-                match rx.try_recv() {
-                    Ok(a) => {
-                        group_bytes += a.payload.len();
-                        group.push(a);
-                    }
-                    Err(_) => break,
-                }
-            }
+            let group = Self::gather(first, &mut rx);
             self.write_group(group);
         }
         tracing::debug!("WAL writer stopped");
+    }
+
+    /// [`Writer::run`] as a task, for a disk that never blocks.
+    async fn run_task(mut self, mut rx: mpsc::Receiver<Append>) {
+        while let Some(first) = rx.recv().await {
+            let group = Self::gather(first, &mut rx);
+            self.write_group(group);
+        }
+        tracing::debug!("WAL writer stopped");
+    }
+
+    /// `first` and whatever else is queued now, within the group bounds.
+    fn gather(first: Append, rx: &mut mpsc::Receiver<Append>) -> Vec<Append> {
+        let mut group_bytes = first.payload.len();
+        let mut group = vec![first];
+        while group_bytes < GROUP_BYTES_MAX && (group.len() as u64) < GROUP_ENTRIES_MAX {
+            match rx.try_recv() {
+                Ok(a) => {
+                    group_bytes += a.payload.len();
+                    group.push(a);
+                }
+                Err(_) => break,
+            }
+        }
+        group
     }
 
     fn write_group(&mut self, group: Vec<Append>) {
@@ -594,7 +623,8 @@ impl Writer {
             Ok(files) => files.last().map_or(0, |f| f.bytes),
             Err(_) => return,
         };
-        match file.set_len(good).and_then(|()| file.sync_all()) {
+        let mut file = file;
+        match file.set_len(good) {
             Ok(()) => tracing::warn!(
                 kept_bytes = good,
                 "cut the WAL file back to what its last successful fsync covered"
@@ -618,10 +648,9 @@ impl Writer {
                     .is_none_or(|f| f.bytes >= self.settings.file_bytes_max)
         };
         if roll {
-            let path = file_path(&self.settings.dir, first_sequence);
-            let file = OpenOptions::new().create(true).append(true).open(&path)?;
-            // The new name must be durable too, or a crash could lose the whole file.
-            File::open(&self.settings.dir)?.sync_all()?;
+            let name = file_name(first_sequence);
+            // Durable name included (WalDisk::open_append).
+            let file = self.shared.disk.open_append(&name)?;
             self.current = Some(file);
             let mut files = self
                 .shared
@@ -630,7 +659,7 @@ impl Writer {
                 .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
             files.push(WalFile {
                 first_sequence,
-                path,
+                name,
                 bytes: 0,
             });
         }
@@ -644,7 +673,7 @@ impl Writer {
             return Err(std::io::Error::from_raw_os_error(28));
         }
         file.write_all(buf)?;
-        file.sync_data()?;
+        file.sync()?;
         let mut files = self
             .shared
             .files
@@ -754,7 +783,7 @@ mod tests {
         assert_eq!(wal.durable_sequence(), 2);
         drop(wal);
         // The half-written entry was cut off; the restart resumes past the failed group.
-        let len = std::fs::metadata(file_path(dir.path(), 0))
+        let len = std::fs::metadata(dir.path().join(file_name(0)))
             .expect("meta")
             .len();
         let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
@@ -776,9 +805,9 @@ mod tests {
             append_wait(&wal, &[1; 50]).await;
             append_wait(&wal, &[2; 50]).await;
         }
-        let path = file_path(dir.path(), 0);
+        let path = dir.path().join(file_name(0));
         let len = std::fs::metadata(&path).expect("meta").len();
-        OpenOptions::new()
+        std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .expect("open")
@@ -820,5 +849,78 @@ mod tests {
         append_wait(&wal, &[0; 150]).await;
         let err = wal.check_accepting().expect_err("full");
         assert!(matches!(err, Error::WalFull { .. }));
+    }
+}
+
+#[cfg(test)]
+mod mem_disk_tests {
+    //! The WAL on the simulation's disk: its writer runs as a task, and what a crash or a
+    //! failed fsync leaves is what replay finds.
+    use super::*;
+    use crate::wal_disk::{DiskFaults, MemDisk};
+    use oxbow_metadata::clock::SeededRng;
+    use tokio::sync::oneshot;
+
+    fn settings() -> WalSettings {
+        WalSettings {
+            dir: PathBuf::from("/sim/wal"),
+            file_bytes_max: 256,
+            budget_bytes: 1 << 30,
+        }
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new(TopicId(uuid::Uuid::from_u128(9)), 0)
+    }
+
+    async fn append(wal: &Wal, data: &[u8]) -> Result<u64> {
+        let (tx, rx) = oneshot::channel();
+        wal.append(
+            tp(),
+            1,
+            data,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .await?;
+        rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_crash_keeps_every_acknowledged_entry_and_drops_the_torn_one() {
+        let disk = MemDisk::new("wal");
+        let rng = SeededRng::new(1);
+        let (wal, found) = Wal::open_on(settings(), Arc::new(disk.clone()), &*rng).expect("open");
+        assert!(found.is_empty() && wal.is_new_incarnation());
+        let incarnation = wal.incarnation();
+        let mut acked = Vec::new();
+        for i in 0..20u8 {
+            acked.push(append(&wal, &[i; 40]).await.expect("durable"));
+        }
+        // Several files (256 bytes each): the WAL rolled on the simulated disk too.
+        assert!(disk.list().expect("ls").len() > 3);
+        // An entry written but never fsynced, then a crash that keeps half of it.
+        disk.set_faults(DiskFaults {
+            full: false,
+            sync_fails: true,
+        });
+        assert!(
+            append(&wal, &[99; 40]).await.is_err(),
+            "a failed fsync is no ack"
+        );
+        drop(wal);
+        disk.set_faults(DiskFaults::default());
+        disk.crash(|_, pending| pending / 2);
+        let (wal, found) = Wal::open_on(settings(), Arc::new(disk.clone()), &*rng).expect("reopen");
+        assert_eq!(wal.incarnation(), incarnation);
+        let sequences: Vec<u64> = found.iter().map(|e| e.sequence).collect();
+        assert_eq!(sequences, acked, "every acknowledged entry, nothing else");
+        // A lost disk is a new incarnation with nothing in it.
+        drop(wal);
+        disk.lose();
+        let (wal, found) = Wal::open_on(settings(), Arc::new(disk), &*rng).expect("reopen lost");
+        assert!(found.is_empty());
+        assert_ne!(wal.incarnation(), incarnation);
     }
 }

@@ -1,0 +1,474 @@
+//! The disk under the WAL: [`WalDisk`], with the production [`FsDisk`] (a directory, real
+//! fsyncs) and the simulated [`MemDisk`] (memory, with the failures a real disk has).
+//!
+//! The WAL ([`crate::wal`]) does all its file I/O through this trait, so the deterministic
+//! simulation can run it with no real files and inject what real disks do: a write or
+//! fsync that fails (EIO, ENOSPC), a crash that keeps only what was fsynced plus a torn
+//! part of what was not, and a disk lost entirely (a replaced instance).
+//!
+//! Names are plain file names inside one directory (`{first_sequence:020}.wal`,
+//! `incarnation`); the WAL has no subdirectories.
+//!
+//! Whether the writer runs on a dedicated thread ([`WalDisk::blocking`]): a real fsync
+//! blocks for milliseconds, so production writes on its own thread; the in-memory disk never
+//! blocks, so the simulation runs the writer as a task on its single-threaded runtime, where
+//! its order is a function of the seed.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A directory of append-only files with explicit durability.
+pub trait WalDisk: Send + Sync + 'static {
+    /// Creates the directory if it does not exist.
+    fn create_dir(&self) -> io::Result<()>;
+    /// The names of the files in the directory, in no particular order.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// The whole content of a file (`NotFound` if it does not exist).
+    fn read(&self, name: &str) -> io::Result<Vec<u8>>;
+    /// Opens a file for appending, creating it if needed; the name itself is durable when
+    /// this returns (a crash cannot lose the file, only its unsynced bytes).
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn WalDiskFile>>;
+    /// Cuts a file to `len` bytes, durably.
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()>;
+    /// Deletes a file.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Replaces a small file atomically and durably (a crash leaves the old or the new
+    /// content, never a mix).
+    fn write_atomic(&self, name: &str, data: &[u8]) -> io::Result<()>;
+    /// Where the files are, for messages.
+    fn location(&self) -> String;
+    /// Whether calls block the calling thread (then the writer gets a thread of its own).
+    fn blocking(&self) -> bool;
+}
+
+/// A file opened by [`WalDisk::open_append`].
+pub trait WalDiskFile: Send {
+    /// Appends `buf` (not durable until [`WalDiskFile::sync`]).
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes every byte appended so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes and makes that durable.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// The production disk: a directory of real files.
+#[derive(Clone, Debug)]
+pub struct FsDisk {
+    dir: PathBuf,
+}
+
+impl FsDisk {
+    pub fn new(dir: impl Into<PathBuf>) -> Arc<FsDisk> {
+        Arc::new(FsDisk { dir: dir.into() })
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+impl WalDisk for FsDisk {
+    fn create_dir(&self) -> io::Result<()> {
+        std::fs::create_dir_all(&self.dir)
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for dirent in std::fs::read_dir(&self.dir)? {
+            if let Some(name) = dirent?.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        let mut data = Vec::new();
+        File::open(self.dir.join(name))?.read_to_end(&mut data)?;
+        Ok(data)
+    }
+
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn WalDiskFile>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(name))?;
+        // The new name must be durable too, or a crash could lose the whole file.
+        self.sync_dir()?;
+        Ok(Box::new(FsFile(file)))
+    }
+
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        let f = OpenOptions::new().write(true).open(self.dir.join(name))?;
+        f.set_len(len)?;
+        f.sync_all()
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.dir.join(name))
+    }
+
+    fn write_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.dir.join(name))?;
+        self.sync_dir()
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn blocking(&self) -> bool {
+        true
+    }
+}
+
+struct FsFile(File);
+
+impl WalDiskFile for FsFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)?;
+        self.0.sync_all()
+    }
+}
+
+/// Failures [`MemDisk`] injects into the next calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskFaults {
+    /// Writes fail with ENOSPC after storing half their bytes (a full disk).
+    pub full: bool,
+    /// Fsyncs fail with EIO (the bytes may or may not be on the disk).
+    pub sync_fails: bool,
+}
+
+#[derive(Default)]
+struct MemFile {
+    /// What a crash cannot take away.
+    durable: Vec<u8>,
+    /// Appended since the last fsync: a crash keeps a prefix of it, maybe none.
+    pending: Vec<u8>,
+}
+
+impl MemFile {
+    fn content(&self) -> Vec<u8> {
+        let mut all = self.durable.clone();
+        all.extend_from_slice(&self.pending);
+        all
+    }
+}
+
+#[derive(Default)]
+struct MemState {
+    files: BTreeMap<String, MemFile>,
+    faults: DiskFaults,
+    /// Bumped by a crash or a loss: handles opened before it fail, as a dead process's
+    /// descriptors would.
+    generation: u64,
+}
+
+/// A simulated disk in memory; clones share it (the disk outlives the broker process that
+/// crashes on it).
+#[derive(Clone, Default)]
+pub struct MemDisk {
+    state: Arc<Mutex<MemState>>,
+    name: String,
+}
+
+fn lock(m: &Mutex<MemState>) -> MutexGuard<'_, MemState> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(28)
+}
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(5)
+}
+
+fn gone() -> io::Error {
+    io::Error::other("the process that opened this file has crashed")
+}
+
+impl MemDisk {
+    pub fn new(name: impl Into<String>) -> MemDisk {
+        MemDisk {
+            state: Arc::default(),
+            name: name.into(),
+        }
+    }
+
+    /// Sets the failures later calls see.
+    pub fn set_faults(&self, faults: DiskFaults) {
+        lock(&self.state).faults = faults;
+    }
+
+    /// A crash of the process (or of the machine) using this disk: every file keeps what was
+    /// fsynced plus the first `torn(name, pending_len)` bytes of what was not (a torn
+    /// write). Handles opened before fail from now on.
+    pub fn crash(&self, mut torn: impl FnMut(&str, usize) -> usize) {
+        let mut s = lock(&self.state);
+        s.generation += 1;
+        for (name, f) in s.files.iter_mut() {
+            let keep = torn(name, f.pending.len()).min(f.pending.len());
+            let kept: Vec<u8> = f.pending.drain(..).take(keep).collect();
+            f.durable.extend_from_slice(&kept);
+        }
+    }
+
+    /// The disk is gone (a replaced instance): every file, durable or not.
+    pub fn lose(&self) {
+        let mut s = lock(&self.state);
+        s.generation += 1;
+        s.files.clear();
+    }
+
+    /// Bytes held, durable or not.
+    pub fn bytes(&self) -> usize {
+        lock(&self.state)
+            .files
+            .values()
+            .map(|f| f.durable.len() + f.pending.len())
+            .sum()
+    }
+}
+
+impl WalDisk for MemDisk {
+    fn create_dir(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        Ok(lock(&self.state).files.keys().cloned().collect())
+    }
+
+    fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        lock(&self.state)
+            .files
+            .get(name)
+            .map(MemFile::content)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn open_append(&self, name: &str) -> io::Result<Box<dyn WalDiskFile>> {
+        let mut s = lock(&self.state);
+        s.files.entry(name.to_owned()).or_default();
+        Ok(Box::new(MemHandle {
+            state: self.state.clone(),
+            name: name.to_owned(),
+            generation: s.generation,
+        }))
+    }
+
+    fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        let f = s
+            .files
+            .get_mut(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        truncate_file(f, len);
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        lock(&self.state)
+            .files
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn write_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        if s.faults.full {
+            return Err(enospc());
+        }
+        s.files.insert(
+            name.to_owned(),
+            MemFile {
+                durable: data.to_vec(),
+                pending: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn location(&self) -> String {
+        format!("memory disk {}", self.name)
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+}
+
+fn truncate_file(f: &mut MemFile, len: u64) {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    let mut all = f.content();
+    all.truncate(len);
+    f.durable = all;
+    f.pending.clear();
+}
+
+struct MemHandle {
+    state: Arc<Mutex<MemState>>,
+    name: String,
+    generation: u64,
+}
+
+impl MemHandle {
+    fn with<T>(&self, op: impl FnOnce(&mut MemFile, DiskFaults) -> io::Result<T>) -> io::Result<T> {
+        let mut s = lock(&self.state);
+        if s.generation != self.generation {
+            return Err(gone());
+        }
+        let faults = s.faults;
+        let f = s
+            .files
+            .get_mut(&self.name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        op(f, faults)
+    }
+}
+
+impl WalDiskFile for MemHandle {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.with(|f, faults| {
+            if faults.full {
+                f.pending.extend_from_slice(&buf[..buf.len() / 2]);
+                return Err(enospc());
+            }
+            f.pending.extend_from_slice(buf);
+            Ok(())
+        })
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.with(|f, faults| {
+            if faults.sync_fails {
+                return Err(eio());
+            }
+            let pending = std::mem::take(&mut f.pending);
+            f.durable.extend_from_slice(&pending);
+            Ok(())
+        })
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.with(|f, _| {
+            truncate_file(f, len);
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! One conformance suite, run against both disks; then what only the simulated disk
+    //! does (crashes, torn writes, loss, injected failures).
+    use super::*;
+
+    fn conformance(disk: &dyn WalDisk) {
+        disk.create_dir().expect("mkdir");
+        assert!(disk.list().expect("ls").is_empty());
+        assert_eq!(
+            disk.read("a.wal").expect_err("absent").kind(),
+            io::ErrorKind::NotFound
+        );
+        let mut f = disk.open_append("a.wal").expect("open");
+        f.write_all(b"hello ").expect("write");
+        f.write_all(b"world").expect("write");
+        f.sync().expect("sync");
+        assert_eq!(disk.read("a.wal").expect("read"), b"hello world");
+        // Reopening appends after what is there.
+        let mut g = disk.open_append("a.wal").expect("reopen");
+        g.write_all(b"!").expect("write");
+        g.sync().expect("sync");
+        assert_eq!(disk.read("a.wal").expect("read"), b"hello world!");
+        f.set_len(5).expect("set_len");
+        assert_eq!(disk.read("a.wal").expect("read"), b"hello");
+        disk.truncate("a.wal", 2).expect("truncate");
+        assert_eq!(disk.read("a.wal").expect("read"), b"he");
+        disk.write_atomic("incarnation", b"1\n").expect("atomic");
+        disk.write_atomic("incarnation", b"2\n")
+            .expect("atomic again");
+        assert_eq!(disk.read("incarnation").expect("read"), b"2\n");
+        let mut names = disk.list().expect("ls");
+        names.sort();
+        assert_eq!(names, vec!["a.wal".to_string(), "incarnation".to_string()]);
+        disk.remove("a.wal").expect("rm");
+        assert_eq!(disk.list().expect("ls"), vec!["incarnation".to_string()]);
+        assert!(disk.remove("a.wal").is_err(), "removing twice fails");
+        assert!(!disk.location().is_empty());
+    }
+
+    #[test]
+    fn fs_disk_conforms() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = FsDisk::new(dir.path().join("wal"));
+        conformance(&*disk);
+        assert!(disk.blocking());
+    }
+
+    #[test]
+    fn mem_disk_conforms() {
+        let disk = MemDisk::new("test");
+        conformance(&disk);
+        assert!(!disk.blocking());
+    }
+
+    #[test]
+    fn a_crash_keeps_what_was_fsynced_and_a_torn_prefix_of_the_rest() {
+        let disk = MemDisk::new("crash");
+        let mut f = disk.open_append("a").expect("open");
+        f.write_all(b"durable").expect("write");
+        f.sync().expect("sync");
+        f.write_all(b"pending").expect("write");
+        disk.crash(|name, pending| {
+            assert_eq!((name, pending), ("a", 7));
+            3
+        });
+        assert_eq!(disk.read("a").expect("read"), b"durablepen");
+        // The crashed process's handle is dead.
+        assert!(f.write_all(b"x").is_err());
+        assert!(f.sync().is_err());
+        disk.lose();
+        assert!(disk.list().expect("ls").is_empty());
+    }
+
+    #[test]
+    fn injected_failures_fail_writes_and_fsyncs() {
+        let disk = MemDisk::new("faults");
+        let mut f = disk.open_append("a").expect("open");
+        disk.set_faults(DiskFaults {
+            full: true,
+            sync_fails: false,
+        });
+        let e = f.write_all(b"abcd").expect_err("full");
+        assert_eq!(e.raw_os_error(), Some(28));
+        assert!(disk.write_atomic("b", b"x").is_err());
+        disk.set_faults(DiskFaults {
+            full: false,
+            sync_fails: true,
+        });
+        f.write_all(b"ef").expect("write");
+        assert_eq!(f.sync().expect_err("eio").raw_os_error(), Some(5));
+        // Unsynced: a crash may drop it all.
+        disk.crash(|_, _| 0);
+        assert!(disk.read("a").expect("read").is_empty());
+    }
+}
