@@ -19,7 +19,9 @@ use crate::wal::OnDurable;
 use oxbow_metadata::BrokerId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: the OS clock in production, the paused one in tests and the simulation.
+use tokio::time::Instant;
 
 /// What one replica is known to hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

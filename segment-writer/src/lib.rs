@@ -10,7 +10,8 @@
 //! - [`commit`]: the commit point (local fsync + in-sync WAL replicas; pure).
 //! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
 //! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
-//!   protocol between brokers.
+//!   protocol between brokers; [`transport`]: how brokers dial each other (TCP, or the
+//!   simulation's network of zones).
 //! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas;
 //!   [`recovery_state`]: recoveries waiting for a replica to answer, and their backoff.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
@@ -45,13 +46,16 @@ pub mod replica_store;
 pub mod replicate;
 pub mod seal;
 pub mod segment;
+pub mod transport;
 pub mod validate;
 pub mod wal;
 pub mod wal_disk;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};
-pub use log::{Acks, Appended, Durability, LogManager, LogSettings, Partition, PendingAppend};
+pub use log::{
+    Acks, Appended, Durability, LogComponents, LogManager, LogSettings, Partition, PendingAppend,
+};
 pub use read::ReadResult;
 pub use replica::serve_internal;
 pub use replica_store::ReplicaStore;

@@ -18,10 +18,13 @@ use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::recovery_state::{Recoveries, RecoveryKey};
 use crate::replicate::{ReplicationSettings, Replicator};
+use crate::transport::{ReplicaTransport, TcpTransport};
 use crate::validate;
 use crate::wal::{OnDurable, Wal, WalEntry, WalSettings};
+use crate::wal_disk::{FsDisk, WalDisk};
 use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
+use oxbow_metadata::clock::{Clock, OsRng, Rng, SystemClock};
 use oxbow_metadata::{
     BrokerId, ErrorKind as MetadataErrorKind, LeaderEpoch, LeaseGuard, MetadataStore, Offset,
     PartitionId, PartitionState, TopicId, TopicMetadata, TopicPartition, WalReplicaSet,
@@ -85,8 +88,10 @@ const BEGIN_EPOCH_ATTEMPTS: usize = 5;
 const TAIL_REUSE: Duration = Duration::from_secs(10);
 
 /// (source, skipped incarnation, version of the source's replica-set record) → tail.
-type TailCache =
-    HashMap<(BrokerId, Option<u64>, Option<u64>), (std::time::Instant, Arc<crate::recover::Tail>)>;
+type TailCache = HashMap<
+    (BrokerId, Option<u64>, Option<u64>),
+    (tokio::time::Instant, Arc<crate::recover::Tail>),
+>;
 
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,13 +323,33 @@ pub struct LogManager {
     recoveries: Mutex<Recoveries>,
     /// Wakes [`LogManager::run_recoveries`] when a recovery starts waiting.
     recovery_added: Notify,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) rng: Arc<dyn Rng>,
+    /// Dials other brokers' internal ports (tail requests of recoveries).
+    transport: Arc<dyn ReplicaTransport>,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+/// What a [`LogManager`] does its I/O and reads its time through (settings are separate:
+/// [`LogSettings`]). [`LogComponents::default`] is production: the OS clock and randomness,
+/// the WAL in real files at `settings.wal.dir`, TCP between brokers.
+#[derive(Clone)]
+pub struct LogComponents {
+    pub clock: Arc<dyn Clock>,
+    pub rng: Arc<dyn Rng>,
+    /// `None`: real files in `settings.wal.dir`.
+    pub wal_disk: Option<Arc<dyn WalDisk>>,
+    pub transport: Arc<dyn ReplicaTransport>,
+}
+
+impl Default for LogComponents {
+    fn default() -> Self {
+        LogComponents {
+            clock: Arc::new(SystemClock),
+            rng: Arc::new(OsRng),
+            wal_disk: None,
+            transport: Arc::new(TcpTransport),
+        }
+    }
 }
 
 impl LogManager {
@@ -335,9 +360,27 @@ impl LogManager {
         objects: Arc<dyn ObjectStore>,
         cache: ReadCache,
     ) -> Result<Arc<LogManager>> {
+        Self::open_with(settings, metadata, objects, cache, LogComponents::default()).await
+    }
+
+    /// [`LogManager::open`] with the given components (the simulation's, or a test's).
+    pub async fn open_with(
+        settings: LogSettings,
+        metadata: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+        cache: ReadCache,
+        components: LogComponents,
+    ) -> Result<Arc<LogManager>> {
+        let LogComponents {
+            clock,
+            rng,
+            wal_disk,
+            transport,
+        } = components;
         let (wal, entries) = match settings.durability {
             Durability::Wal => {
-                let (wal, entries) = Wal::open(settings.wal.clone())?;
+                let disk = wal_disk.unwrap_or_else(|| FsDisk::new(settings.wal.dir.clone()));
+                let (wal, entries) = Wal::open_on(settings.wal.clone(), disk, &*rng)?;
                 (Some(wal), entries)
             }
             Durability::Direct => (None, Vec::new()),
@@ -354,6 +397,8 @@ impl LogManager {
             replication,
             metadata.clone(),
             commit.clone(),
+            transport.clone(),
+            clock.clone(),
             durable_sequence,
             // Raised by the first seal; until then no replica counts as covering the
             // replayed, unsealed entries.
@@ -392,7 +437,7 @@ impl LogManager {
             partitions: RwLock::new(HashMap::new()),
             seal_wanted: Notify::new(),
             unsealed_bytes: AtomicU64::new(0),
-            seal_sequence: AtomicU64::new(now_ms() as u64),
+            seal_sequence: AtomicU64::new(clock.unix_ms() as u64),
             lease: std::sync::OnceLock::new(),
             metrics: LogMetrics::default(),
             commit,
@@ -404,6 +449,9 @@ impl LogManager {
             self_recovery: Mutex::new(if lost_wal { previous } else { None }),
             recoveries: Mutex::new(Recoveries::default()),
             recovery_added: Notify::new(),
+            clock,
+            rng,
+            transport,
         });
         manager.replay(entries).await?;
         if lost_wal {
@@ -448,14 +496,14 @@ impl LogManager {
                 )
             }
         };
-        let jitter = 0.5 + (uuid::Uuid::new_v4().as_u64_pair().0 as f64 / u64::MAX as f64) / 2.0;
+        let jitter = 0.5 + self.rng.unit_f64() / 2.0;
         let scheduled = self.recoveries().map(|mut r| {
             r.failed(
                 key,
                 source,
                 topic,
                 error.to_string(),
-                tokio::time::Instant::now(),
+                self.clock.now(),
                 jitter,
             )
         });
@@ -472,7 +520,7 @@ impl LogManager {
     /// `recover_from` broker's replicas did not answer. Run on the broker's task tracker.
     pub async fn run_recoveries(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
-            let now = tokio::time::Instant::now();
+            let now = self.clock.now();
             let due = self.recoveries().map(|r| r.due(now)).unwrap_or_default();
             for (key, pending) in due {
                 let attempt = pending.attempts + 1;
@@ -505,7 +553,7 @@ impl LogManager {
             let next = self.recoveries().ok().and_then(|r| r.next_due());
             let wait = async {
                 match next {
-                    Some(at) => tokio::time::sleep_until(at).await,
+                    Some(at) => self.clock.sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -524,7 +572,7 @@ impl LogManager {
             if r.is_empty() {
                 return;
             }
-            r.expedite(tokio::time::Instant::now());
+            r.expedite(self.clock.now());
         }
         self.recovery_added.notify_one();
     }
@@ -783,7 +831,7 @@ impl LogManager {
             }
         }
         if !recovering {
-            let now = tokio::time::Instant::now();
+            let now = self.clock.now();
             let r = self.recoveries()?;
             for key in [RecoveryKey::OwnTail, RecoveryKey::Partition(tp)] {
                 if key == RecoveryKey::OwnTail && r.get(&key).is_some() || r.backing_off(&key, now)
@@ -1022,13 +1070,14 @@ impl LogManager {
         let key = (source, skip_incarnation, record.map(|r| r.version));
         if let Ok(tails) = self.tails.lock() {
             if let Some((at, tail)) = tails.get(&key) {
-                if at.elapsed() < TAIL_REUSE {
+                if self.clock.now().saturating_duration_since(*at) < TAIL_REUSE {
                     return Ok(tail.clone());
                 }
             }
         }
         let tail = Arc::new(
             crate::recover::fetch_tail(
+                &self.transport,
                 &self.metadata,
                 self.settings.broker_id,
                 &self.replica_store,
@@ -1039,8 +1088,9 @@ impl LogManager {
             .await?,
         );
         if let Ok(mut tails) = self.tails.lock() {
-            tails.retain(|_, (at, _)| at.elapsed() < TAIL_REUSE);
-            tails.insert(key, (std::time::Instant::now(), tail.clone()));
+            let now = self.clock.now();
+            tails.retain(|_, (at, _)| now.saturating_duration_since(*at) < TAIL_REUSE);
+            tails.insert(key, (now, tail.clone()));
         }
         Ok(tail)
     }
@@ -1229,7 +1279,7 @@ impl LogManager {
                 });
             }
         }
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let rules = validate::ProduceRules {
             max_message_bytes,
             log_append_time,
@@ -1353,7 +1403,7 @@ impl LogManager {
     /// Waits until every batch appended so far is durable in the WAL (or `timeout`
     /// passes); used on shutdown so `acks=1` writes still queued are not dropped.
     pub async fn wait_durable(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = self.clock.now() + timeout;
         loop {
             let pending = self.open_partitions().iter().any(|p| {
                 p.lock()
@@ -1367,10 +1417,10 @@ impl LogManager {
                 // Direct: the final seal is what makes pending writes durable.
                 return true;
             };
-            if tokio::time::Instant::now() >= deadline || wal.check_accepting().is_err() {
+            if self.clock.now() >= deadline || wal.check_accepting().is_err() {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.clock.sleep(Duration::from_millis(5)).await;
         }
     }
 

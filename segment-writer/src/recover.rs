@@ -19,13 +19,13 @@ use crate::batch;
 use crate::error::{Error, Result};
 use crate::replica_proto::{read_frame, write_frame, Frame};
 use crate::replica_store::ReplicaStore;
+use crate::transport::ReplicaTransport;
 use crate::wal::{parse_file, WalEntry};
 use bytes::Bytes;
 use oxbow_metadata::{BrokerId, LeaderEpoch, MetadataStore, Offset, TopicPartition, WalReplicaSet};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// How long one broker may take to answer a tail request.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,6 +112,7 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
 /// `skip_incarnation` leaves out the current incarnation of a broker recovering its own
 /// lost WAL.
 pub async fn fetch_tail(
+    transport: &Arc<dyn ReplicaTransport>,
     metadata: &Arc<dyn MetadataStore>,
     me: BrokerId,
     local: &Arc<ReplicaStore>,
@@ -135,7 +136,7 @@ pub async fn fetch_tail(
         .map(|b| {
             let addr = b.internal_addr.clone();
             let id = b.broker_id;
-            async move { (id, fetch_from(&addr, source).await) }
+            async move { (id, fetch_from(&**transport, &addr, source).await) }
         });
     let mut answers = futures::future::join_all(asks).await;
     answers.push((me, own));
@@ -173,9 +174,13 @@ pub async fn fetch_tail(
     Ok(tail)
 }
 
-async fn fetch_from(addr: &str, source: BrokerId) -> Result<Vec<(u64, Bytes)>> {
+async fn fetch_from(
+    transport: &dyn ReplicaTransport,
+    addr: &str,
+    source: BrokerId,
+) -> Result<Vec<(u64, Bytes)>> {
     let go = async {
-        let mut socket = TcpStream::connect(addr).await?;
+        let mut socket = transport.connect(addr).await?;
         write_frame(&mut socket, &Frame::FetchTail { source }).await?;
         let mut out = Vec::new();
         loop {

@@ -11,9 +11,10 @@
 use crate::error::{Error, Result};
 use crate::replica_proto::{read_frame, write_frame, Frame};
 use crate::replica_store::ReplicaStore;
+use crate::transport::{BoxConn, ReplicaListener};
 use oxbow_metadata::BrokerId;
 use std::sync::Arc;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,8 +25,8 @@ const CONNECTIONS_MAX: usize = 256;
 const STREAM_QUEUE_FRAMES: usize = 64;
 
 /// Serves the internal protocol until `shutdown`.
-pub async fn serve_internal(
-    listener: TcpListener,
+pub async fn serve_internal<L: ReplicaListener>(
+    mut listener: L,
     me: BrokerId,
     store: Arc<ReplicaStore>,
     shutdown: CancellationToken,
@@ -64,9 +65,8 @@ pub async fn serve_internal(
     }
 }
 
-async fn connection(socket: TcpStream, me: BrokerId, store: Arc<ReplicaStore>) -> Result<()> {
-    let _ = socket.set_nodelay(true);
-    let (mut rd, mut wr) = socket.into_split();
+async fn connection(socket: BoxConn, me: BrokerId, store: Arc<ReplicaStore>) -> Result<()> {
+    let (mut rd, mut wr) = tokio::io::split(socket);
     match read_frame(&mut rd).await? {
         Some(Frame::Hello {
             source,
@@ -128,8 +128,8 @@ fn frame_name(f: &Frame) -> &'static str {
 }
 
 async fn stream(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rd: ReadHalf<BoxConn>,
+    mut wr: WriteHalf<BoxConn>,
     source: BrokerId,
     incarnation: u64,
     store: Arc<ReplicaStore>,

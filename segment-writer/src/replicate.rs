@@ -17,14 +17,16 @@
 use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
 use crate::replica_proto::{read_frame, write_frame, Frame};
+use crate::transport::ReplicaTransport;
 use bytes::Bytes;
+use oxbow_metadata::clock::Clock;
 use oxbow_metadata::{BrokerId, BrokerRegistration, MetadataStore, WalReplicaSet};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -116,6 +118,9 @@ pub struct Replicator {
     settings: ReplicationSettings,
     metadata: Arc<dyn MetadataStore>,
     pub(crate) commit: Arc<CommitTracker>,
+    /// How replica streams are dialled (TCP, or the simulation's network).
+    transport: Arc<dyn ReplicaTransport>,
+    clock: Arc<dyn Clock>,
     subscribers: Mutex<Subscribers>,
     /// Everything before it is in the object store (set by the sealer).
     sealed_floor: watch::Sender<u64>,
@@ -127,12 +132,15 @@ pub struct Replicator {
 }
 
 impl Replicator {
+    #[allow(clippy::too_many_arguments)] // components and start state, each needed once
     pub fn new(
         me: BrokerId,
         incarnation: u64,
         settings: ReplicationSettings,
         metadata: Arc<dyn MetadataStore>,
         commit: Arc<CommitTracker>,
+        transport: Arc<dyn ReplicaTransport>,
+        clock: Arc<dyn Clock>,
         next_sequence: u64,
         sealed_floor: u64,
     ) -> Replicator {
@@ -142,6 +150,8 @@ impl Replicator {
             settings,
             metadata,
             commit,
+            transport,
+            clock,
             subscribers: Mutex::new(Subscribers {
                 next_sequence,
                 links: Vec::new(),
@@ -295,7 +305,7 @@ impl Replicator {
             if self.settings.replication_factor > 1
                 && last_membership.is_none_or(|t| t.elapsed() >= MEMBERSHIP_EVERY)
             {
-                last_membership = Some(Instant::now());
+                last_membership = Some(self.clock.now());
                 match self.metadata.list_brokers().await {
                     Ok(live) => {
                         if let Ok(mut a) = addrs.lock() {
@@ -385,7 +395,7 @@ impl Replicator {
     }
 
     async fn check_in_sync(&self) -> Result<()> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let laggards = self
             .commit
             .read(|s| s.laggards(now, self.settings.replica_lag_max))?;
@@ -433,7 +443,7 @@ impl Replicator {
             self.unsubscribe(replica);
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(RECONNECT_BACKOFF) => {}
+                _ = self.clock.sleep(RECONNECT_BACKOFF) => {}
             }
         }
         self.unsubscribe(replica);
@@ -445,11 +455,10 @@ impl Replicator {
         addr: &str,
         stop: &CancellationToken,
     ) -> Result<()> {
-        let socket = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        let socket = tokio::time::timeout(CONNECT_TIMEOUT, self.transport.connect(addr))
             .await
             .map_err(|_| Error::Replication(format!("connecting to {addr} timed out")))??;
-        let _ = socket.set_nodelay(true);
-        let (mut rd, mut wr) = socket.into_split();
+        let (mut rd, mut wr) = tokio::io::split(socket);
         let (mut groups, start_sequence) = self.subscribe(replica)?;
         write_frame(
             &mut wr,

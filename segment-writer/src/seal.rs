@@ -127,7 +127,7 @@ impl LogManager {
         let key = format!(
             "data/b{}/{seq:020}-{}.oxb",
             self.settings.broker_id,
-            uuid::Uuid::new_v4().simple()
+            self.rng.uuid().simple()
         );
         let sealed = object::build(key, self.settings.broker_id, &chunks);
         let size = sealed.body.len() as u64;
