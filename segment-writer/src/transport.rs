@@ -145,11 +145,9 @@ impl SimNet {
         a == b || !lock(&self.state).cut.contains(&pair(a, b))
     }
 
-    fn dial(
-        &self,
-        from_zone: &str,
-        addr: &str,
-    ) -> io::Result<(BoxConn, mpsc::Sender<(BoxConn, String)>, BoxConn, String)> {
+    /// Both ends of a new connection from `from_zone` to `addr`, and where the far end is
+    /// accepted.
+    fn dial(&self, from_zone: &str, addr: &str) -> io::Result<Dialled> {
         let mut s = lock(&self.state);
         let (zone, tx) = s
             .listeners
@@ -183,6 +181,9 @@ impl SimNet {
         ))
     }
 }
+
+/// (near end, the listener's queue, far end, the far end's name for its peer).
+type Dialled = (BoxConn, mpsc::Sender<(BoxConn, String)>, BoxConn, String);
 
 struct SimDialer {
     net: SimNet,
