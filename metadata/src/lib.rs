@@ -6,6 +6,7 @@
 //! and the controller post are kept behind the [`MetadataStore`] trait.
 //!
 //! # Layout
+//! - [`blocking`]: blocking work from async code (inline where the simulation runs).
 //! - [`clock`]: the [`Clock`] and [`Rng`] seams (production and simulated).
 //! - [`types`]: the shared vocabulary (`TopicId`, `PartitionId`, `Offset`, `LeaderEpoch`, ...).
 //! - [`topic`]: topic specs, configs and their validation.
@@ -28,6 +29,7 @@
 //! durable write or an etcd round trip. Watches are returned as [`Watch`] values (a bounded
 //! `tokio::sync::mpsc` receiver) rather than generic streams for the same reason.
 
+pub mod blocking;
 pub mod catalog;
 pub mod clock;
 pub mod codec;

@@ -23,7 +23,8 @@
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
 //!   [`compact_state`]: its pure planning and deletion ledger.
 //! - [`read`]: reads from memory or from objects through the cache.
-//! - [`objects`]: building the object store from a URL.
+//! - [`objects`]: building the object store from a URL; [`faulty_store`]: one that fails
+//!   as S3 does (the simulation's and tests').
 
 pub mod batch;
 pub mod commit;
@@ -31,6 +32,7 @@ pub mod compact;
 pub mod compact_state;
 pub mod decompress;
 pub mod error;
+pub mod faulty_store;
 pub mod fence;
 pub mod log;
 pub mod object;

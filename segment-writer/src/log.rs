@@ -907,7 +907,7 @@ impl LogManager {
             // and leads it again: its own WAL still holds that data.
             let wal = wal.clone();
             let incarnation = wal.incarnation();
-            let entries = tokio::task::spawn_blocking(move || wal.read_from(from_seq))
+            let entries = oxbow_metadata::blocking::run_blocking(move || wal.read_from(from_seq))
                 .await
                 .map_err(|e| Error::Internal(format!("WAL read task: {e}")))??;
             let tail: crate::recover::Tail =

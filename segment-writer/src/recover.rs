@@ -125,7 +125,7 @@ pub async fn fetch_tail(
         Ok(Vec::new())
     } else {
         let local = local.clone();
-        tokio::task::spawn_blocking(move || local.tail(source))
+        oxbow_metadata::blocking::run_blocking(move || local.tail(source))
             .await
             .map_err(|e| Error::Internal(format!("replica read task: {e}")))?
     };

@@ -92,7 +92,7 @@ async fn connection(socket: BoxConn, me: BrokerId, store: Arc<ReplicaStore>) -> 
             stream(rd, wr, source, incarnation, store).await
         }
         Some(Frame::FetchTail { source }) => {
-            let held = tokio::task::spawn_blocking(move || {
+            let held = oxbow_metadata::blocking::run_blocking(move || {
                 let mut held = store.tail(source)?;
                 if source == me {
                     held.extend(store.own_tail()?);
@@ -151,7 +151,7 @@ async fn stream(
                 frames.push(f);
             }
             let log = log.clone();
-            let durable = tokio::task::spawn_blocking(move || {
+            let durable = oxbow_metadata::blocking::run_blocking(move || {
                 let mut log = log
                     .lock()
                     .map_err(|_| Error::Internal("replica log lock poisoned".into()))?;
