@@ -49,7 +49,9 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: lease expiry follows the paused clock in tests and the simulation.
+use tokio::time::Instant;
 
 const TOPICS: TableDefinition<&str, &[u8]> = TableDefinition::new("topics");
 const TOPIC_IDS: TableDefinition<&[u8], &str> = TableDefinition::new("topic_ids");
@@ -259,7 +261,7 @@ impl EmbeddedStore {
         F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        crate::blocking::run_blocking(move || f(&inner))
             .await
             .map_err(|e| Error::Storage(format!("metadata task failed: {e}")))?
     }

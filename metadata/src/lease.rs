@@ -21,7 +21,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: the OS clock in production, the paused one in tests and the simulation.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Whether this broker certainly still holds its lease. Cheap to clone and to check.
@@ -78,7 +80,9 @@ impl LeaseGuard {
     }
 
     /// Records a successful grant or keep-alive of `lease` that was *sent* at `sent_at`.
-    pub fn renewed(&self, lease: LeaseId, sent_at: Instant, ttl: Duration) {
+    /// (A std `Instant` converts: callers outside the simulation may pass either.)
+    pub fn renewed(&self, lease: LeaseId, sent_at: impl Into<Instant>, ttl: Duration) {
+        let sent_at: Instant = sent_at.into();
         let until = sent_at + ttl.saturating_sub(Self::margin(ttl));
         let nanos = until
             .saturating_duration_since(self.inner.base)
