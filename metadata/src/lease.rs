@@ -156,6 +156,9 @@ pub async fn run_lease_keeper(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // Polled in order (shutdown first): tokio's random branch order would make the
+            // simulation's runs differ for one seed.
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }

@@ -171,6 +171,9 @@ pub async fn run_compactor(
     let mut compactor = Compactor::new(log, settings);
     loop {
         tokio::select! {
+            // Polled in order (shutdown first): tokio's random branch order would make the
+            // simulation's runs differ for one seed.
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }

@@ -558,6 +558,9 @@ impl LogManager {
                 }
             };
             tokio::select! {
+                // Polled in order (shutdown first): tokio's random branch order would make the
+                // simulation's runs differ for one seed.
+                biased;
                 _ = shutdown.cancelled() => return,
                 _ = self.recovery_added.notified() => {}
                 _ = wait => {}

@@ -35,6 +35,9 @@ pub async fn serve_internal<L: ReplicaListener>(
     let limit = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let accepted = tokio::select! {
+            // Polled in order (shutdown first): tokio's random branch order would make the
+            // simulation's runs differ for one seed.
+            biased;
             _ = shutdown.cancelled() => break,
             a = listener.accept() => a,
         };
@@ -54,6 +57,9 @@ pub async fn serve_internal<L: ReplicaListener>(
         tasks.spawn(async move {
             let _permit = permit;
             tokio::select! {
+                // Polled in order (shutdown first): tokio's random branch order would make the
+                // simulation's runs differ for one seed.
+                biased;
                 _ = stop.cancelled() => {}
                 r = connection(socket, me, store) => {
                     if let Err(e) = r {
@@ -188,6 +194,9 @@ async fn stream(
         Ok::<(), Error>(())
     };
     tokio::select! {
+        // Polled in order (shutdown first): tokio's random branch order would make the
+        // simulation's runs differ for one seed.
+        biased;
         r = reader => r,
         r = writer => r,
     }

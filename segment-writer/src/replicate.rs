@@ -292,6 +292,9 @@ impl Replicator {
         let mut last_membership: Option<Instant> = None;
         let mut reset = self.record_reset.subscribe();
         tokio::select! {
+            // Polled in order (shutdown first): tokio's random branch order would make the
+            // simulation's runs differ for one seed.
+            biased;
             _ = shutdown.cancelled() => return,
             _ = reset.wait_for(|r| *r) => {}
         }
@@ -299,6 +302,9 @@ impl Replicator {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                // Polled in order (shutdown first): tokio's random branch order would make the
+                // simulation's runs differ for one seed.
+                biased;
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
@@ -442,6 +448,9 @@ impl Replicator {
             }
             self.unsubscribe(replica);
             tokio::select! {
+                // Polled in order (shutdown first): tokio's random branch order would make the
+                // simulation's runs differ for one seed.
+                biased;
                 _ = stop.cancelled() => break,
                 _ = self.clock.sleep(RECONNECT_BACKOFF) => {}
             }
@@ -490,6 +499,9 @@ impl Replicator {
         let mut floor = self.sealed_floor.subscribe();
         loop {
             tokio::select! {
+                // Polled in order (shutdown first): tokio's random branch order would make the
+                // simulation's runs differ for one seed.
+                biased;
                 _ = stop.cancelled() => return Ok(()),
                 r = &mut acks => return r,
                 g = groups.recv() => match g {

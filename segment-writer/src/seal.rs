@@ -38,6 +38,9 @@ pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
     floor_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // Polled in order (shutdown first): tokio's random branch order would make the
+            // simulation's runs differ for one seed.
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
             _ = log.seal_wanted.notified() => {}
