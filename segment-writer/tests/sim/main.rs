@@ -1,0 +1,306 @@
+//! Deterministic simulation of an Oxbow cluster (ARCHITECTURE.md decision 22).
+//!
+//! Three brokers in three zones run in this process on one single-threaded tokio runtime
+//! with paused time: each a real `LogManager` (WAL on a simulated disk, replication over
+//! a simulated network, sealing into a faulting in-memory object store, leases and the
+//! catalog in the embedded metadata store in memory). Idempotent `acks=all` producers and
+//! a consumer run against them while a seeded schedule injects faults (see
+//! `schedule::FAULT_KINDS`); then the faults end, every broker comes back, and the checker
+//! (`history::check`) judges what was acknowledged and read against the final log.
+//!
+//! A run is a function of its seed: time moves only when every task waits, every random
+//! choice comes from the seed, and nothing runs on another thread. A failing seed prints
+//! the violations and writes its whole trace to a file; `OXBOW_SIM_SEED=N cargo test -p
+//! oxbow-segment-writer --test sim -- one_seed --nocapture` replays it.
+//!
+//! Knobs: `OXBOW_SIM_SEEDS` (seeds for `fixed_seeds`, default 24), `OXBOW_SIM_FIRST_SEED`
+//! (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs).
+
+mod cluster;
+mod history;
+mod meta;
+mod schedule;
+mod workload;
+
+use cluster::{Cluster, BROKERS};
+use oxbow_metadata::clock::{Clock, Rng, SeededRng};
+use std::cell::RefCell;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Simulated time the faults run for.
+const FAULT_PHASE: Duration = Duration::from_secs(12);
+/// After the faults: how long every partition has to be served again.
+const SETTLE_MAX: Duration = Duration::from_secs(40);
+/// Real time one seed may take before it counts as hung.
+const REAL_TIME_MAX: Duration = Duration::from_secs(240);
+const PRODUCERS: u64 = 2;
+
+pub struct Outcome {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    pub acks: usize,
+    pub records_consumed: usize,
+    pub faults: u64,
+    pub fault_kinds: Vec<&'static str>,
+    pub sim_ms: u64,
+}
+
+thread_local! {
+    /// Panics on this thread (a simulation runs wholly on one), caught by the hook below.
+    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A panic in any task of the simulation is a violation: tokio would swallow it.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.borrow_mut().push(info.to_string()));
+            default(info);
+        }));
+    });
+}
+
+async fn simulate(seed: u64) -> Outcome {
+    let c = Cluster::new(seed).await;
+    for id in 1..=BROKERS {
+        c.start(id).await;
+    }
+    let run_stop = CancellationToken::new();
+    let faults_stop = CancellationToken::new();
+    let producers_stop = CancellationToken::new();
+    let consumer_stop = CancellationToken::new();
+    let drained = CancellationToken::new();
+    tokio::spawn(c.clone().run_controller(run_stop.clone()));
+    tokio::spawn(c.clone().supervise(run_stop.clone()));
+    tokio::spawn(workload::consumer(
+        c.clone(),
+        consumer_stop.clone(),
+        drained.clone(),
+    ));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|i| {
+            let rng: Arc<dyn Rng> = SeededRng::new(seed.wrapping_mul(1_000_003).wrapping_add(i));
+            tokio::spawn(workload::producer(
+                c.clone(),
+                i,
+                rng,
+                producers_stop.clone(),
+            ))
+        })
+        .collect();
+    let fault_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0xFA17_5EED);
+    tokio::spawn(schedule::inject(
+        c.clone(),
+        fault_rng,
+        faults_stop.clone(),
+        run_stop.clone(),
+    ));
+
+    c.clock.sleep(FAULT_PHASE).await;
+    faults_stop.cancel();
+    c.heal_all();
+    c.event("faults end; every broker starts".into());
+    for id in 1..=BROKERS {
+        tokio::spawn(
+            c.clone()
+                .restart_later(id, Duration::ZERO, run_stop.clone()),
+        );
+    }
+    // Liveness: every partition served again within SETTLE_MAX.
+    let deadline = c.clock.now() + SETTLE_MAX;
+    loop {
+        match workload::final_logs(&c).await {
+            Ok(_) => break,
+            Err(why) if c.clock.now() >= deadline => {
+                c.violation(format!(
+                    "not served {SETTLE_MAX:?} after the faults ended: {why}"
+                ));
+                break;
+            }
+            Err(_) => c.clock.sleep(Duration::from_millis(200)).await,
+        }
+    }
+    c.clock.sleep(Duration::from_secs(1)).await;
+    producers_stop.cancel();
+    for p in producers {
+        if tokio::time::timeout(Duration::from_secs(20), p)
+            .await
+            .is_err()
+        {
+            c.violation("a producer did not stop within 20 s".into());
+        }
+    }
+    consumer_stop.cancel();
+    let drain = c.clock.sleep(Duration::from_secs(30));
+    tokio::select! {
+        biased;
+        _ = drained.cancelled() => {}
+        _ = drain => c.violation("the consumer did not catch up within 30 s".into()),
+    }
+    let logs = match workload::final_logs(&c).await {
+        Ok(l) => l,
+        Err(why) => {
+            c.violation(format!("final read: {why}"));
+            Default::default()
+        }
+    };
+    run_stop.cancel();
+    c.stop_all().await;
+    let sim_ms = c.now_ms();
+    let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
+    let mut violations = history::check(&h, &logs);
+    PANICS.with(|p| {
+        for m in p.borrow_mut().drain(..) {
+            violations.push(format!("a task panicked: {m}"));
+        }
+    });
+    Outcome {
+        seed,
+        violations,
+        trace: h.trace.clone(),
+        acks: h.acks.len(),
+        records_consumed: h.consumed.values().map(Vec::len).sum(),
+        faults: h.faults,
+        fault_kinds: h.fault_kinds.iter().copied().collect(),
+        sim_ms,
+    }
+}
+
+/// `OXBOW_SIM_LOG=filter` (e.g. `info`, `oxbow_segment_writer=debug`): the brokers' own
+/// logs on stderr, without wall-clock times, for replaying one seed.
+fn install_log() {
+    static ONCE: Once = Once::new();
+    if let Ok(filter) = std::env::var("OXBOW_SIM_LOG") {
+        ONCE.call_once(|| {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .without_time()
+                .with_writer(std::io::stderr)
+                .try_init();
+        });
+    }
+}
+
+/// Runs one seed on a thread of its own (its runtime is single-threaded), bounded in real
+/// time.
+pub fn run_seed(seed: u64) -> Outcome {
+    install_panic_hook();
+    install_log();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("sim-{seed}"))
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime");
+            let _ = tx.send(rt.block_on(simulate(seed)));
+        })
+        .expect("thread");
+    match rx.recv_timeout(REAL_TIME_MAX) {
+        Ok(o) => o,
+        Err(_) => {
+            panic!("seed {seed} did not finish within {REAL_TIME_MAX:?} of real time (hung?)")
+        }
+    }
+}
+
+/// Fails with the seed, the violations and where the whole trace was written.
+fn judge(o: &Outcome) {
+    if o.violations.is_empty() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("oxbow-sim-seed-{}.trace", o.seed));
+    let _ = std::fs::write(&path, o.trace.join("\n"));
+    let tail: Vec<&String> = o.trace.iter().rev().take(60).rev().collect();
+    panic!(
+        "seed {} failed ({} violations):\n  {}\nlast trace lines:\n{}\nwhole trace: {}\nreplay: OXBOW_SIM_SEED={} cargo test -p oxbow-segment-writer --test sim -- one_seed --nocapture",
+        o.seed,
+        o.violations.len(),
+        o.violations.join("\n  "),
+        tail.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n"),
+        path.display(),
+        o.seed
+    );
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The seeds CI runs (`OXBOW_SIM_SEEDS` more on demand: `scripts/test.sh sim --seeds N`).
+#[test]
+fn fixed_seeds() {
+    let first = env_u64("OXBOW_SIM_FIRST_SEED", 1);
+    let count = env_u64("OXBOW_SIM_SEEDS", 24);
+    let started = std::time::Instant::now();
+    let (mut faults, mut acks, mut sim_ms) = (0u64, 0usize, 0u64);
+    let mut kinds = std::collections::BTreeSet::new();
+    for seed in first..first + count {
+        let o = run_seed(seed);
+        judge(&o);
+        faults += o.faults;
+        acks += o.acks;
+        sim_ms += o.sim_ms;
+        kinds.extend(o.fault_kinds.iter().copied());
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "simulation: {count} seeds in {secs:.1} s real ({:.1} s simulated), {faults} faults ({:.1} fault cycles/s), {} of {} fault kinds, {acks} acknowledged batches, 0 violations",
+        sim_ms as f64 / 1000.0,
+        faults as f64 / secs,
+        kinds.len(),
+        schedule::FAULT_KINDS.len()
+    );
+}
+
+/// One seed, for replaying a failure (`OXBOW_SIM_SEED`); seed 1 by default.
+#[test]
+fn one_seed() {
+    let o = run_seed(env_u64("OXBOW_SIM_SEED", 1));
+    if std::env::var("OXBOW_SIM_TRACE").is_ok() {
+        for line in &o.trace {
+            println!("{line}");
+        }
+    }
+    println!(
+        "seed {}: {} faults ({:?}), {} acknowledged batches, {} records consumed, {:.1} s simulated",
+        o.seed,
+        o.faults,
+        o.fault_kinds,
+        o.acks,
+        o.records_consumed,
+        o.sim_ms as f64 / 1000.0
+    );
+    judge(&o);
+}
+
+/// The meta-test: the same seed twice gives the same trace, byte for byte.
+#[test]
+fn a_seed_replays_identically() {
+    let a = run_seed(7);
+    let b = run_seed(7);
+    if a.trace != b.trace {
+        let first = a
+            .trace
+            .iter()
+            .zip(&b.trace)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.trace.len().min(b.trace.len()));
+        panic!(
+            "seed 7 diverged at trace line {first}:\n  first run:  {:?}\n  second run: {:?}",
+            a.trace.get(first),
+            b.trace.get(first)
+        );
+    }
+    assert!(a.acks > 0, "the workload acknowledged something");
+}

@@ -1,0 +1,205 @@
+//! The fault schedule: one fault every few hundred simulated milliseconds, its kind, target
+//! and duration drawn from the run's seed; each heals by itself (a restart, a lifted
+//! partition or outage) so the cluster must come back on its own.
+
+use crate::cluster::{zone, Cluster, BROKERS};
+use crate::meta::MetaFaults;
+use oxbow_metadata::clock::{Clock, Rng};
+use oxbow_segment_writer::faulty_store::StoreFaults;
+use oxbow_segment_writer::wal_disk::DiskFaults;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Every kind of fault the schedule injects (the figure "distinct fault kinds" counts the
+/// ones a run exercised).
+pub const FAULT_KINDS: &[&str] = &[
+    "crash",
+    "crash-lost-disk",
+    "cluster-crash-lost-disk-first",
+    "zone-partition",
+    "store-outage",
+    "store-errors-timeouts-latency",
+    "store-lost-put-acks",
+    "metadata-cut",
+    "metadata-flaky-txns",
+    "fsync-failure",
+    "disk-full",
+    "clock-step",
+];
+
+fn between(rng: &dyn Rng, lo_ms: u64, hi_ms: u64) -> Duration {
+    Duration::from_millis(lo_ms + rng.next_u64() % (hi_ms - lo_ms + 1))
+}
+
+fn any_broker(rng: &dyn Rng) -> i32 {
+    1 + (rng.next_u64() % BROKERS as u64) as i32
+}
+
+/// Injects faults until `stop`; `run_stop` bounds the restarts it schedules.
+pub async fn inject(
+    cluster: Cluster,
+    rng: Arc<dyn Rng>,
+    stop: CancellationToken,
+    run_stop: CancellationToken,
+) {
+    loop {
+        let wait = between(&*rng, 200, 1200);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = cluster.clock.sleep(wait) => {}
+        }
+        let kind = FAULT_KINDS[(rng.next_u64() % FAULT_KINDS.len() as u64) as usize];
+        let all_up = cluster.up_count() == BROKERS as usize;
+        let b = any_broker(&*rng);
+        let lasting = between(&*rng, 500, 3000);
+        match kind {
+            "crash" | "crash-lost-disk" => {
+                let lose = kind == "crash-lost-disk";
+                if !all_up || (lose && !cluster.disk_loss_allowed().await) {
+                    continue;
+                }
+                if cluster.crash(b, lose).await {
+                    cluster.fault(kind, format!("b{b}, restarted after {lasting:?}"));
+                    tokio::spawn(cluster.clone().restart_later(b, lasting, run_stop.clone()));
+                }
+            }
+            "cluster-crash-lost-disk-first" => {
+                if !cluster.disk_loss_allowed().await {
+                    continue;
+                }
+                for id in 1..=BROKERS {
+                    cluster.crash(id, id == b).await;
+                }
+                cluster.fault(
+                    kind,
+                    format!("every broker; b{b} lost its disk and starts first, the others after {lasting:?}"),
+                );
+                tokio::spawn(
+                    cluster
+                        .clone()
+                        .restart_later(b, Duration::ZERO, run_stop.clone()),
+                );
+                for id in (1..=BROKERS).filter(|id| *id != b) {
+                    tokio::spawn(cluster.clone().restart_later(id, lasting, run_stop.clone()));
+                }
+            }
+            "zone-partition" => {
+                let other = 1 + (b % BROKERS);
+                cluster.net.partition(&zone(b), &zone(other));
+                cluster.fault(
+                    kind,
+                    format!("{} | {} for {lasting:?}", zone(b), zone(other)),
+                );
+                let c = cluster.clone();
+                tokio::spawn(async move {
+                    c.clock.sleep(lasting).await;
+                    c.net.heal();
+                    c.event("network healed".into());
+                });
+            }
+            "store-outage" | "store-errors-timeouts-latency" | "store-lost-put-acks" => {
+                let faults = match kind {
+                    "store-outage" => StoreFaults {
+                        down: true,
+                        ..StoreFaults::default()
+                    },
+                    "store-errors-timeouts-latency" => StoreFaults {
+                        error_rate: 0.3,
+                        timeout_rate: 0.05,
+                        timeout: Duration::from_secs(2),
+                        latency_max: Duration::from_millis(80),
+                        ..StoreFaults::default()
+                    },
+                    _ => StoreFaults {
+                        lost_put_ack_rate: 0.5,
+                        ..StoreFaults::default()
+                    },
+                };
+                cluster.store.set_faults(faults);
+                cluster.fault(kind, format!("for {lasting:?}"));
+                let c = cluster.clone();
+                tokio::spawn(async move {
+                    c.clock.sleep(lasting).await;
+                    c.store.set_faults(StoreFaults::default());
+                    c.event("object store healed".into());
+                });
+            }
+            "metadata-cut" | "metadata-flaky-txns" => {
+                let Some(meta) = cluster.metas.get(&b).cloned() else {
+                    continue;
+                };
+                let faults = if kind == "metadata-cut" {
+                    MetaFaults {
+                        cut: true,
+                        ..MetaFaults::default()
+                    }
+                } else {
+                    MetaFaults {
+                        fail_rate: 0.3,
+                        lost_ack_rate: 0.2,
+                        ..MetaFaults::default()
+                    }
+                };
+                let lasting = if kind == "metadata-cut" {
+                    between(&*rng, 1000, 5000)
+                } else {
+                    lasting
+                };
+                meta.set_faults(faults);
+                cluster.fault(kind, format!("b{b} for {lasting:?}"));
+                let c = cluster.clone();
+                tokio::spawn(async move {
+                    c.clock.sleep(lasting).await;
+                    meta.set_faults(MetaFaults::default());
+                    c.event(format!("b{b} reaches the metadata service again"));
+                });
+            }
+            "fsync-failure" | "disk-full" => {
+                if cluster.broker(b).is_none() {
+                    continue;
+                }
+                let Some(disk) = cluster.disks.get(&b).cloned() else {
+                    continue;
+                };
+                let (faults, lasting) = if kind == "fsync-failure" {
+                    (
+                        DiskFaults {
+                            sync_fails: true,
+                            ..DiskFaults::default()
+                        },
+                        Duration::from_millis(100),
+                    )
+                } else {
+                    (
+                        DiskFaults {
+                            full: true,
+                            ..DiskFaults::default()
+                        },
+                        lasting,
+                    )
+                };
+                disk.set_faults(faults);
+                cluster.fault(kind, format!("b{b} for {lasting:?}"));
+                let c = cluster.clone();
+                tokio::spawn(async move {
+                    c.clock.sleep(lasting).await;
+                    disk.set_faults(DiskFaults::default());
+                    c.event(format!("b{b}'s disk healed"));
+                });
+            }
+            "clock-step" => {
+                let skew = (rng.next_u64() % 6000) as i64 - 3000;
+                cluster.clock.set_skew_ms(skew);
+                cluster.fault(kind, format!("wall clock {skew:+} ms for {lasting:?}"));
+                let c = cluster.clone();
+                tokio::spawn(async move {
+                    c.clock.sleep(lasting).await;
+                    c.clock.set_skew_ms(0);
+                });
+            }
+            _ => {}
+        }
+    }
+}

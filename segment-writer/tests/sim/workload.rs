@@ -1,0 +1,304 @@
+//! The simulation's clients: idempotent producers with `acks=all` (one batch in flight per
+//! partition, retried with the same sequence until acknowledged, as librdkafka's idempotent
+//! producer does), and a consumer that reads every partition from offset 0 and, after each
+//! leader change, validates its position as KIP-320 consumers do (OffsetForLeaderEpoch on
+//! the new leader with the epoch of the last batch it read).
+//!
+//! Clients find leaders from the stored partition state (what a Metadata request answers)
+//! and call the leader's log directly: the Kafka codec is not what this simulates.
+
+use crate::cluster::{Cluster, PARTITIONS};
+use crate::history::{Ack, StoredBatch};
+use oxbow_metadata::clock::{Clock, Rng};
+use oxbow_metadata::TopicMetadata;
+use oxbow_segment_writer::batch::{self, testing::make_idempotent_batch};
+use oxbow_segment_writer::{Acks, ErrorKind, Partition};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long a producer waits for one acknowledgement before retrying (delivery timeout).
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_BYTES: usize = 16 << 10;
+
+/// Why a client call did not complete.
+enum Fail {
+    /// Retry (not leader, broker down, not enough replicas, timeout...).
+    Retry(String),
+    /// A client-visible error the workload never provokes: a bug.
+    Fatal(String),
+}
+
+async fn leader_partition(
+    cluster: &Cluster,
+    partition: i32,
+) -> Result<
+    (
+        TopicMetadata,
+        i32,
+        Arc<Partition>,
+        Arc<oxbow_segment_writer::LogManager>,
+    ),
+    Fail,
+> {
+    let topic = cluster
+        .topic()
+        .await
+        .ok_or_else(|| Fail::Retry("no topic metadata".into()))?;
+    let state = topic
+        .partition(partition)
+        .ok_or_else(|| Fail::Fatal(format!("p{partition} missing from the topic")))?;
+    let leader = state.leader;
+    let b = cluster
+        .broker(leader)
+        .ok_or_else(|| Fail::Retry(format!("b{leader} is down")))?;
+    let p = b
+        .log
+        .partition(&topic, partition)
+        .await
+        .map_err(|e| Fail::Retry(format!("b{leader}: {e}")))?;
+    Ok((topic, leader, p, b.log.clone()))
+}
+
+fn classify(e: oxbow_segment_writer::Error) -> Fail {
+    match e.kind() {
+        ErrorKind::OutOfOrderSequence
+        | ErrorKind::Corrupt
+        | ErrorKind::InvalidRecord
+        | ErrorKind::DataCorruption
+        | ErrorKind::ProducerFenced => Fail::Fatal(e.to_string()),
+        _ => Fail::Retry(e.to_string()),
+    }
+}
+
+async fn produce_once(
+    cluster: &Cluster,
+    partition: i32,
+    raw: &[u8],
+) -> Result<(i64, i32, bool), Fail> {
+    let (_, _, p, log) = leader_partition(cluster, partition).await?;
+    let epoch = p.leader_epoch().map_err(classify)?;
+    let pending = log
+        .enqueue(&p, raw, 1 << 20, false, Acks::All)
+        .await
+        .map_err(classify)?;
+    let appended = match tokio::time::timeout(ACK_TIMEOUT, pending.wait()).await {
+        Ok(r) => r.map_err(classify)?,
+        Err(_) => return Err(Fail::Retry("acknowledgement timed out".into())),
+    };
+    Ok((appended.base_offset, epoch, appended.duplicate))
+}
+
+/// One idempotent producer until `stop`.
+pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: CancellationToken) {
+    let producer_id = loop {
+        match cluster.metadata.allocate_producer_ids(1).await {
+            Ok(id) => break id,
+            Err(_) => cluster.clock.sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    'batches: while !stop.is_cancelled() {
+        let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
+        let count = 1 + (rng.next_u64() % 4) as i32;
+        let sequence = *sequences.entry(partition).or_default();
+        let raw = make_idempotent_batch(count, cluster.clock.unix_ms(), producer_id, 0, sequence);
+        let mut attempts = 0u32;
+        loop {
+            if stop.is_cancelled() {
+                break 'batches;
+            }
+            attempts += 1;
+            match produce_once(&cluster, partition, &raw).await {
+                Ok((base_offset, leader_epoch, duplicate)) => {
+                    cluster
+                        .history
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .acks
+                        .push(Ack {
+                            partition,
+                            producer_id,
+                            base_sequence: sequence,
+                            count,
+                            base_offset,
+                            leader_epoch,
+                            duplicate,
+                        });
+                    cluster.event(format!(
+                        "producer{index} acked p{partition} seq {sequence}+{count} at {base_offset} epoch {leader_epoch}{}{}",
+                        if duplicate { " (deduplicated retry)" } else { "" },
+                        if attempts > 1 { format!(" after {attempts} attempts") } else { String::new() }
+                    ));
+                    sequences.insert(partition, sequence + count);
+                    break;
+                }
+                Err(Fail::Retry(_)) => {
+                    let backoff = 50 + rng.next_u64() % 100;
+                    cluster.clock.sleep(Duration::from_millis(backoff)).await;
+                }
+                Err(Fail::Fatal(why)) => {
+                    cluster.violation(format!(
+                        "producer{index} p{partition} seq {sequence}: {why}"
+                    ));
+                    break 'batches;
+                }
+            }
+        }
+        cluster
+            .clock
+            .sleep(Duration::from_millis(rng.next_u64() % 40))
+            .await;
+    }
+}
+
+/// Per-partition consumer position.
+#[derive(Default)]
+struct Position {
+    next: i64,
+    /// Leader epoch of the last batch read.
+    last_epoch: Option<i32>,
+    /// (leader, epoch) the last read was served by.
+    served_by: Option<(i32, i32)>,
+    high_watermark: i64,
+}
+
+/// Reads every partition from 0 until `stop` and then until caught up with the high
+/// watermark (or `drain_deadline` passes).
+pub async fn consumer(cluster: Cluster, stop: CancellationToken, drained: CancellationToken) {
+    let mut positions: BTreeMap<i32, Position> = BTreeMap::new();
+    loop {
+        let mut caught_up = true;
+        for partition in 0..PARTITIONS {
+            let pos = positions.entry(partition).or_default();
+            match consume_once(&cluster, partition, pos).await {
+                Ok(done) => caught_up &= done,
+                Err(_) => caught_up = false,
+            }
+        }
+        if stop.is_cancelled() && caught_up {
+            drained.cancel();
+            return;
+        }
+        cluster.clock.sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One fetch of one partition; `Ok(true)` when the position is at the high watermark.
+async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> Result<bool, Fail> {
+    let (_, leader, p, log) = leader_partition(cluster, partition).await?;
+    let epoch = p.leader_epoch().map_err(classify)?;
+    if pos.served_by != Some((leader, epoch)) {
+        if let Some(last_epoch) = pos.last_epoch {
+            // KIP-320: is the position still on the new leader's log?
+            match p.end_offset_for(last_epoch).map_err(classify)? {
+                Some((_, end)) if end >= pos.next => {}
+                Some((answer_epoch, end)) => {
+                    cluster.violation(format!(
+                        "consumer p{partition}: truncation detected on b{leader} epoch {epoch}: position {} read under epoch {last_epoch}, the leader says that epoch ends at {end} (epoch {answer_epoch}); the consumer would reset",
+                        pos.next
+                    ));
+                }
+                None => {
+                    cluster.violation(format!(
+                        "consumer p{partition}: b{leader} epoch {epoch} has no end offset for epoch {last_epoch} (OffsetForLeaderEpoch -1): the consumer would reset its position {}",
+                        pos.next
+                    ));
+                }
+            }
+        }
+        pos.served_by = Some((leader, epoch));
+    }
+    let read = log
+        .read(&p, pos.next, READ_BYTES, true)
+        .await
+        .map_err(classify)?;
+    if read.high_watermark < pos.high_watermark {
+        cluster.violation(format!(
+            "consumer p{partition}: high watermark moved back from {} to {} (b{leader} epoch {epoch})",
+            pos.high_watermark, read.high_watermark
+        ));
+    }
+    pos.high_watermark = pos.high_watermark.max(read.high_watermark);
+    let mut consumed = Vec::new();
+    for raw in &read.batches {
+        let Ok(Some(h)) = batch::peek_header(raw) else {
+            cluster.violation(format!(
+                "consumer p{partition}: an unreadable batch from b{leader}"
+            ));
+            break;
+        };
+        if h.last_offset() < pos.next {
+            continue;
+        }
+        if h.base_offset > pos.next {
+            cluster.violation(format!(
+                "consumer p{partition}: b{leader} answered a batch at {} for position {} (a gap)",
+                h.base_offset, pos.next
+            ));
+        }
+        for offset in pos.next.max(h.base_offset)..=h.last_offset() {
+            let seq = h.base_sequence + (offset - h.base_offset) as i32;
+            consumed.push((offset, h.producer_id, seq));
+        }
+        pos.next = h.last_offset() + 1;
+        pos.last_epoch = Some(h.partition_leader_epoch);
+    }
+    if !consumed.is_empty() {
+        cluster
+            .history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .consumed
+            .entry(partition)
+            .or_default()
+            .extend(consumed);
+    }
+    Ok(pos.next >= read.high_watermark)
+}
+
+/// The whole log of every partition, read from its leader from offset 0.
+pub async fn final_logs(cluster: &Cluster) -> Result<BTreeMap<i32, Vec<StoredBatch>>, String> {
+    let mut out = BTreeMap::new();
+    for partition in 0..PARTITIONS {
+        let (_, leader, p, log) = match leader_partition(cluster, partition).await {
+            Ok(x) => x,
+            Err(Fail::Retry(why) | Fail::Fatal(why)) => {
+                return Err(format!("p{partition} is not served at the end: {why}"))
+            }
+        };
+        let mut batches = Vec::new();
+        let mut next = 0;
+        loop {
+            let r = log
+                .read(&p, next, 1 << 20, true)
+                .await
+                .map_err(|e| format!("p{partition} on b{leader}: final read at {next}: {e}"))?;
+            let mut progressed = false;
+            for raw in &r.batches {
+                let h = batch::peek_header(raw)
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| format!("p{partition}: an unreadable batch at the end"))?;
+                if h.last_offset() < next {
+                    continue;
+                }
+                batches.push(StoredBatch {
+                    base_offset: h.base_offset,
+                    last_offset: h.last_offset(),
+                    leader_epoch: h.partition_leader_epoch,
+                    producer_id: h.producer_id,
+                    base_sequence: h.base_sequence,
+                });
+                next = h.last_offset() + 1;
+                progressed = true;
+            }
+            if !progressed || next >= r.high_watermark {
+                break;
+            }
+        }
+        out.insert(partition, batches);
+    }
+    Ok(out)
+}
