@@ -535,8 +535,29 @@ impl LogManager {
                         Ok(()) => Ok(()),
                         Err(e) => Err(self.recovery_failed(key, pending.source, None, &e)),
                     },
-                    // Failures are recorded by the open itself.
-                    RecoveryKey::Partition(tp) => self.retry_partition_recovery(tp).await,
+                    // The open records the failures of the recovery itself; an error before
+                    // it gets there (the metadata service unreachable, say) must back off
+                    // too, or this loop retries at once, forever (found by the simulation,
+                    // seed 20: a broker cut from the metadata service spun here).
+                    RecoveryKey::Partition(tp) => match self.retry_partition_recovery(tp).await {
+                        Ok(()) => Ok(()),
+                        Err(e) => {
+                            let recorded = self
+                                .recoveries()
+                                .map(|r| r.get(&key).is_none_or(|p| p.next_attempt > now))
+                                .unwrap_or(true);
+                            if recorded {
+                                Err(e)
+                            } else {
+                                Err(self.recovery_failed(
+                                    key,
+                                    pending.source,
+                                    pending.topic.clone(),
+                                    &e,
+                                ))
+                            }
+                        }
+                    },
                 };
                 if result.is_ok() {
                     if let Ok(mut r) = self.recoveries() {
@@ -698,6 +719,13 @@ impl LogManager {
         if let Some(e) = first_error {
             return Err(e);
         }
+        // What was recovered is now in this incarnation's WAL alone: replication streams
+        // carry only what is written after they start, so the other copies are still the
+        // lost incarnation's, on the replicas the record names. Resetting the record forgets
+        // them, and a second lost disk would then lose acknowledged data (found by the
+        // simulation, seed 18): seal first; if the object store cannot take it now, the
+        // recovery stays pending and is retried.
+        self.seal_once().await?;
         self.replicator.reset_record().await?;
         if let Ok(mut s) = self.self_recovery.lock() {
             *s = None;

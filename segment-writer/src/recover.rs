@@ -145,7 +145,14 @@ pub async fn fetch_tail(
     for (id, answer) in answers {
         match answer {
             Ok(chunks) => {
-                if record.is_some_and(|r| r.isr.contains(&id)) {
+                // An in-sync replica counts only if it still holds the recorded
+                // incarnation's copy: one that lost its disk since answers with nothing, and
+                // counting it would end the recovery without the tail (found by the
+                // simulation, seed 20: the new leader was the source's only in-sync replica
+                // and had lost its disk).
+                if record.is_some_and(|r| {
+                    r.isr.contains(&id) && chunks.iter().any(|(inc, _)| *inc == r.incarnation)
+                }) {
                     answered_in_sync = true;
                 }
                 for (incarnation, bytes) in chunks {
