@@ -37,6 +37,7 @@ pub mod error;
 pub mod etcd;
 pub mod group;
 pub mod keys;
+pub mod kv;
 pub mod leader_epochs;
 pub mod lease;
 pub mod store;
