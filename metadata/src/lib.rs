@@ -38,6 +38,7 @@ pub mod etcd;
 pub mod group;
 pub mod keys;
 pub mod kv;
+pub mod kv_store;
 pub mod leader_epochs;
 pub mod lease;
 pub mod store;
