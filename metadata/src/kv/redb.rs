@@ -31,8 +31,8 @@
 //! (nothing waits on a disk), which keeps a simulated run on one thread.
 
 use super::{
-    ttl_secs, EventKind, Get, KeyRange, KeyValue, Kv, Op, OpResult, RangeEnd, RangeResponse,
-    Revision, Txn, TxnResponse, WatchEvent,
+    ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, Op, OpResult, RangeEnd,
+    RangeResponse, Revision, Txn, TxnResponse, WatchEvent,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -449,8 +449,7 @@ impl RedbKv {
             .any(|l| l.deadline <= now)
     }
 
-    /// Runs `f` with the writers' lock held and overdue leases expired first: inline in
-    /// memory, on the blocking pool for a file.
+    /// Runs `f` with the writers' lock held and overdue leases expired first.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -458,11 +457,44 @@ impl RedbKv {
     {
         // "Now" is read here, on the runtime whose (maybe paused) clock it follows.
         let now = self.inner.clock.now();
-        let job = move |inner: &Inner| {
+        self.dispatch(move |inner| {
             let mut state = lock(&inner.state);
             inner.expire(&mut state, now)?;
             f(inner, &mut state)
-        };
+        })
+        .await
+    }
+
+    /// Runs `f` on a read snapshot (and the revision it is at), after expiring overdue
+    /// leases; without the writers' lock, so reads do not wait for a write's fsync.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadTransaction, Revision) -> Result<T> + Send + 'static,
+    {
+        let now = self.inner.clock.now();
+        let overdue = self.overdue();
+        self.dispatch(move |inner| {
+            if overdue {
+                inner.expire(&mut lock(&inner.state), now)?;
+            }
+            let txn = inner.db.begin_read().map_err(storage)?;
+            let revision = {
+                let meta = txn.open_table(KV_META).map_err(storage)?;
+                let value = meta.get(META_REVISION).map_err(storage)?.map(|v| v.value());
+                value.unwrap_or(0)
+            };
+            f(&txn, revision)
+        })
+        .await
+    }
+
+    /// Runs a blocking job: inline in memory, on the blocking pool for a file.
+    async fn dispatch<T, F>(&self, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
+    {
         if self.inner.blocking {
             let inner = self.inner.clone();
             tokio::task::spawn_blocking(move || job(&inner))
@@ -472,6 +504,53 @@ impl RedbKv {
             job(&self.inner)
         }
     }
+}
+
+/// Whether every compare holds against `table` (see the module docs of [`super`]).
+fn compares_hold(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    when: &[Compare],
+) -> Result<bool> {
+    for c in when {
+        let holds = if empty(&c.range) {
+            c.holds_for(None)
+        } else {
+            let (kvs, _) = read_range(table, &Get::new(c.range.clone()))?;
+            if kvs.is_empty() {
+                c.holds_for(None)
+            } else {
+                kvs.iter().all(|kv| c.holds_for(Some(kv)))
+            }
+        };
+        if !holds {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A transaction that only reads, on a snapshot.
+fn read_only_txn(txn: &redb::ReadTransaction, revision: Revision, t: &Txn) -> Result<TxnResponse> {
+    let table = txn.open_table(KV).map_err(storage)?;
+    let succeeded = compares_hold(&table, &t.when)?;
+    let ops = if succeeded { &t.then } else { &t.otherwise };
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let Op::Get(get) = op else {
+            return Err(Error::Storage("a read-only transaction writes".into()));
+        };
+        let (kvs, more) = read_range(&table, get)?;
+        results.push(OpResult::Get(RangeResponse {
+            kvs,
+            more,
+            revision,
+        }));
+    }
+    Ok(TxnResponse {
+        succeeded,
+        revision,
+        results,
+    })
 }
 
 impl Inner {
@@ -518,23 +597,7 @@ impl Inner {
     fn txn(&self, state: &mut State, txn: Txn) -> Result<TxnResponse> {
         let wtxn = self.db.begin_write().map_err(storage)?;
         let mut writer = Writer::new(&wtxn, state.revision + 1)?;
-        let mut succeeded = true;
-        for c in &txn.when {
-            let holds = if empty(&c.range) {
-                c.holds_for(None)
-            } else {
-                let (kvs, _) = read_range(&writer.kv, &Get::new(c.range.clone()))?;
-                if kvs.is_empty() {
-                    c.holds_for(None)
-                } else {
-                    kvs.iter().all(|kv| c.holds_for(Some(kv)))
-                }
-            };
-            if !holds {
-                succeeded = false;
-                break;
-            }
-        }
+        let succeeded = compares_hold(&writer.kv, &txn.when)?;
         let ops = if succeeded { &txn.then } else { &txn.otherwise };
         if let Some(why) = Txn::branch_conflict(ops) {
             return Err(Error::InvalidRequest(why));
@@ -610,20 +673,29 @@ impl State {
 #[async_trait::async_trait]
 impl Kv for RedbKv {
     async fn range(&self, get: Get) -> Result<RangeResponse> {
-        self.run(move |inner, state| {
-            let txn = inner.db.begin_read().map_err(storage)?;
+        self.read(move |txn, revision| {
             let table = txn.open_table(KV).map_err(storage)?;
             let (kvs, more) = read_range(&table, &get)?;
             Ok(RangeResponse {
                 kvs,
                 more,
-                revision: state.revision,
+                revision,
             })
         })
         .await
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let reads_only = txn
+            .then
+            .iter()
+            .chain(&txn.otherwise)
+            .all(|op| matches!(op, Op::Get(_)));
+        if reads_only {
+            return self
+                .read(move |snapshot, revision| read_only_txn(snapshot, revision, &txn))
+                .await;
+        }
         self.run(move |inner, state| inner.txn(state, txn)).await
     }
 
