@@ -426,27 +426,17 @@ impl RedbKv {
                 loop {
                     clock.sleep(REAPER_INTERVAL).await;
                     let Some(inner) = weak.upgrade() else { break };
+                    // `run` expires overdue leases first (off the runtime's threads for a
+                    // file); with none overdue it writes nothing.
                     let kv = RedbKv { inner };
-                    if kv.overdue() {
-                        let now = kv.inner.clock.now();
-                        if let Err(e) = kv.run(move |inner, state| inner.expire(state, now)).await {
-                            tracing::warn!(error = %e, "expiring leases failed; retrying");
-                        }
+                    if let Err(e) = kv.run(|_, _| Ok(())).await {
+                        tracing::warn!(error = %e, "expiring leases failed; retrying");
                     }
                 }
             });
             *lock(&inner.reaper) = Some(task);
         }
         Ok(RedbKv { inner })
-    }
-
-    /// Whether some lease is past its deadline.
-    fn overdue(&self) -> bool {
-        let now = self.inner.clock.now();
-        lock(&self.inner.state)
-            .leases
-            .values()
-            .any(|l| l.deadline <= now)
     }
 
     /// Runs `f` with the writers' lock held and overdue leases expired first.
@@ -466,17 +456,25 @@ impl RedbKv {
     }
 
     /// Runs `f` on a read snapshot (and the revision it is at), after expiring overdue
-    /// leases; without the writers' lock, so reads do not wait for a write's fsync.
+    /// leases; without waiting for the writers' lock, so reads do not wait for a write's
+    /// fsync. (If a writer holds the lock, a lease that expired just now may still show its
+    /// keys for that long; etcd's expiry is as asynchronous.)
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&redb::ReadTransaction, Revision) -> Result<T> + Send + 'static,
     {
         let now = self.inner.clock.now();
-        let overdue = self.overdue();
         self.dispatch(move |inner| {
-            if overdue {
-                inner.expire(&mut lock(&inner.state), now)?;
+            let state = match inner.state.try_lock() {
+                Ok(state) => Some(state),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut state) = state {
+                if state.leases.values().any(|l| l.deadline <= now) {
+                    inner.expire(&mut state, now)?;
+                }
             }
             let txn = inner.db.begin_read().map_err(storage)?;
             let revision = {
