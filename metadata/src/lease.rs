@@ -15,6 +15,7 @@
 //! bumping leader epochs, see `gateway/src/server.rs`), and only then validates the guard
 //! again. On shutdown it revokes the lease so the broker's departure is seen at once.
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorKind, Result};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore};
 use std::future::Future;
@@ -33,6 +34,8 @@ pub struct LeaseGuard {
 }
 
 struct GuardInner {
+    /// Where "now" is read (the production clock unless injected).
+    clock: Arc<dyn Clock>,
     /// The origin of `valid_until_nanos` (a monotonic clock).
     base: Instant,
     /// Nanoseconds after `base` until which the lease is certainly alive; 0 = invalid.
@@ -55,18 +58,30 @@ impl std::fmt::Debug for LeaseGuard {
 impl LeaseGuard {
     /// A guard that is invalid until [`LeaseGuard::renewed`].
     pub fn new() -> Self {
-        Self::build(false)
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// Like [`LeaseGuard::new`], reading the time from `clock` (simulated time in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::build(clock, false)
     }
 
     /// A guard that is always valid: for a single node that no one can fence.
     pub fn always_valid() -> Self {
-        Self::build(true)
+        Self::build(Arc::new(SystemClock), true)
     }
 
-    fn build(always: bool) -> Self {
+    /// Now, on this guard's clock, as [`LeaseGuard::renewed`] takes it.
+    pub fn now(&self) -> Instant {
+        self.inner.clock.now()
+    }
+
+    fn build(clock: Arc<dyn Clock>, always: bool) -> Self {
+        let base = clock.now();
         LeaseGuard {
             inner: Arc::new(GuardInner {
-                base: Instant::now(),
+                clock,
+                base,
                 valid_until_nanos: AtomicU64::new(0),
                 lease_id: AtomicI64::new(0),
                 always,
@@ -106,7 +121,8 @@ impl LeaseGuard {
             return true;
         }
         let until = self.inner.valid_until_nanos.load(Ordering::Acquire);
-        until != 0 && (self.inner.base.elapsed().as_nanos() as u64) < until
+        let elapsed = self.now().saturating_duration_since(self.inner.base);
+        until != 0 && (elapsed.as_nanos() as u64) < until
     }
 
     /// The lease last renewed, if any.
@@ -135,7 +151,7 @@ pub async fn register(
     ttl: Duration,
     guard: &LeaseGuard,
 ) -> Result<Lease> {
-    let sent_at = Instant::now();
+    let sent_at = guard.now();
     let lease = store.register_broker(registration.clone(), ttl).await?;
     guard.renewed(lease.id, sent_at, lease.ttl);
     Ok(lease)
@@ -164,7 +180,7 @@ pub async fn run_lease_keeper(
         }
         match current {
             Some(l) => {
-                let sent_at = Instant::now();
+                let sent_at = guard.now();
                 match store.keep_alive(l.id).await {
                     Ok(ttl) => guard.renewed(l.id, sent_at, ttl),
                     Err(e) if e.kind() == ErrorKind::Fenced => {
@@ -180,7 +196,7 @@ pub async fn run_lease_keeper(
                 }
             }
             None => {
-                let sent_at = Instant::now();
+                let sent_at = guard.now();
                 match store.register_broker(registration.clone(), ttl).await {
                     Ok(l) => {
                         if let Some(hook) = &on_new_lease {

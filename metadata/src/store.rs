@@ -27,7 +27,8 @@ pub struct BrokerRegistration {
     pub internal_addr: String,
 }
 
-/// The id of a lease (etcd's lease id; a process-local counter in the embedded backend).
+/// The id of a lease (etcd's lease id; in the embedded backend a counter kept in the file,
+/// so an id is never handed out twice).
 pub type LeaseId = i64;
 
 /// A lease granted by the metadata service: alive while kept alive within `ttl`.

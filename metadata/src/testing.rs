@@ -65,7 +65,7 @@ impl EtcdCluster {
         let dir = std::env::temp_dir().join(format!(
             "oxbow-etcd-{}-{}",
             std::process::id(),
-            uuid::Uuid::new_v4().simple()
+            crate::clock::Rng::uuid(&crate::clock::OsRng).simple()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let mut members = Vec::new();
@@ -129,6 +129,8 @@ impl EtcdCluster {
         Ok(())
     }
 
+    // Real etcd processes come up on real time, whatever a test's tokio clock does.
+    #[allow(clippy::disallowed_methods)]
     fn wait_port(&self, i: usize, timeout: Duration) -> Result<(), String> {
         let m = self
             .members

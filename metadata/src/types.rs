@@ -20,8 +20,11 @@ pub type LeaderEpoch = i32;
 pub struct TopicId(pub uuid::Uuid);
 
 impl TopicId {
+    /// A fresh id from the OS's randomness; stores draw theirs from their injected
+    /// [`crate::Rng`].
     pub fn new_random() -> Self {
-        TopicId(uuid::Uuid::new_v4())
+        use crate::clock::Rng as _;
+        TopicId(crate::clock::OsRng.uuid())
     }
     pub fn as_bytes(&self) -> &[u8; 16] {
         self.0.as_bytes()

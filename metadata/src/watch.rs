@@ -1,18 +1,19 @@
 //! Watches: how a broker's in-memory view of brokers, topics, partition states and the
 //! controller stays current.
 //!
-//! A [`Watch`] is a bounded `tokio::sync::mpsc` receiver of events, plus (for the etcd
-//! backend) the task that forwards etcd's watch stream into it, aborted when the `Watch` is
-//! dropped. Why mpsc and not `tokio::sync::watch` or `broadcast`: the subscribers need every
-//! change in order (a partition's epoch bumps, a broker leaving), not only the latest value,
-//! and a bounded queue keeps a slow subscriber from growing memory without limit.
+//! A [`Watch`] is a bounded `tokio::sync::mpsc` receiver of events, plus the task that
+//! feeds it (mapping the backend's key-value watch, [`crate::kv::Kv::watch`]), aborted when
+//! the `Watch` is dropped. Why mpsc and not `tokio::sync::watch` or `broadcast`: the
+//! subscribers need every change in order (a partition's epoch bumps, a broker leaving),
+//! not only the latest value, and a bounded queue keeps a slow subscriber from growing
+//! memory without limit.
 //!
 //! Contract, the same for every backend:
 //! - Subscribe first, then list: a change made between the two shows up in both, and every
 //!   event is a full new state (never a delta), so applying it twice is harmless.
 //! - Events of one watch arrive in the order the changes were made.
 //! - A watch **ends** ([`Watch::recv`] returns `None`) when its subscriber falls more than
-//!   [`WATCH_CAPACITY`] events behind, or when the backend loses its stream (etcd restarted,
+//!   [`WATCH_CAPACITY`] events (plus the key-value watch's own queue) behind, or when the backend loses its stream (etcd restarted,
 //!   connection lost past the retry window, history compacted). The subscriber then
 //!   subscribes again and re-lists. Ending instead of blocking keeps one slow subscriber from
 //!   stalling every writer (embedded) and keeps backpressure honest (etcd).
@@ -29,7 +30,7 @@ pub const WATCH_CAPACITY: usize = 1024;
 /// A stream of events; ends when the backend can no longer guarantee it is complete.
 pub struct Watch<T> {
     rx: mpsc::Receiver<T>,
-    /// The task feeding `rx` (etcd); aborted on drop so it never outlives its subscriber.
+    /// The task feeding `rx`, if any; aborted on drop so it never outlives its subscriber.
     task: Option<JoinHandle<()>>,
 }
 
@@ -78,39 +79,4 @@ pub enum TopicEvent {
         topic_id: TopicId,
         state: PartitionState,
     },
-}
-
-/// In-process fan-out for the embedded backend: every subscriber gets its own bounded queue;
-/// one that is full or gone is dropped (which ends its watch, see the module docs).
-pub(crate) struct Subscribers<T> {
-    senders: Vec<mpsc::Sender<T>>,
-}
-
-impl<T> Default for Subscribers<T> {
-    fn default() -> Self {
-        Subscribers {
-            senders: Vec::new(),
-        }
-    }
-}
-
-impl<T: Clone> Subscribers<T> {
-    pub(crate) fn subscribe(&mut self) -> Watch<T> {
-        let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
-        self.senders.push(tx);
-        Watch::new(rx, None)
-    }
-
-    /// Like [`Subscribers::subscribe`], with `first` queued before any later event.
-    pub(crate) fn subscribe_with(&mut self, first: T) -> Watch<T> {
-        let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
-        // A fresh channel has room for one event.
-        let _ = tx.try_send(first);
-        self.senders.push(tx);
-        Watch::new(rx, None)
-    }
-
-    pub(crate) fn publish(&mut self, event: &T) {
-        self.senders.retain(|tx| tx.try_send(event.clone()).is_ok());
-    }
 }

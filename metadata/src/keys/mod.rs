@@ -1,6 +1,7 @@
-//! The etcd key schema: one module per key kind, each with `ser_key` (and the prefixes its
-//! scans need) and `ser_value`/`deser_value`. Every key lives under the cluster root
-//! `/oxbow/{cluster}/`, so several clusters can share one etcd.
+//! The key schema of every backend (etcd's; the embedded file holds the same keys under
+//! `/oxbow/default/`, see [`crate::embedded`]): one module per key kind, each with
+//! `ser_key` (and the prefixes its scans need) and `ser_value`/`deser_value`. Every key
+//! lives under the cluster root `/oxbow/{cluster}/`, so several clusters can share one etcd.
 //!
 //! | module          | key (under the root)                                   | value                      | bound to a lease |
 //! |-----------------|--------------------------------------------------------|----------------------------|------------------|

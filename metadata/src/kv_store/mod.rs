@@ -1,0 +1,818 @@
+//! [`KvStore`]: every rule of [`MetadataStore`], written once over the [`Kv`] seam.
+//!
+//! Each operation is reads plus one compare-and-swap [`Txn`] whose compares pin exactly what
+//! the reads relied on (a key's mod revision, or its absence); a transaction that loses to
+//! a concurrent change is re-read and re-decided, up to [`CAS_ATTEMPTS`] times, then
+//! reported as a conflict. That makes every rule hold on any [`Kv`], and every write safe to
+//! repeat after a timeout whose first attempt landed: catalog commits are idempotent,
+//! compare-and-swaps then report a conflict (the caller re-reads), and a producer-id block
+//! is skipped, never reused.
+//!
+//! Key schema and value encoding: [`crate::keys`] (etcd's, unchanged, so existing clusters'
+//! data stays readable). A transaction stays within etcd's default `--max-txn-ops` (128):
+//! larger offset commits are split (atomic per chunk), larger catalog commits refused.
+//!
+//! Lifecycle: a value of this type is a handle (cheap to clone); the backends' constructors
+//! are [`crate::EmbeddedStore`] (on [`crate::kv::RedbKv`]) and [`crate::EtcdStore`] (on
+//! [`crate::kv::EtcdKv`]). "Now" and topic ids come from the injected [`Clock`] and [`Rng`].
+
+mod catalog;
+mod watch;
+
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
+use crate::clock::{Clock, OsRng, Rng, SystemClock};
+use crate::error::{Error, Result};
+use crate::group::{validate_group_id, CommittedOffset, GroupRecord};
+use crate::keys::{self, topic::TopicRecord, Root};
+use crate::kv::{Compare, Get, KeyRange, KeyValue, Kv, Op, RangeResponse, Txn};
+use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
+use crate::topic::{
+    validate_partition_count, validate_topic_name, PartitionState, TopicConfigs, TopicMetadata,
+    TopicSpec,
+};
+use crate::types::{BrokerId, Offset, PartitionId, TopicId};
+use crate::wal_replicas::WalReplicaSet;
+use crate::watch::{BrokerEvent, TopicEvent, Watch};
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most operations (or compares) in one transaction: etcd's default `--max-txn-ops`.
+pub const TXN_OPS_MAX: usize = 128;
+/// How many times a compare-and-swap that lost to an unrelated change is re-read and
+/// re-tried before reporting a conflict.
+pub const CAS_ATTEMPTS: usize = 16;
+
+/// [`MetadataStore`] on any [`Kv`] (see the module docs).
+pub struct KvStore<K> {
+    kv: Arc<K>,
+    root: Root,
+    clock: Arc<dyn Clock>,
+    rng: Arc<dyn Rng>,
+}
+
+impl<K> Clone for KvStore<K> {
+    fn clone(&self) -> Self {
+        KvStore {
+            kv: self.kv.clone(),
+            root: self.root.clone(),
+            clock: self.clock.clone(),
+            rng: self.rng.clone(),
+        }
+    }
+}
+
+fn first(resp: &RangeResponse) -> Option<&KeyValue> {
+    resp.kvs.first()
+}
+
+/// A placement needs at least one leader.
+fn check_leaders(leaders: &[BrokerId]) -> Result<()> {
+    if leaders.is_empty() {
+        return Err(Error::InvalidRequest(
+            "a placement needs at least one leader".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn leader_of(leaders: &[BrokerId], partition: PartitionId) -> BrokerId {
+    crate::topic::placed_leader(leaders, partition).expect("leaders checked non-empty")
+}
+
+/// A topic record plus its stored partition states → the topic as callers see it.
+fn assemble(root: &Root, record: TopicRecord, partitions: &[KeyValue]) -> Result<TopicMetadata> {
+    let mut states: Vec<PartitionState> = record
+        .initial_leaders
+        .iter()
+        .enumerate()
+        .map(|(i, leader)| PartitionState::new(i as PartitionId, *leader))
+        .collect();
+    for kv in partitions {
+        if keys::partition::deser_key(root, &kv.key)? != record.topic_id {
+            continue;
+        }
+        let state = keys::partition::deser_value(&kv.key, &kv.value)?;
+        if let Some(slot) = usize::try_from(state.partition)
+            .ok()
+            .and_then(|i| states.get_mut(i))
+        {
+            *slot = state;
+        }
+    }
+    Ok(TopicMetadata {
+        name: record.name,
+        topic_id: record.topic_id,
+        replication_factor: record.replication_factor,
+        configs: record.configs,
+        partitions: states,
+        created_at_ms: record.created_at_ms,
+    })
+}
+
+impl<K: Kv> KvStore<K> {
+    /// The rules over `kv`, every key under `root`, with the production clock and rng.
+    pub fn new(kv: K, root: Root) -> Self {
+        KvStore {
+            kv: Arc::new(kv),
+            root,
+            clock: Arc::new(SystemClock),
+            rng: Arc::new(OsRng),
+        }
+    }
+
+    /// The same store reading "now" (topic creation times) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The same store drawing topic ids from `rng`.
+    pub fn with_rng(mut self, rng: Arc<dyn Rng>) -> Self {
+        self.rng = rng;
+        self
+    }
+
+    /// The key root of this store's cluster.
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// The key-value store underneath.
+    pub fn kv(&self) -> &K {
+        &self.kv
+    }
+
+    async fn get(&self, key: String) -> Result<RangeResponse> {
+        self.kv.range(Get::key(key)).await
+    }
+
+    /// Runs read-only gets as transactions of at most [`TXN_OPS_MAX`] each, concurrently.
+    /// (A transaction's reads are one consistent snapshot; chunks are not, which the catalog
+    /// commit does not need: its compare-and-swap re-checks everything it relied on.)
+    async fn batch_get(&self, gets: Vec<Get>) -> Result<Vec<RangeResponse>> {
+        let chunks = gets.chunks(TXN_OPS_MAX).map(|chunk| {
+            let txn = Txn::new().then(chunk.iter().cloned().map(Op::Get));
+            let n = chunk.len();
+            async move {
+                let resp = self.kv.txn(txn).await?;
+                (0..n)
+                    .map(|i| resp.get(i).cloned())
+                    .collect::<Result<Vec<_>>>()
+            }
+        });
+        let mut out = Vec::with_capacity(gets.len());
+        for r in futures::future::join_all(chunks).await {
+            out.extend(r?);
+        }
+        Ok(out)
+    }
+
+    /// A topic by name, with partition states read while its record was unchanged; also the
+    /// record's key state (for compare-and-swap).
+    async fn read_topic(&self, name: &str) -> Result<Option<(TopicMetadata, KeyValue)>> {
+        let key = keys::topic::ser_key(&self.root, name);
+        for _ in 0..CAS_ATTEMPTS {
+            let resp = self.get(key.clone()).await?;
+            let Some(kv) = first(&resp).cloned() else {
+                return Ok(None);
+            };
+            let record = keys::topic::deser_value(&kv.key, &kv.value)?;
+            let prefix = keys::partition::topic_prefix(&self.root, record.topic_id);
+            let parts = self
+                .kv
+                .txn(
+                    Txn::new()
+                        .when([Compare::unchanged(key.clone(), Some(&kv))])
+                        .then([Op::Get(Get::prefix(prefix))]),
+                )
+                .await?;
+            if parts.succeeded {
+                let topic = assemble(&self.root, record, &parts.get(0)?.kvs)?;
+                return Ok(Some((topic, kv)));
+            }
+        }
+        Err(Error::Conflict(format!("topic '{name}' kept changing")))
+    }
+
+    async fn name_of(&self, topic_id: TopicId) -> Result<Option<(String, KeyValue)>> {
+        let resp = self
+            .get(keys::topic_id::ser_key(&self.root, topic_id))
+            .await?;
+        match first(&resp) {
+            Some(kv) => Ok(Some((
+                keys::topic_id::deser_value(&kv.key, &kv.value)?,
+                kv.clone(),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// Compare-and-swap of one versioned record at `key`: `decide` sees the stored value
+    /// (decoded) and returns the ops to run if it is still stored, or the answer.
+    async fn versioned<T, R>(
+        &self,
+        key: &str,
+        what: &str,
+        decode: impl Fn(&KeyValue) -> Result<T>,
+        mut decide: impl FnMut(Option<T>) -> Result<(Vec<Op>, R)>,
+    ) -> Result<R> {
+        for _ in 0..CAS_ATTEMPTS {
+            let resp = self.get(key.to_string()).await?;
+            let kv = first(&resp);
+            let current = kv.map(&decode).transpose()?;
+            let (ops, answer) = decide(current)?;
+            let txn = Txn::new().when([Compare::unchanged(key, kv)]).then(ops);
+            if self.kv.txn(txn).await?.succeeded {
+                return Ok(answer);
+            }
+        }
+        Err(Error::Conflict(what.to_string()))
+    }
+}
+
+#[async_trait::async_trait]
+impl<K: Kv> MetadataStore for KvStore<K> {
+    async fn register_broker(&self, broker: BrokerRegistration, ttl: Duration) -> Result<Lease> {
+        if ttl < LEASE_TTL_MIN {
+            return Err(Error::InvalidRequest(format!(
+                "lease TTL {ttl:?} is shorter than the minimum {LEASE_TTL_MIN:?}"
+            )));
+        }
+        let lease = self.kv.grant(ttl).await?;
+        let key = keys::broker::ser_key(&self.root, broker.broker_id);
+        let resp = self
+            .kv
+            .txn(Txn::new().then([
+                Op::Get(Get::key(key.clone()).keys_only()),
+                Op::put_with_lease(key, keys::broker::ser_value(&broker)?, lease.id),
+            ]))
+            .await?;
+        // A re-registration under a new lease ends the old one, so nothing (the controller
+        // post) stays bound to a lease no one keeps alive.
+        if let Some(old) = first(resp.get(0)?).map(|kv| kv.lease) {
+            if old != 0 && old != lease.id {
+                if let Err(e) = self.kv.revoke(old).await {
+                    tracing::warn!(error = %e, lease = old, "ending a replaced broker lease failed; it expires by itself");
+                }
+            }
+        }
+        Ok(lease)
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Duration> {
+        self.kv.keep_alive(lease).await
+    }
+
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()> {
+        self.kv.revoke(lease).await
+    }
+
+    async fn list_brokers(&self) -> Result<Vec<BrokerRegistration>> {
+        let resp = self
+            .kv
+            .range(Get::prefix(keys::broker::prefix(&self.root)))
+            .await?;
+        resp.kvs
+            .iter()
+            .map(|kv| keys::broker::deser_value(&kv.key, &kv.value))
+            .collect()
+    }
+
+    async fn watch_brokers(&self) -> Result<Watch<BrokerEvent>> {
+        self.subscribe_brokers().await
+    }
+
+    async fn create_topic_with_leaders(
+        &self,
+        spec: TopicSpec,
+        leaders: &[BrokerId],
+    ) -> Result<TopicMetadata> {
+        validate_topic_name(&spec.name)?;
+        validate_partition_count(spec.partitions)?;
+        let configs = TopicConfigs::validated(spec.configs.clone())?;
+        check_leaders(leaders)?;
+        let topic = TopicMetadata {
+            name: spec.name.clone(),
+            topic_id: TopicId(self.rng.uuid()),
+            replication_factor: spec.replication_factor,
+            configs,
+            partitions: (0..spec.partitions)
+                .map(|p| PartitionState::new(p, leader_of(leaders, p)))
+                .collect(),
+            created_at_ms: self.clock.unix_ms(),
+        };
+        let root = &self.root;
+        let topic_key = keys::topic::ser_key(root, &topic.name);
+        let txn = Txn::new().when([Compare::absent(topic_key.clone())]).then([
+            Op::put(
+                topic_key,
+                keys::topic::ser_value(&TopicRecord::from_metadata(&topic))?,
+            ),
+            Op::put(
+                keys::topic_id::ser_key(root, topic.topic_id),
+                keys::topic_id::ser_value(&topic.name)?,
+            ),
+        ]);
+        if !self.kv.txn(txn).await?.succeeded {
+            return Err(Error::TopicExists(topic.name));
+        }
+        Ok(topic)
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<TopicMetadata> {
+        let root = &self.root;
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((topic, kv)) = self.read_topic(name).await? else {
+                return Err(Error::UnknownTopic(name.to_string()));
+            };
+            let topic_key = keys::topic::ser_key(root, name);
+            let txn = Txn::new()
+                .when([Compare::unchanged(topic_key.clone(), Some(&kv))])
+                .then([
+                    Op::delete(KeyRange::key(topic_key)),
+                    Op::delete(KeyRange::key(keys::topic_id::ser_key(root, topic.topic_id))),
+                    Op::delete(KeyRange::prefix(keys::partition::topic_prefix(
+                        root,
+                        topic.topic_id,
+                    ))),
+                    Op::delete(KeyRange::prefix(keys::catalog::topic_prefix(
+                        root,
+                        topic.topic_id,
+                    ))),
+                ]);
+            if self.kv.txn(txn).await?.succeeded {
+                return Ok(topic);
+            }
+        }
+        Err(Error::Conflict(format!("topic '{name}'")))
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicMetadata>> {
+        let root = &self.root;
+        // One snapshot of the records and every stored partition state.
+        let resp = self
+            .kv
+            .txn(Txn::new().then([
+                Op::Get(Get::prefix(keys::topic::prefix(root))),
+                Op::Get(Get::prefix(keys::partition::prefix(root))),
+            ]))
+            .await?;
+        let mut by_topic: HashMap<TopicId, Vec<KeyValue>> = HashMap::new();
+        for kv in &resp.get(1)?.kvs {
+            let id = keys::partition::deser_key(root, &kv.key)?;
+            by_topic.entry(id).or_default().push(kv.clone());
+        }
+        let mut out = Vec::new();
+        for kv in &resp.get(0)?.kvs {
+            let record = keys::topic::deser_value(&kv.key, &kv.value)?;
+            let parts = by_topic.remove(&record.topic_id).unwrap_or_default();
+            out.push(assemble(root, record, &parts)?);
+        }
+        Ok(out)
+    }
+
+    async fn topic(&self, name: &str) -> Result<Option<TopicMetadata>> {
+        Ok(self.read_topic(name).await?.map(|(t, _)| t))
+    }
+
+    async fn topic_by_id(&self, topic_id: TopicId) -> Result<Option<TopicMetadata>> {
+        let Some((name, _)) = self.name_of(topic_id).await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .read_topic(&name)
+            .await?
+            .map(|(t, _)| t)
+            .filter(|t| t.topic_id == topic_id))
+    }
+
+    async fn create_partitions_with_leaders(
+        &self,
+        name: &str,
+        total: i32,
+        leaders: &[BrokerId],
+    ) -> Result<TopicMetadata> {
+        validate_partition_count(total)?;
+        check_leaders(leaders)?;
+        let key = keys::topic::ser_key(&self.root, name);
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((mut topic, kv)) = self.read_topic(name).await? else {
+                return Err(Error::UnknownTopic(name.to_string()));
+            };
+            let current = topic.partitions.len() as i32;
+            if total <= current {
+                return Err(Error::InvalidPartitions {
+                    count: total,
+                    reason: format!(
+                        "topic '{name}' already has {current} partitions; partitions can only be added"
+                    ),
+                });
+            }
+            topic
+                .partitions
+                .extend((current..total).map(|p| PartitionState::new(p, leader_of(leaders, p))));
+            let mut initial_leaders = keys::topic::deser_value(&kv.key, &kv.value)?.initial_leaders;
+            initial_leaders.extend((current..total).map(|p| leader_of(leaders, p)));
+            let value = keys::topic::ser_value(&TopicRecord {
+                initial_leaders,
+                ..TopicRecord::from_metadata(&topic)
+            })?;
+            let txn = Txn::new()
+                .when([Compare::unchanged(key.clone(), Some(&kv))])
+                .then([Op::put(key.clone(), value)]);
+            if self.kv.txn(txn).await?.succeeded {
+                return Ok(topic);
+            }
+        }
+        Err(Error::Conflict(format!("topic '{name}'")))
+    }
+
+    async fn update_partition(
+        &self,
+        topic_id: TopicId,
+        expected_version: u64,
+        new: PartitionState,
+    ) -> Result<PartitionState> {
+        let root = &self.root;
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((name, id_kv)) = self.name_of(topic_id).await? else {
+                return Err(Error::UnknownTopic(topic_id.to_string()));
+            };
+            let Some((topic, _)) = self.read_topic(&name).await? else {
+                return Err(Error::UnknownTopic(name));
+            };
+            if topic.partition(new.partition).is_none() {
+                return Err(Error::UnknownPartition {
+                    topic: name,
+                    partition: new.partition,
+                });
+            }
+            // The version compared is the one of the very key state the transaction's
+            // compare pins (absent: never changed, version 0).
+            let key = keys::partition::ser_key(root, topic_id, new.partition);
+            let stored = self.get(key.clone()).await?;
+            let current_version = match first(&stored) {
+                Some(kv) => keys::partition::deser_value(&kv.key, &kv.value)?.version,
+                None => 0,
+            };
+            if current_version != expected_version {
+                return Err(Error::Conflict(format!(
+                    "partition {name}-{} (version {current_version} != expected {expected_version})",
+                    new.partition
+                )));
+            }
+            let updated = PartitionState {
+                version: expected_version + 1,
+                ..new.clone()
+            };
+            let txn = Txn::new()
+                .when([
+                    Compare::unchanged(key.clone(), first(&stored)),
+                    Compare::unchanged(keys::topic_id::ser_key(root, topic_id), Some(&id_kv)),
+                ])
+                .then([Op::put(key, keys::partition::ser_value(&updated)?)]);
+            if self.kv.txn(txn).await?.succeeded {
+                return Ok(updated);
+            }
+        }
+        Err(Error::Conflict(format!(
+            "partition {topic_id}-{}",
+            new.partition
+        )))
+    }
+
+    async fn watch_topics(&self) -> Result<Watch<TopicEvent>> {
+        self.subscribe_topics().await
+    }
+
+    async fn allocate_producer_ids(&self, count: u32) -> Result<i64> {
+        let key = keys::counter::ser_key(&self.root, keys::counter::PRODUCER_ID);
+        let first = self
+            .versioned(
+                &key,
+                "producer id counter",
+                |kv| keys::counter::deser_value(&kv.key, &kv.value),
+                |next| {
+                    let next = next.unwrap_or(0);
+                    let after = next
+                        .checked_add(u64::from(count))
+                        .ok_or_else(|| Error::Storage("producer ids exhausted".into()))?;
+                    Ok((
+                        vec![Op::put(key.clone(), keys::counter::ser_value(after)?)],
+                        next,
+                    ))
+                },
+            )
+            .await?;
+        i64::try_from(first).map_err(|_| Error::Storage("producer ids exhausted".into()))
+    }
+
+    async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()> {
+        for _ in 0..CAS_ATTEMPTS {
+            if self.try_commit_catalog(&commit).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::Conflict(
+            "catalog commit kept losing to concurrent changes".into(),
+        ))
+    }
+
+    async fn catalog_entries(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+        from_offset: Offset,
+        limit: usize,
+    ) -> Result<Vec<CatalogEntry>> {
+        self.read_catalog(topic_id, partition, from_offset, limit)
+            .await
+    }
+
+    async fn catalog_last(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> Result<Option<CatalogEntry>> {
+        self.last_entry(topic_id, partition).await
+    }
+
+    async fn catalog_find_timestamp(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+        timestamp_ms: i64,
+    ) -> Result<Option<CatalogEntry>> {
+        self.find_timestamp(topic_id, partition, timestamp_ms).await
+    }
+
+    async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()> {
+        // Validation caps the new entries at REPLACE_NEW_ENTRIES_MAX: each is one put plus
+        // one range delete (see `try_replace_catalog`), within TXN_OPS_MAX.
+        replace.validate()?;
+        for _ in 0..CAS_ATTEMPTS {
+            if self.try_replace_catalog(&replace).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::Conflict(
+            "catalog replace kept losing to concurrent changes".into(),
+        ))
+    }
+
+    async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
+        validate_group_id(group_id)?;
+        let root = &self.root;
+        let mut puts = Vec::with_capacity(offsets.len());
+        for o in &offsets {
+            puts.push(Op::put(
+                keys::offset::ser_key(root, group_id, &o.topic, o.partition),
+                keys::offset::ser_value(o)?,
+            ));
+        }
+        // One transaction per TXN_OPS_MAX partitions: a larger commit is atomic per chunk
+        // only (each partition's offset is still written whole).
+        let txns = puts
+            .chunks(TXN_OPS_MAX)
+            .map(|ops| self.kv.txn(Txn::new().then(ops.to_vec())));
+        for r in futures::future::join_all(txns).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    async fn fetch_offsets(&self, group_id: &str) -> Result<Vec<CommittedOffset>> {
+        let prefix = keys::offset::group_prefix(&self.root, group_id);
+        let resp = self.kv.range(Get::prefix(prefix)).await?;
+        let mut out = resp
+            .kvs
+            .iter()
+            .map(|kv| keys::offset::deser_value(&kv.key, &kv.value))
+            .collect::<Result<Vec<_>>>()?;
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(out)
+    }
+
+    async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<(String, PartitionId)>>,
+    ) -> Result<()> {
+        let root = &self.root;
+        let ops: Vec<Op> = match &partitions {
+            None => vec![Op::delete(KeyRange::prefix(keys::offset::group_prefix(
+                root, group_id,
+            )))],
+            Some(list) => list
+                .iter()
+                .map(|(t, p)| {
+                    Op::delete(KeyRange::key(keys::offset::ser_key(root, group_id, t, *p)))
+                })
+                .collect(),
+        };
+        for chunk in ops.chunks(TXN_OPS_MAX) {
+            self.kv.txn(Txn::new().then(chunk.to_vec())).await?;
+        }
+        Ok(())
+    }
+
+    async fn group(&self, group_id: &str) -> Result<Option<GroupRecord>> {
+        let resp = self.get(keys::group::ser_key(&self.root, group_id)).await?;
+        first(&resp)
+            .map(|kv| keys::group::deser_value(group_id, &kv.key, &kv.value))
+            .transpose()
+    }
+
+    async fn put_group(
+        &self,
+        group_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<GroupRecord> {
+        validate_group_id(group_id)?;
+        let key = keys::group::ser_key(&self.root, group_id);
+        self.versioned(
+            &key,
+            &format!("group '{group_id}'"),
+            |kv| keys::group::deser_value(group_id, &kv.key, &kv.value),
+            |current| {
+                let current = current.map(|g| g.version);
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "group '{group_id}' (version {current:?}, expected {expected_version:?})"
+                    )));
+                }
+                let record = GroupRecord {
+                    group_id: group_id.to_string(),
+                    version: expected_version.unwrap_or(0) + 1,
+                    data: data.clone(),
+                };
+                Ok((
+                    vec![Op::put(key.clone(), keys::group::ser_value(&record)?)],
+                    record,
+                ))
+            },
+        )
+        .await
+    }
+
+    async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()> {
+        let root = &self.root;
+        let key = keys::group::ser_key(root, group_id);
+        let offsets = keys::offset::group_prefix(root, group_id);
+        self.versioned(
+            &key,
+            &format!("group '{group_id}'"),
+            |kv| keys::group::deser_value(group_id, &kv.key, &kv.value),
+            |current| match current {
+                None => Err(Error::UnknownGroup(group_id.to_string())),
+                Some(g) if g.version != expected_version => Err(Error::Conflict(format!(
+                    "group '{group_id}' (version {}, expected {expected_version})",
+                    g.version
+                ))),
+                Some(_) => Ok((
+                    vec![
+                        Op::delete(KeyRange::key(key.clone())),
+                        Op::delete(KeyRange::prefix(offsets.clone())),
+                    ],
+                    (),
+                )),
+            },
+        )
+        .await
+    }
+
+    async fn list_groups(&self) -> Result<Vec<String>> {
+        let root = &self.root;
+        let resp = self
+            .kv
+            .txn(Txn::new().then([
+                Op::Get(Get::prefix(keys::group::prefix(root)).keys_only()),
+                Op::Get(Get::prefix(keys::offset::prefix(root)).keys_only()),
+            ]))
+            .await?;
+        let mut out = BTreeSet::new();
+        for kv in &resp.get(0)?.kvs {
+            out.insert(keys::group::deser_key(root, &kv.key)?);
+        }
+        for kv in &resp.get(1)?.kvs {
+            out.insert(keys::offset::deser_key(root, &kv.key)?);
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>> {
+        let resp = self
+            .get(keys::wal_replicas::ser_key(&self.root, broker))
+            .await?;
+        first(&resp)
+            .map(|kv| keys::wal_replicas::deser_value(&kv.key, &kv.value))
+            .transpose()
+    }
+
+    async fn put_wal_replica_set(
+        &self,
+        set: WalReplicaSet,
+        expected_version: Option<u64>,
+    ) -> Result<WalReplicaSet> {
+        set.validate()?;
+        let broker = set.broker_id;
+        let key = keys::wal_replicas::ser_key(&self.root, broker);
+        self.versioned(
+            &key,
+            &format!("WAL replica set of broker {broker}"),
+            |kv| keys::wal_replicas::deser_value(&kv.key, &kv.value),
+            |current| {
+                let current = current.map(|s| s.version);
+                if current != expected_version {
+                    return Err(Error::Conflict(format!(
+                        "WAL replica set of broker {broker} (version {current:?}, expected {expected_version:?})"
+                    )));
+                }
+                let stored = WalReplicaSet {
+                    version: expected_version.unwrap_or(0) + 1,
+                    ..set.clone()
+                };
+                Ok((
+                    vec![Op::put(key.clone(), keys::wal_replicas::ser_value(&stored)?)],
+                    stored,
+                ))
+            },
+        )
+        .await
+    }
+
+    async fn delete_wal_replica_set(&self, broker: BrokerId, expected_version: u64) -> Result<()> {
+        let key = keys::wal_replicas::ser_key(&self.root, broker);
+        self.versioned(
+            &key,
+            &format!("WAL replica set of broker {broker}"),
+            |kv| keys::wal_replicas::deser_value(&kv.key, &kv.value),
+            |current| match current {
+                None => Err(Error::UnknownWalReplicaSet(broker)),
+                Some(s) if s.version != expected_version => Err(Error::Conflict(format!(
+                    "WAL replica set of broker {broker} (version {}, expected {expected_version})",
+                    s.version
+                ))),
+                Some(_) => Ok((vec![Op::delete(KeyRange::key(key.clone()))], ())),
+            },
+        )
+        .await
+    }
+
+    async fn campaign(&self, candidate: BrokerId, lease: LeaseId) -> Result<BrokerId> {
+        let key = keys::controller::ser_key(&self.root);
+        let txn = Txn::new()
+            .when([Compare::absent(key.clone())])
+            .then([Op::put_with_lease(
+                key.clone(),
+                keys::controller::ser_value(candidate)?,
+                lease,
+            )])
+            .otherwise([Op::Get(Get::key(key))]);
+        let resp = self.kv.txn(txn).await?;
+        if resp.succeeded {
+            return Ok(candidate);
+        }
+        match first(resp.get(0)?) {
+            Some(kv) => keys::controller::deser_value(&kv.key, &kv.value),
+            // The holder vanished between compare and get: let the caller campaign again.
+            None => Err(Error::Conflict(
+                "controller post changed during the campaign".into(),
+            )),
+        }
+    }
+
+    async fn resign(&self, candidate: BrokerId) -> Result<()> {
+        let key = keys::controller::ser_key(&self.root);
+        let txn = Txn::new()
+            .when([Compare::value(
+                key.clone(),
+                keys::controller::ser_value(candidate)?,
+            )])
+            .then([Op::delete(KeyRange::key(key))]);
+        self.kv.txn(txn).await?;
+        Ok(())
+    }
+
+    async fn controller(&self) -> Result<Option<BrokerId>> {
+        Ok(self.read_controller().await?.0)
+    }
+
+    async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>> {
+        self.subscribe_controller().await
+    }
+}
+
+impl<K: Kv> KvStore<K> {
+    /// The controller and the revision it was read at.
+    async fn read_controller(&self) -> Result<(Option<BrokerId>, crate::kv::Revision)> {
+        let resp = self.get(keys::controller::ser_key(&self.root)).await?;
+        let holder = first(&resp)
+            .map(|kv| keys::controller::deser_value(&kv.key, &kv.value))
+            .transpose()?;
+        Ok((holder, resp.revision))
+    }
+}
