@@ -6,6 +6,8 @@
 #   scripts/test.sh e2e [-- ARGS]   setup + end-to-end suite only (pytest ARGS, e.g. -k http)
 #   scripts/test.sh build e2e       rebuild the binaries, then the end-to-end suite
 #   scripts/test.sh fmt clippy ...  any subset of stages, in the order given
+#   scripts/test.sh sim --seeds N   the deterministic simulation over N seeds (default 200;
+#                                   the unit stage runs 24)
 #   scripts/test.sh fuzz            the protocol fuzzer for longer (not in the default set):
 #                                   OXBOW_FUZZ_SECS (default 300) of the seeded run, then as
 #                                   long per libFuzzer target if nightly + cargo-fuzz exist
@@ -217,6 +219,14 @@ stage_fuzz() {
     fi
 }
 
+# The fixed seeds (OXBOW_SIM_SEEDS, 24 by default) run in `cargo test --workspace`; this runs
+# more: `scripts/test.sh sim --seeds 500` (seeds from OXBOW_SIM_FIRST_SEED, default 1).
+stage_sim() {
+    section "deterministic simulation (${SIM_SEEDS:-200} seeds)"
+    OXBOW_SIM_SEEDS="${SIM_SEEDS:-200}" bounded cargo test -p oxbow-segment-writer \
+        --test sim fixed_seeds -- --nocapture || return 1
+}
+
 # ------------------------------------------------------------------ e2e ----
 
 stage_e2e() {
@@ -247,9 +257,10 @@ PYTEST_ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --) shift; PYTEST_ARGS=("$@"); break ;;
-        setup | fmt | clippy | unit | build | e2e | fuzz) STAGES+=("$1") ;;
+        setup | fmt | clippy | unit | build | e2e | fuzz | sim) STAGES+=("$1") ;;
+        --seeds) shift; SIM_SEEDS="${1:?--seeds needs a number}" ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-        *) die "unknown stage '$1' (setup fmt clippy unit build e2e fuzz)" ;;
+        *) die "unknown stage '$1' (setup fmt clippy unit build e2e fuzz sim)" ;;
     esac
     shift
 done
