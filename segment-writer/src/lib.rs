@@ -18,6 +18,8 @@
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
 //! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
+//! - [`leadership_state`]: the pure core of graceful handoff (`step(event) -> Vec<Action>`,
+//!   decision 15) and [`leadership_state::transferred_state`].
 //! - [`object`]: the sealed object format.
 //! - [`segment`]: the per-partition segment format (offset and time index).
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
@@ -34,6 +36,7 @@ pub mod decompress;
 pub mod error;
 pub mod faulty_store;
 pub mod fence;
+pub mod leadership_state;
 pub mod log;
 pub mod object;
 pub mod objects;
