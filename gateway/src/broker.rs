@@ -6,7 +6,8 @@
 //! by the topic watch (`cluster::follower`), so topics created and leadership moved by other
 //! brokers show up within a watch round trip.
 //!
-//! Appends pass a per-partition gate: a graceful handoff (`cluster::handoff`) closes it, so
+//! Appends pass their partition's append gate ([`Leadership::append_permit`]): a graceful
+//! handoff (segment-writer's `leadership`, started by `cluster::handoff`) closes it, so
 //! nothing is appended between the final seal and the leadership move.
 
 use crate::cluster::{placement, ClusterView};
@@ -16,9 +17,11 @@ use oxbow_metadata::{
     BrokerId, MetadataStore, Offset, PartitionId, PartitionState, TopicId, TopicMetadata,
     TopicPartition, TopicSpec,
 };
-use oxbow_segment_writer::{Acks, Appended, LogManager, Partition, PendingAppend, ReadResult};
+use oxbow_segment_writer::{
+    Acks, Appended, Leadership, LogManager, Partition, PendingAppend, ReadResult,
+};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Settings of the broker's front ends.
@@ -44,6 +47,8 @@ pub struct Broker {
     pub settings: BrokerSettings,
     pub metadata: Arc<dyn MetadataStore>,
     pub log: Arc<LogManager>,
+    /// Append gates and graceful handoff of the partitions led here.
+    pub leadership: Leadership,
     pub metrics: Metrics,
     /// The group coordinator (of the groups [`ClusterView::coordinator_for`] gives this
     /// broker; every group on one node).
@@ -55,8 +60,6 @@ pub struct Broker {
     forwarders:
         tokio::sync::Mutex<HashMap<BrokerId, Arc<tokio::sync::Mutex<crate::client::Client>>>>,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
-    /// Append gates of partitions (see the module docs); `true` = closed.
-    gates: Mutex<HashMap<TopicPartition, Arc<tokio::sync::RwLock<bool>>>>,
     /// The block of producer ids reserved for this broker: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -107,10 +110,10 @@ impl Broker {
             coordinator,
             cluster,
             metadata,
+            leadership: Leadership::new(log.clone()),
             log,
             metrics: Metrics::default(),
             topics: RwLock::new(topics),
-            gates: Mutex::new(HashMap::new()),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),
         }))
@@ -189,38 +192,13 @@ impl Broker {
         if let Ok(mut m) = self.topics.write() {
             m.retain(|_, t| t.topic_id != topic_id);
         }
-        self.log.drop_topic(topic_id);
-        if let Ok(mut g) = self.gates.lock() {
-            g.retain(|tp, _| tp.topic_id != topic_id);
-        }
+        self.leadership.drop_topic(topic_id);
     }
 
     /// Stops serving a partition this broker no longer leads (it answers
     /// NOT_LEADER_OR_FOLLOWER from now on).
     pub fn forget_partition(&self, tp: TopicPartition) {
-        self.log.forget_where(|x| *x == tp);
-        if let Ok(mut g) = self.gates.lock() {
-            g.remove(&tp);
-        }
-    }
-
-    fn gate(&self, tp: TopicPartition) -> Arc<tokio::sync::RwLock<bool>> {
-        let mut g = match self.gates.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        g.entry(tp).or_default().clone()
-    }
-
-    /// Closes a partition's append gate, waiting for appends already past it to be
-    /// enqueued; later appends get NOT_LEADER_OR_FOLLOWER until it opens again.
-    pub async fn close_gate(&self, tp: TopicPartition) {
-        *self.gate(tp).write().await = true;
-    }
-
-    /// Opens a partition's append gate again (a handoff that did not happen).
-    pub async fn open_gate(&self, tp: TopicPartition) {
-        *self.gate(tp).write().await = false;
+        self.leadership.forget(tp);
     }
 
     /// Whether this broker coordinates `group_id` (always, on one node).
@@ -437,16 +415,9 @@ impl Broker {
         if oxbow_metadata::topic::is_internal_topic(&topic.name) {
             return Err(internal_topic(&topic.name, "produced to"));
         }
-        let gate = self.gate(TopicPartition::new(topic.topic_id, partition));
-        let closed = gate.read().await;
-        if *closed {
-            return Err(BrokerError::Log(oxbow_segment_writer::Error::NotLeader(
-                format!(
-                    "{}-{partition} (being handed to another broker)",
-                    topic.name
-                ),
-            )));
-        }
+        let tp = TopicPartition::new(topic.topic_id, partition);
+        // Held until the batch is queued: a handoff closing the gate waits for it.
+        let permit = self.leadership.append_permit(tp, &topic.name).await?;
         let p = self.partition(topic, partition).await?;
         let configs = &topic.configs;
         let pending = self
@@ -459,7 +430,7 @@ impl Broker {
                 acks,
             )
             .await?;
-        drop(closed);
+        drop(permit);
         Ok(pending)
     }
 

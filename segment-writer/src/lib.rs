@@ -18,6 +18,10 @@
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
 //! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
+//! - [`leadership`]: [`Leadership`], giving partitions up on purpose — the per-partition
+//!   append gate and the graceful handoff of a batch to other brokers (decision 15);
+//!   [`leadership_state`]: the handoff's pure core (`step(event) -> Vec<Action>`) and
+//!   [`leadership_state::transferred_state`]. The gateway decides what moves and to whom.
 //! - [`object`]: the sealed object format.
 //! - [`segment`]: the per-partition segment format (offset and time index).
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
@@ -34,6 +38,8 @@ pub mod decompress;
 pub mod error;
 pub mod faulty_store;
 pub mod fence;
+pub mod leadership;
+pub mod leadership_state;
 pub mod log;
 pub mod object;
 pub mod objects;
@@ -55,6 +61,8 @@ pub mod wal_disk;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};
+pub use leadership::{AppendPermit, Leadership};
+pub use leadership_state::{Handoff, Moved};
 pub use log::{
     Acks, Appended, Durability, LogComponents, LogManager, LogSettings, Partition, PendingAppend,
 };

@@ -19,7 +19,8 @@
 //!    differ by two or more for `balance_delay` without a break (a broker that just joined
 //!    has settled; a broker shutting down has handed off and deregistered), request
 //!    graceful transfers ([`placement::plan_moves`]), at most `transfers_max` at once. The
-//!    current leader carries each out (see `handoff.rs`).
+//!    current leader carries each out (`cluster/handoff.rs`, segment-writer's
+//!    `leadership.rs`).
 //!
 //! Ready: a broker registers before it has replayed its WAL and started serving (that may
 //! take seconds), so the driver probes each newly registered broker (a Kafka ApiVersions
@@ -144,18 +145,6 @@ pub fn failover_state(state: &PartitionState, to: BrokerId) -> PartitionState {
         leader: to,
         leader_epoch: state.leader_epoch + 1,
         recover_from: state.recover_from.or(Some(state.leader)),
-        transfer_to: None,
-        ..state.clone()
-    }
-}
-
-/// `state` handed by its live leader to `to` after sealing everything it held: next epoch,
-/// nothing to recover from the old leader (an older `recover_from` the old leader never
-/// acted on is kept: that tail still needs recovering).
-pub fn transferred_state(state: &PartitionState, to: BrokerId) -> PartitionState {
-    PartitionState {
-        leader: to,
-        leader_epoch: state.leader_epoch + 1,
         transfer_to: None,
         ..state.clone()
     }
@@ -450,6 +439,7 @@ impl ControllerCore {
 mod tests {
     use super::*;
     use oxbow_metadata::TopicConfigs;
+    use oxbow_segment_writer::leadership_state::transferred_state;
 
     fn reg(id: BrokerId) -> BrokerRegistration {
         BrokerRegistration {

@@ -16,9 +16,10 @@
 //!   FindCoordinator) and topics with their leaders (the topic cache) — from watches plus
 //!   re-lists; it forgets partitions this broker no longer leads and passes transfer
 //!   requests addressed to this broker's partitions to [`handoff`].
-//! - [`handoff`]: graceful transfer by the current leader: close the partition's append
-//!   gate, wait until what was appended is durable, seal, move leadership by CAS (epoch +
-//!   1), forget. Also the SIGTERM handoff of everything this broker leads.
+//! - [`handoff`]: graceful transfer by the current leader — which partitions go where (a
+//!   queue of `transfer_to` requests; on SIGTERM, everything led here, placed); the storage
+//!   steps (gate, durability, seal, checks, CAS at epoch + 1, forget) are segment-writer's
+//!   `Leadership::hand_off`.
 //!
 //! Lifecycle: `server.rs` spawns the follower, the handoff worker and the controller on the
 //! broker's `TaskTracker`; the follower and handoff worker stop with the listeners, the
