@@ -1,5 +1,9 @@
 //! `oxbow`: the broker (`oxbow serve`) and the CLI that talks to one.
 
+// The simulation (ARCHITECTURE.md decision 22) does not run this crate yet: it may read the
+// OS clock and randomness directly (clippy.toml bans that in the simulated crates).
+#![allow(clippy::disallowed_methods)]
+
 use clap::{Parser, Subcommand};
 use oxbow_gateway::cli;
 use oxbow_gateway::server::{self, LogFormat, ServeArgs};

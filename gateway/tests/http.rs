@@ -3,6 +3,9 @@
 //! client (one request per connection), so status lines, headers and bodies are checked
 //! exactly as a client sees them.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 use support::{parse_response, request, start, Response};

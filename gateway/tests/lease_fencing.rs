@@ -4,6 +4,9 @@
 //! Starts its own etcd (see `oxbow_metadata::testing`); fails without the `etcd` binary
 //! unless `OXBOW_SKIP_ETCD=1`.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use bytes::Bytes;
 use oxbow_gateway::client::{Client, ProduceOptions, ProduceRecord};
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};

@@ -1,6 +1,9 @@
 //! The real `oxbow` binary on ephemeral loopback ports: produce and fetch through the Kafka
 //! protocol, graceful shutdown (exit 0), restart on the same data dir, `kill -9` recovery.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use bytes::Bytes;
 use oxbow_gateway::client::{Client, ProduceOptions, ProduceRecord};
 use std::net::TcpListener;

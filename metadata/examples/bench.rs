@@ -8,6 +8,9 @@
 //! `etcd` starts a single local etcd member in a temp dir (Debian `etcd-server`); the
 //! embedded store is a `redb` file in a temp dir (fsync per commit, as in `oxbow serve`).
 
+// A benchmark on the real clock (clippy.toml bans it in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use hdrhistogram::Histogram;
 use oxbow_metadata::testing::EtcdCluster;
 use oxbow_metadata::{

@@ -41,6 +41,9 @@
 //! durable write or an etcd round trip. Watches are returned as [`Watch`] values (a bounded
 //! `tokio::sync::mpsc` receiver) rather than generic streams for the same reason.
 
+// Tests may wait on the real clock; production code of this crate may not (clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod blocking;
 pub mod catalog;
 pub mod clock;

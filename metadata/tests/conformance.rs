@@ -6,6 +6,9 @@
 //! Time: lease expiry uses the shortest TTL (2 s) and polls with a deadline; nothing sleeps
 //! longer than a poll interval.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use bytes::Bytes;
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{

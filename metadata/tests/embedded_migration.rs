@@ -5,6 +5,9 @@
 //! (`examples/make_embedded_fixture.rs` at commit ff218fc), and
 //! `fixtures/embedded-v1.expected.txt` is what that code read back from it after a reopen.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use oxbow_metadata::{
     CatalogCommit, CatalogEntry, EmbeddedStore, EntryLayout, EpochFence, ErrorKind, MetadataStore,
     TopicPartition,

@@ -1,6 +1,9 @@
 //! Failure cases against a real etcd (issue 3 → Failure cases). Each test starts its own
 //! etcd on loopback ports and is bounded in time: every wait polls against a deadline.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use oxbow_metadata::lease::{register, run_lease_keeper};
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{

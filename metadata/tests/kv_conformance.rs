@@ -7,6 +7,9 @@
 //! Every wait has a deadline; lease expiry waits poll with tokio's sleep, which a paused
 //! runtime turns into simulated time.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use oxbow_metadata::kv::{
     CmpOp, Compare, EtcdKv, EventKind, Get, KeyRange, Kv, Op, OpResult, RedbKv, Target, Txn,
     WatchEvent,

@@ -392,7 +392,12 @@ impl Compactor {
                 builder.next_offset()
             )));
         }
-        let key = segment::segment_key(tp, first.base_offset, first.leader_epoch);
+        let key = segment::segment_key(
+            tp,
+            first.base_offset,
+            first.leader_epoch,
+            self.log.rng.uuid(),
+        );
         let built = builder.finish(key)?;
         let size = built.body.len() as u64;
         let path = ObjectPath::from(built.key.as_str());

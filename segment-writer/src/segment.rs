@@ -58,13 +58,18 @@ const TIME_ROW_BYTES: usize = 12;
 /// fetch is usually one chunk and one GET. A 512 MiB segment has about 512 rows (20 KiB).
 pub const INDEX_INTERVAL_BYTES: u64 = 1 << 20;
 
-/// The object key of a new segment (see the module docs).
-pub fn segment_key(tp: TopicPartition, base_offset: Offset, leader_epoch: LeaderEpoch) -> String {
+/// The object key of a new segment (see the module docs); `unique` is a random uuid.
+pub fn segment_key(
+    tp: TopicPartition,
+    base_offset: Offset,
+    leader_epoch: LeaderEpoch,
+    unique: uuid::Uuid,
+) -> String {
     format!(
         "segments/{}/{}/{base_offset:020}-{leader_epoch}-{}.oxs",
         tp.topic_id,
         tp.partition,
-        uuid::Uuid::new_v4().simple()
+        unique.simple()
     )
 }
 

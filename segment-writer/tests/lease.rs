@@ -2,6 +2,9 @@
 //! acknowledges nothing, and on a new lease it bumps its partitions' epochs so that a commit
 //! from its previous incarnation is fenced.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, ErrorKind as MetaKind, LeaseGuard, MetadataStore, TopicSpec};
 use oxbow_segment_writer::batch::testing::make_batch;

@@ -1,6 +1,9 @@
 //! The log end to end on one node: append, seal into the object store, read back from
 //! memory and from objects, recover the WAL after a crash, detect corrupt objects.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};

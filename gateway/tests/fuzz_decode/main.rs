@@ -19,6 +19,9 @@
 //! with the target and execution number (see the `alloc-guard` crate in `fuzz/`);
 //! `OXBOW_FUZZ_DUMP=<target>:<n>` writes that input instead of running it.
 
+// Real servers and real time in this test (clippy.toml bans these in simulated code).
+#![allow(clippy::disallowed_methods)]
+
 mod targets;
 
 use bytes::{BufMut, Bytes, BytesMut};
