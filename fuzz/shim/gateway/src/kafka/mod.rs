@@ -2,7 +2,7 @@
 
 #[path = "../../../../../gateway/src/kafka/frame.rs"]
 pub mod frame;
-#[path = "../../../../../gateway/src/kafka/versions.rs"]
-pub mod versions;
 #[path = "../../../../../gateway/src/kafka/request_reader.rs"]
 pub mod request_reader;
+#[path = "../../../../../gateway/src/kafka/versions.rs"]
+pub mod versions;
