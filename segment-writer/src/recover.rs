@@ -142,6 +142,7 @@ pub async fn fetch_tail(
     answers.push((me, own));
     let mut tail = Vec::new();
     let mut answered_in_sync = false;
+    let mut source_lost_incarnation = false;
     for (id, answer) in answers {
         match answer {
             Ok(chunks) => {
@@ -154,6 +155,14 @@ pub async fn fetch_tail(
                     r.isr.contains(&id) && chunks.iter().any(|(inc, _)| *inc == r.incarnation)
                 }) {
                     answered_in_sync = true;
+                }
+                // The source alive again without the recorded incarnation (it lost its disk):
+                // whatever that incarnation alone held is gone, nothing is left to wait for.
+                if id == source
+                    && !chunks.is_empty()
+                    && record.is_some_and(|r| !chunks.iter().any(|(inc, _)| *inc == r.incarnation))
+                {
+                    source_lost_incarnation = true;
                 }
                 for (incarnation, bytes) in chunks {
                     if id == source && record.is_some_and(|r| r.incarnation == incarnation) {
@@ -171,8 +180,19 @@ pub async fn fetch_tail(
             }
         }
     }
-    let needs_in_sync = record.is_some_and(|r| !r.isr.is_empty());
+    // An empty in-sync set does not mean nothing depends on a copy: the source went on
+    // committing on its own WAL alone (acks=1 writes, and records consumers were shown,
+    // though acks=all was refused), so its own answer is then the one needed, as Kafka
+    // keeps a partition offline until its last in-sync replica returns (found by the
+    // simulation, seed 37). Not for a broker recovering its own lost WAL: that copy is gone.
+    let needs_in_sync =
+        record.is_some_and(|r| !r.isr.is_empty() || (source != me && !source_lost_incarnation));
     if needs_in_sync && !answered_in_sync {
+        if record.is_some_and(|r| r.isr.is_empty()) {
+            return Err(Error::Replication(format!(
+                "broker {source} holds the only copy of its WAL tail (no replica was in sync) and has not answered; not serving its partitions until it does"
+            )));
+        }
         return Err(Error::Replication(format!(
             "no in-sync WAL replica of broker {source} answered (in sync: {:?}); not serving its partitions until one does",
             record.map(|r| r.isr.clone()).unwrap_or_default()

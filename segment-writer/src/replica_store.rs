@@ -265,11 +265,19 @@ impl ReplicaStore {
     /// them once it restarted.
     pub fn own_tail(&self) -> Result<Vec<(u64, Bytes)>> {
         match self.own_wal.get() {
-            Some(wal) => Ok(wal
-                .read_raw()?
-                .into_iter()
-                .map(|file| (wal.incarnation(), Bytes::from(file)))
-                .collect()),
+            Some(wal) => {
+                let mut chunks: Vec<(u64, Bytes)> = wal
+                    .read_raw()?
+                    .into_iter()
+                    .map(|file| (wal.incarnation(), Bytes::from(file)))
+                    .collect();
+                if chunks.is_empty() {
+                    // Still say which incarnation answers: a recovery waiting for this
+                    // broker's older one learns it is gone.
+                    chunks.push((wal.incarnation(), Bytes::new()));
+                }
+                Ok(chunks)
+            }
             None => Ok(Vec::new()),
         }
     }

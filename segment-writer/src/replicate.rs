@@ -126,6 +126,9 @@ pub struct Replicator {
     sealed_floor: watch::Sender<u64>,
     /// The stored record (the last one written or read).
     record: tokio::sync::Mutex<Option<WalReplicaSet>>,
+    /// The in-sync replicas the stored record names: only these count toward
+    /// `min.insync.replicas`, since a recovery after this broker dies asks only them.
+    recorded_isr: Mutex<BTreeSet<BrokerId>>,
     /// Raised by [`Self::reset_record`]: until then the record still names a lost WAL
     /// incarnation whose tail is being recovered, and [`Self::run`] must not replace it.
     record_reset: watch::Sender<bool>,
@@ -158,6 +161,7 @@ impl Replicator {
             }),
             sealed_floor: watch::channel(sealed_floor).0,
             record: tokio::sync::Mutex::new(None),
+            recorded_isr: Mutex::new(BTreeSet::new()),
             record_reset: watch::channel(false).0,
         }
     }
@@ -195,9 +199,26 @@ impl Replicator {
         });
     }
 
-    /// In-sync copies of the WAL, this broker's included.
+    /// In-sync copies of the WAL, this broker's included: replicas the commit point waits
+    /// for *and* the stored record names. A replica joins the first before the second (the
+    /// record never names one acknowledgements did not wait for); counting it before it is
+    /// recorded would let an `acks=all` write rest on a copy a recovery does not ask for.
     pub fn in_sync_copies(&self) -> usize {
-        1 + self.commit.read(|s| s.isr().len()).unwrap_or(0)
+        let recorded = self
+            .recorded_isr
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default();
+        1 + self
+            .commit
+            .read(|s| s.isr().intersection(&recorded).count())
+            .unwrap_or(0)
+    }
+
+    fn set_recorded(&self, stored: &WalReplicaSet) {
+        if let Ok(mut r) = self.recorded_isr.lock() {
+            *r = stored.isr.iter().copied().collect();
+        }
     }
 
     /// A queue of every write group from now on, and the sequence the first one starts at.
@@ -237,6 +258,7 @@ impl Replicator {
             .metadata
             .put_wal_replica_set(set, current.map(|c| c.version))
             .await?;
+        self.set_recorded(&stored);
         *self.record.lock().await = Some(stored);
         self.record_reset.send_replace(true);
         Ok(())
@@ -268,6 +290,7 @@ impl Replicator {
             }
             match self.metadata.put_wal_replica_set(next, expected).await {
                 Ok(stored) => {
+                    self.set_recorded(&stored);
                     *cached = Some(stored);
                     return Ok(());
                 }
