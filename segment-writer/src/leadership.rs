@@ -20,7 +20,7 @@ use crate::leadership_state::{
     Action, Event, Handoff, HandoffCore, Kept, Moved, Observed, OpenPartition,
 };
 use crate::log::{Durability, LogManager};
-use oxbow_metadata::{TopicId, TopicPartition};
+use oxbow_metadata::{PartitionState, TopicId, TopicPartition};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -111,6 +111,27 @@ impl Leadership {
         }
     }
 
+    /// Acts on a partition's stored state as the topic follower sees it: a partition open
+    /// here but led elsewhere now, or at a newer epoch (this broker was fenced meanwhile), is
+    /// forgotten. Returns whether it was.
+    pub fn follow_state(&self, topic_id: TopicId, state: &PartitionState) -> bool {
+        let tp = TopicPartition::new(topic_id, state.partition);
+        let Some(open) = self.log.get(&tp) else {
+            return false;
+        };
+        let open_epoch = open.leader_epoch().unwrap_or(i32::MAX);
+        if state.leader == self.log.broker_id() && state.leader_epoch <= open_epoch {
+            return false;
+        }
+        tracing::info!(
+            partition = %format!("{}-{}", open.topic_name, state.partition),
+            leader = state.leader, leader_epoch = state.leader_epoch, open_epoch,
+            "no longer the leader; stopped serving the partition"
+        );
+        self.forget(tp);
+        true
+    }
+
     /// Forgets every partition of a deleted topic (its unsealed data goes with it).
     pub fn drop_topic(&self, topic_id: TopicId) {
         self.log.drop_topic(topic_id);
@@ -122,7 +143,30 @@ impl Leadership {
     /// Hands `batch` over (decision 15, [`HandoffCore`]); returns the partitions that moved,
     /// with their states as stored. The rest stay here, their gates open.
     pub async fn hand_off(&self, batch: &[Handoff]) -> Vec<Moved> {
-        let mut core = HandoffCore::new(self.log.broker_id(), batch);
+        // A partition led here but not open may still have entries in this broker's WAL
+        // (replayed after a restart without an open, or held after a lease loss): open it
+        // first, so they are in its log and sealed and checked with the rest. Moving it
+        // unopened left them behind (found by the simulation, seed 29). One that cannot be
+        // opened now stays.
+        let me = self.log.broker_id();
+        let mut ready = Vec::with_capacity(batch.len());
+        for h in batch {
+            if self.log.get(&h.topic_partition()).is_none() {
+                if let Ok(Some(topic)) = self.log.metadata.topic_by_id(h.topic_id).await {
+                    let led_here = topic.partition(h.partition).is_some_and(|s| s.leader == me);
+                    if led_here {
+                        if let Err(e) = self.log.partition(&topic, h.partition).await {
+                            tracing::warn!(partition = %format!("{}-{}", topic.name, h.partition),
+                                error = %e, "cannot open the partition to hand it over; it stays");
+                            continue;
+                        }
+                    }
+                }
+            }
+            ready.push(*h);
+        }
+        let batch = &ready[..];
+        let mut core = HandoffCore::new(me, batch);
         let mut events = VecDeque::from([Event::Begin {
             owes_own_tail: self.log.owes_own_tail(),
         }]);

@@ -185,17 +185,7 @@ fn follow(
 ) {
     let me = broker.settings.broker_id;
     let tp = TopicPartition::new(topic_id, state.partition);
-    if let Some(open) = broker.log.get(&tp) {
-        let open_epoch = open.leader_epoch().unwrap_or(i32::MAX);
-        if state.leader != me || state.leader_epoch > open_epoch {
-            tracing::info!(
-                partition = %format!("{}-{}", open.topic_name, state.partition),
-                leader = state.leader, leader_epoch = state.leader_epoch, open_epoch,
-                "no longer the leader; stopped serving the partition"
-            );
-            broker.forget_partition(tp);
-        }
-    }
+    broker.leadership.follow_state(topic_id, state);
     if state.leader == me && state.recover_from.is_some() && broker.log.get(&tp).is_none() {
         // Given a possibly dead broker's partition: recover its tail now, not at the first
         // client request, so the dead broker's replicas can let go of it and the partition
