@@ -217,6 +217,11 @@ impl MemDisk {
         lock(&self.state).faults = faults;
     }
 
+    /// The failures injected now.
+    pub fn faults(&self) -> DiskFaults {
+        lock(&self.state).faults
+    }
+
     /// A crash of the process (or of the machine) using this disk: every file keeps what was
     /// fsynced plus the first `torn(name, pending_len)` bytes of what was not (a torn
     /// write). Handles opened before fail from now on.

@@ -23,8 +23,8 @@ use oxbow_segment_writer::faulty_store::FaultyObjectStore;
 use oxbow_segment_writer::transport::SimNet;
 use oxbow_segment_writer::wal_disk::MemDisk;
 use oxbow_segment_writer::{
-    run_sealer, serve_internal, LogComponents, LogManager, LogSettings, ReplicationSettings,
-    WalSettings,
+    run_sealer, serve_internal, Leadership, LogComponents, LogManager, LogSettings,
+    ReplicationSettings, WalSettings,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,6 +54,8 @@ fn internal_addr(id: BrokerId) -> String {
 /// A running broker.
 pub struct SimBroker {
     pub log: Arc<LogManager>,
+    /// Its append gates and graceful handoff, as the gateway's broker holds them.
+    pub leadership: Arc<Leadership>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -307,11 +309,12 @@ impl Cluster {
         let log = match opened {
             Ok(log) => log,
             Err(e) => {
-                let injected = meta_faulted(&meta);
-                if injected {
-                    self.event(format!(
-                        "b{id} exited on start (metadata fault injected): {e}"
-                    ));
+                let disk_faulted = self
+                    .disks
+                    .get(&id)
+                    .is_some_and(|d| d.faults() != Default::default());
+                if meta_faulted(&meta) || disk_faulted {
+                    self.event(format!("b{id} exited on start (a fault is injected): {e}"));
                 } else {
                     self.violation(format!("b{id} exited on start: {e}"));
                 }
@@ -320,6 +323,7 @@ impl Cluster {
             }
         };
         log.set_lease_guard(guard.clone());
+        let leadership = Arc::new(Leadership::new(log.clone()));
         let stop = CancellationToken::new();
         let hook_log = log.clone();
         let on_new_lease: NewLeaseHook = Arc::new(move |_lease| {
@@ -350,7 +354,12 @@ impl Cluster {
                 Some(on_new_lease),
                 stop.clone(),
             )),
-            tokio::spawn(follow_topic(self.clone(), id, log.clone(), stop.clone())),
+            tokio::spawn(follow_topic(
+                self.clone(),
+                id,
+                leadership.clone(),
+                stop.clone(),
+            )),
             tokio::spawn(follow_membership(
                 self.clone(),
                 id,
@@ -359,7 +368,12 @@ impl Cluster {
             )),
         ];
         self.event(format!("b{id} started (start {start})"));
-        Some(Arc::new(SimBroker { log, stop, tasks }))
+        Some(Arc::new(SimBroker {
+            log,
+            leadership,
+            stop,
+            tasks,
+        }))
     }
 
     /// kill -9: the broker's tasks stop where they are; its disk keeps what was fsynced
@@ -417,6 +431,12 @@ impl Cluster {
                             self.event(format!("b{id} exits (storage failure: {why})"));
                             self.crash(id, false).await;
                             failed_since.remove(&id);
+                            // As systemd's Restart=on-failure would.
+                            tokio::spawn(self.clone().restart_later(
+                                id,
+                                RESTART_DELAY,
+                                stop.clone(),
+                            ));
                         }
                     }
                 }
@@ -544,7 +564,7 @@ fn meta_faulted(meta: &FaultyMetadata) -> bool {
 async fn follow_topic(
     cluster: Cluster,
     id: BrokerId,
-    log: Arc<LogManager>,
+    leadership: Arc<Leadership>,
     stop: CancellationToken,
 ) {
     let Some(meta) = cluster.metas.get(&id).cloned() else {
@@ -555,17 +575,10 @@ async fn follow_topic(
         let Ok(Some(topic)) = meta.topic_by_id(cluster.topic_id).await else {
             continue;
         };
-        let moved: Vec<_> = topic
-            .partitions
-            .iter()
-            .filter(|s| s.leader != id)
-            .map(|s| s.partition)
-            .collect();
-        if moved.is_empty() {
-            continue;
+        // The gateway's rule, shared: led elsewhere now, or at a newer epoch.
+        for state in &topic.partitions {
+            leadership.follow_state(topic.topic_id, state);
         }
-        let topic_id = topic.topic_id;
-        log.forget_where(|tp| tp.topic_id == topic_id && moved.contains(&tp.partition));
     }
 }
 

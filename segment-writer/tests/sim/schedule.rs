@@ -2,11 +2,12 @@
 //! and duration drawn from the run's seed; each heals by itself (a restart, a lifted
 //! partition or outage) so the cluster must come back on its own.
 
-use crate::cluster::{zone, Cluster, BROKERS};
+use crate::cluster::{zone, Cluster, BROKERS, PARTITIONS};
 use crate::meta::MetaFaults;
 use oxbow_metadata::clock::{Clock, Rng};
 use oxbow_segment_writer::faulty_store::StoreFaults;
 use oxbow_segment_writer::wal_disk::DiskFaults;
+use oxbow_segment_writer::Handoff;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +28,11 @@ pub const FAULT_KINDS: &[&str] = &[
     "disk-full",
     "clock-step",
 ];
+
+/// Graceful leadership moves (the gateway's balancer, `oxbow partitions reassign`) come
+/// from a stream of their own, so adding them left the draws of the kinds above as they
+/// were for each seed.
+pub const MOVE_KIND: &str = "graceful-move";
 
 fn between(rng: &dyn Rng, lo_ms: u64, hi_ms: u64) -> Duration {
     Duration::from_millis(lo_ms + rng.next_u64() % (hi_ms - lo_ms + 1))
@@ -202,4 +208,54 @@ pub async fn inject(
             _ => {}
         }
     }
+}
+
+/// Moves one partition gracefully every so often until `stop`: its leader hands it to
+/// another live broker through its `Leadership` (seal, catalog end, epoch swap).
+pub async fn moves(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToken) {
+    loop {
+        let wait = between(&*rng, 300, 1500);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = cluster.clock.sleep(wait) => {}
+        }
+        move_one(&cluster, &*rng).await;
+    }
+}
+
+async fn move_one(cluster: &Cluster, rng: &dyn Rng) {
+    let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
+    let Some(topic) = cluster.topic().await else {
+        return;
+    };
+    let Some(state) = topic.partition(partition) else {
+        return;
+    };
+    let from = state.leader;
+    let to = 1 + ((from as u64 + rng.next_u64() % (BROKERS as u64 - 1)) % BROKERS as u64) as i32;
+    let (Some(leader), Some(_)) = (cluster.broker(from), cluster.broker(to)) else {
+        return;
+    };
+    cluster.fault(MOVE_KIND, format!("p{partition} from b{from} to b{to}"));
+    let c = cluster.clone();
+    let topic_id = topic.topic_id;
+    tokio::spawn(async move {
+        let moved = leader
+            .leadership
+            .hand_off(&[Handoff {
+                topic_id,
+                partition,
+                to,
+                requested: false,
+            }])
+            .await;
+        match moved.first() {
+            Some(m) => c.event(format!(
+                "p{partition} handed to b{to} at epoch {}",
+                m.state.leader_epoch
+            )),
+            None => c.event(format!("p{partition} stayed on b{from}")),
+        }
+    });
 }

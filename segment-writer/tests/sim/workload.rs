@@ -77,12 +77,23 @@ async fn produce_once(
     partition: i32,
     raw: &[u8],
 ) -> Result<(i64, i32, bool), Fail> {
-    let (_, _, p, log) = leader_partition(cluster, partition).await?;
+    let (_, leader, p, log) = leader_partition(cluster, partition).await?;
+    let leadership = cluster
+        .broker(leader)
+        .ok_or_else(|| Fail::Retry(format!("b{leader} is down")))?
+        .leadership
+        .clone();
+    // The append gate, as the gateway's produce path takes it: a handoff closes it.
+    let permit = leadership
+        .append_permit(p.topic_partition, crate::cluster::TOPIC)
+        .await
+        .map_err(classify)?;
     let epoch = p.leader_epoch().map_err(classify)?;
     let pending = log
         .enqueue(&p, raw, 1 << 20, false, Acks::All)
         .await
         .map_err(classify)?;
+    drop(permit);
     let appended = match tokio::time::timeout(ACK_TIMEOUT, pending.wait()).await {
         Ok(r) => r.map_err(classify)?,
         Err(_) => return Err(Fail::Retry("acknowledgement timed out".into())),
@@ -187,8 +198,17 @@ pub async fn consumer(cluster: Cluster, stop: CancellationToken, drained: Cancel
 
 /// One fetch of one partition; `Ok(true)` when the position is at the high watermark.
 async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> Result<bool, Fail> {
-    let (_, leader, p, log) = leader_partition(cluster, partition).await?;
+    let (topic, leader, p, log) = leader_partition(cluster, partition).await?;
     let epoch = p.leader_epoch().map_err(classify)?;
+    // KIP-320: a fetch carries the epoch the consumer's metadata names; a broker serving
+    // another one answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH and the consumer
+    // refreshes its metadata (a fenced broker that still has the partition open).
+    let current = topic.partition(partition).map(|s| s.leader_epoch);
+    if current != Some(epoch) {
+        return Err(Fail::Retry(format!(
+            "b{leader} serves epoch {epoch}, the metadata says {current:?}"
+        )));
+    }
     if pos.served_by != Some((leader, epoch)) {
         if let Some(last_epoch) = pos.last_epoch {
             // KIP-320: is the position still on the new leader's log?
