@@ -29,6 +29,13 @@ pub struct WalReplicaSet {
     /// The replicas holding every WAL entry from the broker's trim point on: acknowledged
     /// entries are on all of them. A subset of `replicas`.
     pub isr: Vec<BrokerId>,
+    /// Replicas that left `isr` while entries they hold were not all sealed: (replica,
+    /// WAL sequence it holds everything acknowledged below). They stay eligible to answer
+    /// for the tail — as KIP-966's eligible leader replicas do for Kafka's partitions — so
+    /// a recovery whose in-sync set shrank meanwhile still finds the acknowledged entries.
+    /// Dropped once everything below the sequence is sealed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eligible: Vec<(BrokerId, u64)>,
     /// Bumped on every change; the compare in compare-and-swap.
     pub version: u64,
 }
@@ -84,6 +91,7 @@ mod tests {
             incarnation: 7,
             replicas: replicas.to_vec(),
             isr: isr.to_vec(),
+            eligible: Vec::new(),
             version: 0,
         }
     }

@@ -928,6 +928,7 @@ fn wal_set(broker_id: i32, replicas: &[i32], isr: &[i32]) -> WalReplicaSet {
         incarnation: 3,
         replicas: replicas.to_vec(),
         isr: isr.to_vec(),
+        eligible: Vec::new(),
         version: 0,
     }
 }

@@ -719,6 +719,29 @@ impl LogManager {
         if let Some(e) = first_error {
             return Err(e);
         }
+        // Partitions led elsewhere may still have to recover this broker's lost tail
+        // (`recover_from` names it): their new leaders find it through this broker's record,
+        // so the record keeps the lost incarnation until none is left. Resetting it earlier
+        // made such a partition, moved back here, recover from the new, empty incarnation
+        // and drop acknowledged records (found by the simulation, seed 51).
+        let owed: Vec<String> = self
+            .metadata
+            .list_topics()
+            .await?
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.recover_from == Some(me))
+                    .map(move |p| format!("{}-{}", t.name, p.partition))
+            })
+            .collect();
+        if !owed.is_empty() {
+            return Err(Error::Replication(format!(
+                "partitions still recover this broker's lost WAL tail elsewhere ({}); its record keeps the lost incarnation until they have",
+                owed.join(", ")
+            )));
+        }
         // What was recovered is now in this incarnation's WAL alone: replication streams
         // carry only what is written after they start, so the other copies are still the
         // lost incarnation's, on the replicas the record names. Resetting the record forgets

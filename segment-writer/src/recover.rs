@@ -143,6 +143,11 @@ pub async fn fetch_tail(
     let mut tail = Vec::new();
     let mut answered_in_sync = false;
     let mut source_lost_incarnation = false;
+    // Eligible replicas (left the in-sync set holding acknowledged entries, see
+    // `WalReplicaSet::eligible`): whether one answered with the copy, and which answered
+    // without it (they lost it too).
+    let mut answered_eligible = false;
+    let mut eligible_without = std::collections::BTreeSet::new();
     for (id, answer) in answers {
         match answer {
             Ok(chunks) => {
@@ -155,6 +160,13 @@ pub async fn fetch_tail(
                     r.isr.contains(&id) && chunks.iter().any(|(inc, _)| *inc == r.incarnation)
                 }) {
                     answered_in_sync = true;
+                }
+                if let Some(r) = record.filter(|r| r.eligible.iter().any(|(b, _)| *b == id)) {
+                    if chunks.iter().any(|(inc, _)| *inc == r.incarnation) {
+                        answered_eligible = true;
+                    } else {
+                        eligible_without.insert(id);
+                    }
                 }
                 // The source alive again without the recorded incarnation (it lost its disk):
                 // whatever that incarnation alone held is gone, nothing is left to wait for.
@@ -185,14 +197,32 @@ pub async fn fetch_tail(
     // though acks=all was refused), so its own answer is then the one needed, as Kafka
     // keeps a partition offline until its last in-sync replica returns (found by the
     // simulation, seed 37). Not for a broker recovering its own lost WAL: that copy is gone.
-    let needs_in_sync =
-        record.is_some_and(|r| !r.isr.is_empty() || (source != me && !source_lost_incarnation));
-    if needs_in_sync && !answered_in_sync {
-        if record.is_some_and(|r| r.isr.is_empty()) {
+    // When the source cannot answer for it (it lost that copy, or this is its own recovery
+    // of a lost WAL), replicas that left the in-sync set still holding acknowledged entries
+    // must (found by the simulation, seeds 53 and 87: the in-sync set had shrunk before the
+    // source lost its disk, and the recovery asked no one).
+    let eligible_may_hold = record.is_some_and(|r| {
+        r.eligible
+            .iter()
+            .any(|(b, _)| !eligible_without.contains(b))
+    });
+    if let Some(r) = record.filter(|r| r.isr.is_empty()) {
+        let source_may_hold = source != me && !source_lost_incarnation;
+        if source_may_hold && !answered_in_sync {
             return Err(Error::Replication(format!(
                 "broker {source} holds the only copy of its WAL tail (no replica was in sync) and has not answered; not serving its partitions until it does"
             )));
         }
+        if !source_may_hold && eligible_may_hold && !answered_eligible {
+            return Err(Error::Replication(format!(
+                "no replica of broker {source} that left its in-sync set holding acknowledged entries answered ({:?}); not serving its partitions until one does",
+                r.eligible
+            )));
+        }
+        return Ok(tail);
+    }
+    let needs_in_sync = record.is_some();
+    if needs_in_sync && !answered_in_sync {
         return Err(Error::Replication(format!(
             "no in-sync WAL replica of broker {source} answered (in sync: {:?}); not serving its partitions until one does",
             record.map(|r| r.isr.clone()).unwrap_or_default()

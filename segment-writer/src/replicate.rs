@@ -233,6 +233,11 @@ impl Replicator {
         Ok((rx, subs.next_sequence))
     }
 
+    /// The sequence the next write group gets: everything acknowledged so far is below it.
+    fn next_sequence(&self) -> u64 {
+        self.subscribers.lock().map_or(0, |s| s.next_sequence)
+    }
+
     fn unsubscribe(&self, replica: BrokerId) {
         if let Ok(mut subs) = self.subscribers.lock() {
             subs.links.retain(|(b, _)| *b != replica);
@@ -240,18 +245,26 @@ impl Replicator {
     }
 
     /// Records the set for this incarnation with no in-sync replica, before anything is
-    /// acknowledged: what a previous run recorded is not true of this run's streams.
+    /// acknowledged: what a previous run recorded is not true of this run's streams. The
+    /// previous run's in-sync replicas of this same incarnation still hold what it
+    /// acknowledged (replayed now, unsealed): they become eligible (see
+    /// [`WalReplicaSet::eligible`]) until it is sealed.
     pub async fn reset_record(&self) -> Result<()> {
         let current = self.metadata.wal_replica_set(self.me).await?;
+        let next = self.next_sequence();
+        let same = current
+            .as_ref()
+            .filter(|c| c.incarnation == self.incarnation);
+        let mut eligible = same.map(|c| c.eligible.clone()).unwrap_or_default();
+        for &b in same.map(|c| c.isr.as_slice()).unwrap_or_default() {
+            mark_eligible(&mut eligible, b, next);
+        }
         let set = WalReplicaSet {
             broker_id: self.me,
             incarnation: self.incarnation,
-            replicas: current
-                .as_ref()
-                .filter(|c| c.incarnation == self.incarnation)
-                .map(|c| c.replicas.clone())
-                .unwrap_or_default(),
+            replicas: same.map(|c| c.replicas.clone()).unwrap_or_default(),
             isr: Vec::new(),
+            eligible,
             version: 0,
         };
         let stored = self
@@ -277,6 +290,7 @@ impl Replicator {
                         incarnation: self.incarnation,
                         replicas: Vec::new(),
                         isr: Vec::new(),
+                        eligible: Vec::new(),
                         version: 0,
                     },
                 },
@@ -393,8 +407,18 @@ impl Replicator {
             .collect();
         // Out of the recorded in-sync set first, then out of the commit rule.
         let chosen_vec = chosen.to_vec();
+        let next = self.next_sequence();
         self.update_record(|r| {
             r.replicas = chosen_vec.clone();
+            let left: Vec<BrokerId> = r
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| !chosen_vec.contains(b))
+                .collect();
+            for b in left {
+                mark_eligible(&mut r.eligible, b, next);
+            }
             r.isr.retain(|b| chosen_vec.contains(b));
         })
         .await?;
@@ -431,10 +455,20 @@ impl Replicator {
         for b in laggards {
             tracing::warn!(replica = b, lag_max = ?self.settings.replica_lag_max,
                 "WAL replica is not keeping up; removing it from the in-sync set");
-            self.update_record(|r| r.isr.retain(|x| *x != b)).await?;
+            let next = self.next_sequence();
+            self.update_record(|r| {
+                if r.isr.contains(&b) {
+                    r.isr.retain(|x| *x != b);
+                    mark_eligible(&mut r.eligible, b, next);
+                }
+            })
+            .await?;
             self.commit.with(|s| ((), s.remove_from_isr(b)))?;
         }
         let floor = *self.sealed_floor.borrow();
+        // Eligible replicas whose entries are all sealed now are needed no more.
+        self.update_record(|r| r.eligible.retain(|(_, up_to)| *up_to > floor))
+            .await?;
         let joining = self.commit.read(|s| s.ready_to_join(floor))?;
         for b in joining {
             // Counted first (stricter), recorded second: the record never names a replica
@@ -448,6 +482,7 @@ impl Replicator {
                     r.isr.push(b);
                     r.isr.sort_unstable();
                 }
+                r.eligible.retain(|(x, _)| *x != b);
             })
             .await?;
             tracing::info!(replica = b, "WAL replica is in sync");
@@ -539,6 +574,17 @@ impl Replicator {
                     write_frame(&mut wr, &Frame::Trim { keep_from }).await?;
                 }
             }
+        }
+    }
+}
+
+/// Records that `replica` holds everything acknowledged below `up_to` (the latest claim wins).
+fn mark_eligible(eligible: &mut Vec<(BrokerId, u64)>, replica: BrokerId, up_to: u64) {
+    match eligible.iter_mut().find(|(b, _)| *b == replica) {
+        Some(e) => e.1 = e.1.max(up_to),
+        None => {
+            eligible.push((replica, up_to));
+            eligible.sort_unstable();
         }
     }
 }

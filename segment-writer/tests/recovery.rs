@@ -61,6 +61,7 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
                 incarnation: 42,
                 replicas: vec![2],
                 isr: vec![2],
+                eligible: Vec::new(),
                 version: 0,
             },
             None,

@@ -14,7 +14,8 @@
 //! oxbow-segment-writer --test sim -- one_seed --nocapture` replays it.
 //!
 //! Knobs: `OXBOW_SIM_SEEDS` (seeds for `fixed_seeds`, default 24), `OXBOW_SIM_FIRST_SEED`
-//! (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs).
+//! (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs), `OXBOW_SIM_KEEP_GOING`
+//! (run every seed, then list the failing ones).
 
 mod cluster;
 mod history;
@@ -249,14 +250,29 @@ fn fixed_seeds() {
     let started = std::time::Instant::now();
     let (mut faults, mut acks, mut sim_ms) = (0u64, 0usize, 0u64);
     let mut kinds = std::collections::BTreeSet::new();
+    // OXBOW_SIM_KEEP_GOING: run every seed, then list the failing ones (a survey).
+    let keep_going = std::env::var("OXBOW_SIM_KEEP_GOING").is_ok();
+    let mut failing = Vec::new();
     for seed in first..first + count {
         let o = run_seed(seed);
-        judge(&o);
+        if keep_going && !o.violations.is_empty() {
+            let path = std::env::temp_dir().join(format!("oxbow-sim-seed-{seed}.trace"));
+            let _ = std::fs::write(&path, o.trace.join("\n"));
+            failing.push(format!("seed {seed}: {}", o.violations[0]));
+        } else {
+            judge(&o);
+        }
         faults += o.faults;
         acks += o.acks;
         sim_ms += o.sim_ms;
         kinds.extend(o.fault_kinds.iter().copied());
     }
+    assert!(
+        failing.is_empty(),
+        "{} of {count} seeds failed:\n  {}",
+        failing.len(),
+        failing.join("\n  ")
+    );
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulation: {count} seeds in {secs:.1} s real ({:.1} s simulated), {faults} faults ({:.1} fault cycles/s), {} of {} fault kinds, {acks} acknowledged batches, 0 violations",
