@@ -909,7 +909,18 @@ impl LogManager {
         let _opening = self.open_lock.lock().await;
         if let Some(p) = self.get(&tp) {
             if !p.epoch_begun() && begin {
-                self.begin_epoch(&p, None).await?;
+                // An earlier open recovered a tail into `p` and may have failed to clear
+                // `recover_from`: clear it first (nothing is served before).
+                let stored = self.stored_state(&p).await?;
+                let known = if stored.recover_from.is_some()
+                    && stored.leader == self.settings.broker_id
+                    && stored.leader_epoch == p.leader_epoch()?
+                {
+                    self.clear_recover_from(tp.topic_id, stored).await?
+                } else {
+                    stored
+                };
+                self.begin_epoch(&p, Some(known)).await?;
             }
             return Ok(p);
         }
@@ -996,29 +1007,51 @@ impl LogManager {
             }
             let log_end = opened.offsets()?.2;
             self.append_recovered(&opened, &tail, log_end).await?;
-            // Recovered data is now in this broker's WAL (and its in-sync replicas): the
-            // dead broker's copy is no longer needed for this partition.
-            let mut cleared = state.clone();
-            cleared.recover_from = None;
+            // In the map before `recover_from` is cleared: if clearing fails — or succeeds
+            // with its answer lost — the recovered batches stay in this partition's log
+            // (sealed, or held if it is forgotten) and the next open finishes the job,
+            // instead of opening a fresh log without them (found by the simulation, seed 8).
+            let inserted = self.insert_opened(tp, opened)?;
             latest = self
-                .metadata
-                .update_partition(topic.topic_id, state.version, cleared)
+                .clear_recover_from(topic.topic_id, state.clone())
                 .await?;
+            if begin {
+                self.begin_epoch(&inserted, Some(latest)).await?;
+            }
+            return Ok(inserted);
         }
         // In the map before the epoch is recorded: what recovery appended to the WAL is then
         // sealed (or held, if the partition is forgotten) even if recording fails, since
         // `recover_from` is already cleared. A later use retries the recording.
-        let opened = {
-            let mut map = self
-                .partitions
-                .write()
-                .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
-            map.entry(tp).or_insert(opened).clone()
-        };
+        let opened = self.insert_opened(tp, opened)?;
         if begin {
             self.begin_epoch(&opened, Some(latest)).await?;
         }
         Ok(opened)
+    }
+
+    /// Puts a newly opened partition in the map (or returns the one already there).
+    fn insert_opened(&self, tp: TopicPartition, opened: Arc<Partition>) -> Result<Arc<Partition>> {
+        let mut map = self
+            .partitions
+            .write()
+            .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
+        Ok(map.entry(tp).or_insert(opened).clone())
+    }
+
+    /// Clears `recover_from` of `state` by compare-and-swap: the recovered tail is in this
+    /// broker's WAL, so the dead broker's copy is no longer needed for the partition.
+    async fn clear_recover_from(
+        &self,
+        topic_id: TopicId,
+        state: PartitionState,
+    ) -> Result<PartitionState> {
+        let mut cleared = state.clone();
+        cleared.recover_from = None;
+        Ok(self
+            .metadata
+            .update_partition(topic_id, state.version, cleared)
+            .await?)
     }
 
     /// Records this leader's epoch as starting at the partition's log end in the stored
