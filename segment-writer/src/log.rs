@@ -14,7 +14,7 @@
 
 use crate::batch::{self, BatchHeader};
 use crate::commit::CommitTracker;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::recovery_state::{Recoveries, RecoveryKey};
 use crate::replicate::{ReplicationSettings, Replicator};
@@ -963,11 +963,18 @@ impl LogManager {
             opened.lock()?.set_direct();
         }
         if let Err(e) = self.restore_producers(&opened).await {
-            // Serving without the producers' recent sequences would append a retry of a
-            // batch stored before this open a second time (found by the simulation, seed 26:
-            // a handoff during an object-store outage). Not served until the log reads.
-            tracing::warn!(error = %e, "could not rebuild idempotent producer state from the log; the partition is not served yet");
-            return Err(e);
+            if e.kind() == ErrorKind::DataCorruption {
+                // Corrupt stored data stays unreadable (reads answer the corruption): new
+                // writes are still taken, with only the producers' state read so far.
+                tracing::warn!(error = %e, "could not rebuild idempotent producer state from the corrupt log");
+            } else {
+                // Serving without the producers' recent sequences would store a retry of a
+                // batch written before this open a second time (found by the simulation,
+                // seed 26: a handoff during an object-store outage). Not served until the
+                // log reads again.
+                tracing::warn!(error = %e, "could not rebuild idempotent producer state from the log; the partition is not served yet");
+                return Err(e);
+            }
         }
         let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
         if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
