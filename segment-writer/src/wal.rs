@@ -705,7 +705,7 @@ mod tests {
         }
     }
 
-    fn tp() -> TopicPartition {
+    pub(super) fn tp() -> TopicPartition {
         TopicPartition::new(TopicId(uuid::Uuid::from_u128(7)), 3)
     }
 
@@ -746,7 +746,7 @@ mod tests {
         assert_eq!(append_wait(&wal, b"next").await, 10 + GROUP_ENTRIES_MAX);
     }
 
-    async fn append_result(wal: &Wal, data: &[u8]) -> Result<u64> {
+    pub(super) async fn append_result(wal: &Wal, data: &[u8]) -> Result<u64> {
         let (tx, rx) = oneshot::channel();
         wal.append(
             tp(),
@@ -856,10 +856,10 @@ mod tests {
 mod mem_disk_tests {
     //! The WAL on the simulation's disk: its writer runs as a task, and what a crash or a
     //! failed fsync leaves is what replay finds.
+    use super::tests::append_result as append;
     use super::*;
     use crate::wal_disk::{DiskFaults, MemDisk};
     use oxbow_metadata::clock::SeededRng;
-    use tokio::sync::oneshot;
 
     fn settings() -> WalSettings {
         WalSettings {
@@ -867,24 +867,6 @@ mod mem_disk_tests {
             file_bytes_max: 256,
             budget_bytes: 1 << 30,
         }
-    }
-
-    fn tp() -> TopicPartition {
-        TopicPartition::new(TopicId(uuid::Uuid::from_u128(9)), 0)
-    }
-
-    async fn append(wal: &Wal, data: &[u8]) -> Result<u64> {
-        let (tx, rx) = oneshot::channel();
-        wal.append(
-            tp(),
-            1,
-            data,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        )
-        .await?;
-        rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
