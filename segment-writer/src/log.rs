@@ -16,7 +16,7 @@ use crate::batch::{self, BatchHeader};
 use crate::commit::CommitTracker;
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
-use crate::recovery_state::{Recoveries, RecoveryKey};
+use crate::recovery_state::RecoveryKey;
 use crate::replicate::{ReplicationSettings, Replicator};
 use crate::transport::{ReplicaTransport, TcpTransport};
 use crate::validate;
@@ -27,14 +27,17 @@ use oxbow_cache::ReadCache;
 use oxbow_metadata::clock::{Clock, OsRng, Rng, SystemClock};
 use oxbow_metadata::{
     BrokerId, ErrorKind as MetadataErrorKind, LeaderEpoch, LeaseGuard, MetadataStore, Offset,
-    PartitionId, PartitionState, TopicId, TopicMetadata, TopicPartition, WalReplicaSet,
+    PartitionId, PartitionState, TopicId, TopicMetadata, TopicPartition,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch, Notify};
-use tokio_util::sync::CancellationToken;
+
+mod recovery;
+
+use recovery::LogRecovery;
 
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]
@@ -83,15 +86,6 @@ const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 /// How often recording a new epoch's start retries a compare-and-swap lost to another
 /// change of the partition's state (a transfer request, say) that left the leader alone.
 const BEGIN_EPOCH_ATTEMPTS: usize = 5;
-
-/// How long a fetched WAL tail is reused by further recoveries from the same source.
-const TAIL_REUSE: Duration = Duration::from_secs(10);
-
-/// (source, skipped incarnation, version of the source's replica-set record) → tail.
-type TailCache = HashMap<
-    (BrokerId, Option<u64>, Option<u64>),
-    (tokio::time::Instant, Arc<crate::recover::Tail>),
->;
 
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,24 +303,15 @@ pub struct LogManager {
     pub replica_store: Arc<crate::replica_store::ReplicaStore>,
     /// Serializes partition opens (an open may recover a dead broker's tail first).
     open_lock: tokio::sync::Mutex<()>,
-    /// Recently fetched WAL tails; see `tail_of`.
-    tails: Mutex<TailCache>,
     /// Forgotten partitions whose unsealed entries the WAL must keep: lowest sequence each.
     held: Mutex<HashMap<TopicPartition, u64>>,
     /// Serializes seals: two seals of the same unsealed batches would race to catalogue
     /// them in different objects (the sealer task, shutdown, handoff and tests all seal).
     pub(crate) seal_lock: tokio::sync::Mutex<()>,
-    /// Set while the start-up recovers this broker's own tail after losing its WAL: the
-    /// replica set recorded by the previous incarnation.
-    self_recovery: Mutex<Option<WalReplicaSet>>,
-    /// Recoveries waiting for a WAL replica to answer; see [`crate::recovery_state`].
-    recoveries: Mutex<Recoveries>,
-    /// Wakes [`LogManager::run_recoveries`] when a recovery starts waiting.
-    recovery_added: Notify,
+    /// The WAL tail recoveries owed before serving: their retries and fetched tails.
+    recovery: LogRecovery,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<dyn Rng>,
-    /// Dials other brokers' internal ports (tail requests of recoveries).
-    transport: Arc<dyn ReplicaTransport>,
 }
 
 /// What a [`LogManager`] does its I/O and reads its time through (settings are separate:
@@ -426,6 +411,15 @@ impl LogManager {
         if let Some(wal) = &wal {
             replica_store.set_own_wal(wal.clone());
         }
+        let recovery = LogRecovery::new(
+            settings.broker_id,
+            metadata.clone(),
+            replica_store.clone(),
+            transport,
+            clock.clone(),
+            rng.clone(),
+            if lost_wal { previous } else { None },
+        );
         let manager = Arc::new(LogManager {
             compact_metrics: Arc::default(),
             replica_store,
@@ -443,15 +437,11 @@ impl LogManager {
             commit,
             replicator,
             open_lock: tokio::sync::Mutex::new(()),
-            tails: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
-            self_recovery: Mutex::new(if lost_wal { previous } else { None }),
-            recoveries: Mutex::new(Recoveries::default()),
-            recovery_added: Notify::new(),
+            recovery,
             clock,
             rng,
-            transport,
         });
         manager.replay(entries).await?;
         if lost_wal {
@@ -461,160 +451,13 @@ impl LogManager {
             tracing::warn!("the WAL directory is new but this broker had a WAL before: its tail is recovered from its WAL replicas before it serves");
             let me = manager.settings.broker_id;
             if let Err(e) = manager.recover_own_tail().await {
-                manager.recovery_failed(RecoveryKey::OwnTail, me, None, &e);
+                manager.recovery.failed(RecoveryKey::OwnTail, me, None, &e);
             }
         } else if manager.wal.is_some() {
             // Nothing is acknowledged before the record says no replica is in sync yet.
             manager.replicator.reset_record().await?;
         }
         Ok(manager)
-    }
-
-    fn recoveries(&self) -> Result<std::sync::MutexGuard<'_, Recoveries>> {
-        self.recoveries
-            .lock()
-            .map_err(|_| Error::Internal("recoveries lock poisoned".into()))
-    }
-
-    /// Records a failed recovery attempt and logs it; returns the error clients get.
-    fn recovery_failed(
-        &self,
-        key: RecoveryKey,
-        source: BrokerId,
-        topic: Option<(TopicId, String)>,
-        error: &Error,
-    ) -> Error {
-        let what = match (&key, &topic) {
-            (RecoveryKey::OwnTail, _) => "this broker's lost WAL tail".to_string(),
-            (RecoveryKey::Partition(tp), Some((_, name))) => {
-                format!("{name}-{}: the WAL tail of broker {source}", tp.partition)
-            }
-            (RecoveryKey::Partition(tp), None) => {
-                format!(
-                    "{}-{}: the WAL tail of broker {source}",
-                    tp.topic_id, tp.partition
-                )
-            }
-        };
-        let jitter = 0.5 + self.rng.unit_f64() / 2.0;
-        let scheduled = self.recoveries().map(|mut r| {
-            r.failed(
-                key,
-                source,
-                topic,
-                error.to_string(),
-                self.clock.now(),
-                jitter,
-            )
-        });
-        if let Ok((attempt, retry_in)) = scheduled {
-            tracing::warn!(recovering = %what, attempt, ?retry_in, error = %error,
-                "WAL tail recovery failed; retrying");
-        }
-        self.recovery_added.notify_one();
-        Error::RecoveryPending(format!("recovering {what}: {error}"))
-    }
-
-    /// Retries every waiting recovery when its backoff has passed, until `shutdown`: this
-    /// broker's own lost tail (then it serves its partitions) and partitions whose
-    /// `recover_from` broker's replicas did not answer. Run on the broker's task tracker.
-    pub async fn run_recoveries(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            let now = self.clock.now();
-            let due = self.recoveries().map(|r| r.due(now)).unwrap_or_default();
-            for (key, pending) in due {
-                let attempt = pending.attempts + 1;
-                tracing::info!(
-                    ?key,
-                    source = pending.source,
-                    attempt,
-                    "attempting WAL tail recovery"
-                );
-                let result = match key {
-                    RecoveryKey::OwnTail => match self.recover_own_tail().await {
-                        Ok(()) => Ok(()),
-                        Err(e) => Err(self.recovery_failed(key, pending.source, None, &e)),
-                    },
-                    // The open records the failures of the recovery itself; an error before
-                    // it gets there (the metadata service unreachable, say) must back off
-                    // too, or this loop retries at once, forever (found by the simulation,
-                    // seed 20: a broker cut from the metadata service spun here).
-                    RecoveryKey::Partition(tp) => match self.retry_partition_recovery(tp).await {
-                        Ok(()) => Ok(()),
-                        Err(e) => {
-                            let recorded = self
-                                .recoveries()
-                                .map(|r| r.get(&key).is_none_or(|p| p.next_attempt > now))
-                                .unwrap_or(true);
-                            if recorded {
-                                Err(e)
-                            } else {
-                                Err(self.recovery_failed(
-                                    key,
-                                    pending.source,
-                                    pending.topic.clone(),
-                                    &e,
-                                ))
-                            }
-                        }
-                    },
-                };
-                if result.is_ok() {
-                    if let Ok(mut r) = self.recoveries() {
-                        r.done(key);
-                    }
-                    tracing::info!(
-                        ?key,
-                        source = pending.source,
-                        attempt,
-                        "WAL tail recovery finished"
-                    );
-                }
-            }
-            let next = self.recoveries().ok().and_then(|r| r.next_due());
-            let wait = async {
-                match next {
-                    Some(at) => self.clock.sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                // Polled in order (shutdown first): tokio's random branch order would make the
-                // simulation's runs differ for one seed.
-                biased;
-                _ = shutdown.cancelled() => return,
-                _ = self.recovery_added.notified() => {}
-                _ = wait => {}
-            }
-        }
-    }
-
-    /// Retries every waiting recovery now: a broker joined and may be the WAL replica they
-    /// wait for (called by the membership follower), so recovery need not sit out a backoff.
-    pub fn retry_recoveries_now(&self) {
-        if let Ok(mut r) = self.recoveries() {
-            if r.is_empty() {
-                return;
-            }
-            r.expedite(self.clock.now());
-        }
-        self.recovery_added.notify_one();
-    }
-
-    /// Opens a partition waiting for its `recover_from` recovery, if it still needs one.
-    async fn retry_partition_recovery(&self, tp: TopicPartition) -> Result<()> {
-        let topic = self.metadata.topic_by_id(tp.topic_id).await?;
-        let needed = topic
-            .as_ref()
-            .and_then(|t| t.partition(tp.partition))
-            .is_some_and(|s| s.leader == self.settings.broker_id && s.recover_from.is_some());
-        match topic {
-            Some(topic) if needed => self
-                .open_partition(&topic, tp.partition, true, true)
-                .await
-                .map(|_| ()),
-            _ => Ok(()),
-        }
     }
 
     /// Why this broker does not serve everything it should (empty: it does): a failed WAL,
@@ -626,52 +469,8 @@ impl LogManager {
                 "wal: {failure}; no write is acknowledged until the broker restarts"
             ));
         }
-        let own_isr = self
-            .self_recovery
-            .lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|r| r.isr.clone()));
-        if let Ok(r) = self.recoveries() {
-            for (key, p) in r.iter() {
-                let last = if p.attempts == 0 {
-                    "first attempt running".to_string()
-                } else {
-                    format!("attempt {} failed: {}", p.attempts, p.last_error)
-                };
-                match key {
-                    RecoveryKey::OwnTail => out.push(format!(
-                        "recovering this broker's lost WAL tail from its in-sync WAL replicas {:?} before serving its partitions ({last})",
-                        own_isr.clone().unwrap_or_default()
-                    )),
-                    RecoveryKey::Partition(tp) if p.attempts > 0 => out.push(format!(
-                        "partition {}-{}: waiting to recover the WAL tail of broker {} from its WAL replicas ({last})",
-                        p.topic.as_ref().map_or_else(|| tp.topic_id.to_string(), |t| t.1.clone()),
-                        tp.partition,
-                        p.source
-                    )),
-                    RecoveryKey::Partition(_) => {}
-                }
-            }
-        }
+        out.extend(self.recovery.not_ready_reasons());
         out
-    }
-
-    /// Whether this broker lost its WAL and has not recovered the old one's tail yet (its
-    /// partitions must not be handed over before: the tail would be left behind).
-    pub fn owes_own_tail(&self) -> bool {
-        self.self_recovery.lock().map_or(true, |s| s.is_some())
-    }
-
-    /// Every waiting recovery and its failed attempts so far.
-    pub fn recovery_attempts(&self) -> Vec<(RecoveryKey, u32)> {
-        self.recoveries()
-            .map(|r| r.iter().map(|(k, p)| (*k, p.attempts)).collect())
-            .unwrap_or_default()
-    }
-
-    /// Recoveries waiting (this broker's own tail counts as one).
-    pub fn recoveries_pending(&self) -> usize {
-        self.recoveries().map(|r| r.len()).unwrap_or(0)
     }
 
     /// Why the WAL stopped accepting writes (`None`: healthy, or no WAL).
@@ -694,70 +493,6 @@ impl LogManager {
         self.wal
             .as_ref()
             .ok_or_else(|| Error::Internal("no WAL with --durability direct".into()))
-    }
-
-    /// This broker lost its WAL directory (a new incarnation) while the metadata service
-    /// remembers an older one: reopen every partition it leads, each recovering the older
-    /// incarnation's tail from the WAL replicas before anything new is accepted.
-    /// One attempt; partitions opened stay open, so a retry redoes only the others. Once
-    /// every one is open the replica-set record is reset to this incarnation (which marks
-    /// the old tail as recovered) and partitions open normally from then on.
-    async fn recover_own_tail(&self) -> Result<()> {
-        let me = self.settings.broker_id;
-        let mut recovered = 0;
-        let mut first_error = None;
-        for topic in self.metadata.list_topics().await? {
-            for p in topic.partitions.iter().filter(|p| p.leader == me) {
-                match self.open_partition(&topic, p.partition, true, true).await {
-                    Ok(_) => recovered += 1,
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        // Partitions led elsewhere may still have to recover this broker's lost tail
-        // (`recover_from` names it): their new leaders find it through this broker's record,
-        // so the record keeps the lost incarnation until none is left. Resetting it earlier
-        // made such a partition, moved back here, recover from the new, empty incarnation
-        // and drop acknowledged records (found by the simulation, seed 51).
-        let owed: Vec<String> = self
-            .metadata
-            .list_topics()
-            .await?
-            .iter()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .filter(|p| p.recover_from == Some(me))
-                    .map(move |p| format!("{}-{}", t.name, p.partition))
-            })
-            .collect();
-        if !owed.is_empty() {
-            return Err(Error::Replication(format!(
-                "partitions still recover this broker's lost WAL tail elsewhere ({}); its record keeps the lost incarnation until they have",
-                owed.join(", ")
-            )));
-        }
-        // What was recovered is now in this incarnation's WAL alone: replication streams
-        // carry only what is written after they start, so the other copies are still the
-        // lost incarnation's, on the replicas the record names. Resetting the record forgets
-        // them, and a second lost disk would then lose acknowledged data (found by the
-        // simulation, seed 18): seal first; if the object store cannot take it now, the
-        // recovery stays pending and is retried.
-        self.seal_once().await?;
-        self.replicator.reset_record().await?;
-        if let Ok(mut s) = self.self_recovery.lock() {
-            *s = None;
-        }
-        tracing::info!(
-            partitions = recovered,
-            "recovered this broker's tail from its WAL replicas"
-        );
-        Ok(())
     }
 
     async fn replay(&self, entries: Vec<WalEntry>) -> Result<()> {
@@ -885,26 +620,7 @@ impl LogManager {
             }
         }
         if !recovering {
-            let now = self.clock.now();
-            let r = self.recoveries()?;
-            for key in [RecoveryKey::OwnTail, RecoveryKey::Partition(tp)] {
-                if key == RecoveryKey::OwnTail && r.get(&key).is_some() || r.backing_off(&key, now)
-                {
-                    let why = r
-                        .get(&key)
-                        .map(|p| p.last_error.clone())
-                        .unwrap_or_default();
-                    return Err(Error::RecoveryPending(match key {
-                        RecoveryKey::OwnTail => format!(
-                            "this broker is recovering its lost WAL tail from its replicas ({why})"
-                        ),
-                        RecoveryKey::Partition(_) => format!(
-                            "{}-{partition} waits to recover a dead broker's WAL tail ({why})",
-                            topic.name
-                        ),
-                    }));
-                }
-            }
+            self.recovery.check_open(topic, partition)?;
         }
         let _opening = self.open_lock.lock().await;
         if let Some(p) = self.get(&tp) {
@@ -993,11 +709,11 @@ impl LogManager {
                 h.remove(&tp);
             }
         }
-        let own_previous = self.self_recovery.lock().ok().and_then(|s| s.clone());
+        let own_previous = self.recovery.own_previous();
         if let Some(previous) = own_previous {
             let me = self.settings.broker_id;
             let skip = Some(self.wal()?.incarnation());
-            let tail = self.tail_of(me, Some(&previous), skip).await?;
+            let tail = self.recovery.tail_of(me, Some(&previous), skip).await?;
             self.append_recovered(&opened, &tail, log_end).await?;
         }
         let mut latest = state.clone();
@@ -1005,13 +721,11 @@ impl LogManager {
             let key = RecoveryKey::Partition(tp);
             let named = Some((topic.topic_id, topic.name.clone()));
             let record = self.metadata.wal_replica_set(source).await?;
-            let tail = match self.tail_of(source, record.as_ref(), None).await {
+            let tail = match self.recovery.tail_of(source, record.as_ref(), None).await {
                 Ok(tail) => tail,
-                Err(e) => return Err(self.recovery_failed(key, source, named, &e)),
+                Err(e) => return Err(self.recovery.failed(key, source, named, &e)),
             };
-            if let Ok(mut r) = self.recoveries() {
-                r.done(key);
-            }
+            self.recovery.done(key);
             let log_end = opened.offsets()?.2;
             self.append_recovered(&opened, &tail, log_end).await?;
             // In the map before `recover_from` is cleared: if clearing fails — or succeeds
@@ -1149,47 +863,6 @@ impl LogManager {
             }
         }
         Ok(())
-    }
-
-    /// What live brokers hold of `source`'s WAL (see [`crate::recover::fetch_tail`]), asked
-    /// once per recovery burst: a failover hands one broker several partitions of the same
-    /// dead source, and each would otherwise fetch the whole tail again. Reusing it for
-    /// [`TAIL_REUSE`] is safe because a source being recovered has lost its lease (or is
-    /// this broker's own lost WAL): nothing it still writes is acknowledged. The key holds
-    /// the version of the source's replica-set record, which every new life of the source
-    /// bumps, so a source that came back and died again is asked afresh.
-    async fn tail_of(
-        &self,
-        source: BrokerId,
-        record: Option<&WalReplicaSet>,
-        skip_incarnation: Option<u64>,
-    ) -> Result<Arc<crate::recover::Tail>> {
-        let key = (source, skip_incarnation, record.map(|r| r.version));
-        if let Ok(tails) = self.tails.lock() {
-            if let Some((at, tail)) = tails.get(&key) {
-                if self.clock.now().saturating_duration_since(*at) < TAIL_REUSE {
-                    return Ok(tail.clone());
-                }
-            }
-        }
-        let tail = Arc::new(
-            crate::recover::fetch_tail(
-                &self.transport,
-                &self.metadata,
-                self.settings.broker_id,
-                &self.replica_store,
-                source,
-                record,
-                skip_incarnation,
-            )
-            .await?,
-        );
-        if let Ok(mut tails) = self.tails.lock() {
-            let now = self.clock.now();
-            tails.retain(|_, (at, _)| now.saturating_duration_since(*at) < TAIL_REUSE);
-            tails.insert(key, (now, tail.clone()));
-        }
-        Ok(tail)
     }
 
     /// Appends the batches of `tail` that continue `partition` from `from` to this broker's
