@@ -14,7 +14,7 @@
 
 use crate::batch::{self, BatchHeader};
 use crate::commit::CommitTracker;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::recovery_state::RecoveryKey;
 use crate::replicate::{ReplicationSettings, Replicator};
@@ -26,8 +26,8 @@ use object_store::ObjectStore;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::clock::{Clock, OsRng, Rng, SystemClock};
 use oxbow_metadata::{
-    BrokerId, ErrorKind as MetadataErrorKind, LeaderEpoch, LeaseGuard, MetadataStore, Offset,
-    PartitionId, PartitionState, TopicId, TopicMetadata, TopicPartition,
+    BrokerId, LeaderEpoch, LeaseGuard, MetadataStore, Offset, TopicId, TopicMetadata,
+    TopicPartition,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch, Notify};
 
+mod open;
 mod recovery;
 
 use recovery::LogRecovery;
@@ -77,15 +78,6 @@ pub enum Durability {
 /// Longest an `acks=all` write waits for its upload with `--durability direct` (the object
 /// store may be down; the producer gets a retriable error rather than a hung request).
 const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How far back a newly opened partition looks to rebuild idempotent-producer state: a
-/// producer retries only its last few in-flight batches.
-const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
-const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
-
-/// How often recording a new epoch's start retries a compare-and-swap lost to another
-/// change of the partition's state (a transfer request, say) that left the leader alone.
-const BEGIN_EPOCH_ATTEMPTS: usize = 5;
 
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -589,280 +581,6 @@ impl LogManager {
     /// The partition if this broker has it open.
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
         self.partitions.read().ok()?.get(tp).cloned()
-    }
-
-    /// Opens (or returns) a partition of `topic`, checking that this broker leads it. It is
-    /// returned only once its epoch's start is in the stored epoch history. Fails with
-    /// [`Error::RecoveryPending`] while a WAL tail it needs cannot be recovered yet.
-    pub async fn partition(
-        &self,
-        topic: &TopicMetadata,
-        partition: PartitionId,
-    ) -> Result<Arc<Partition>> {
-        self.open_partition(topic, partition, true, false).await
-    }
-
-    /// [`Self::partition`]; with `begin` false (WAL replay, which appends after the open), a
-    /// newly opened partition is left for its first use to record its epoch's start.
-    /// `recovering`: called by the recovery driver, which may attempt a recovery that is
-    /// backing off (clients are answered at once instead).
-    async fn open_partition(
-        &self,
-        topic: &TopicMetadata,
-        partition: PartitionId,
-        begin: bool,
-        recovering: bool,
-    ) -> Result<Arc<Partition>> {
-        let tp = TopicPartition::new(topic.topic_id, partition);
-        if let Some(p) = self.get(&tp) {
-            if p.epoch_begun() || !begin {
-                return Ok(p);
-            }
-        }
-        if !recovering {
-            self.recovery.check_open(topic, partition)?;
-        }
-        let _opening = self.open_lock.lock().await;
-        if let Some(p) = self.get(&tp) {
-            if !p.epoch_begun() && begin {
-                // An earlier open recovered a tail into `p` and may have failed to clear
-                // `recover_from`: clear it first (nothing is served before).
-                let stored = self.stored_state(&p).await?;
-                let known = if stored.recover_from.is_some()
-                    && stored.leader == self.settings.broker_id
-                    && stored.leader_epoch == p.leader_epoch()?
-                {
-                    self.clear_recover_from(tp.topic_id, stored).await?
-                } else {
-                    stored
-                };
-                self.begin_epoch(&p, Some(known)).await?;
-            }
-            return Ok(p);
-        }
-        // The caller's topic may come from a cache; a partition must open at the epoch the
-        // metadata service holds now (it moves when a lease is lost, see `fence.rs`), or its
-        // first seal is fenced.
-        let fresh = self
-            .metadata
-            .topic_by_id(topic.topic_id)
-            .await?
-            .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
-        let state = fresh
-            .partition(partition)
-            .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
-        if state.leader != self.settings.broker_id {
-            return Err(Error::NotLeader(format!(
-                "{}-{partition} (leader is broker {})",
-                topic.name, state.leader
-            )));
-        }
-        let log_end = self.catalog_end(tp, state.log_start_offset).await?;
-        let opened = Arc::new(Partition {
-            topic_partition: tp,
-            topic_name: topic.name.clone(),
-            state: Mutex::new(PartitionLogState::new(
-                state.leader_epoch,
-                state.log_start_offset,
-                log_end,
-            )),
-            append_order: tokio::sync::Mutex::new(()),
-            high_watermark_tx: watch::channel(log_end).0,
-            min_insync_replicas: fresh.configs.min_insync_replicas(),
-            epoch_begun: AtomicBool::new(false),
-            timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
-            timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
-            compacted: fresh.configs.compacted(),
-        });
-        opened.lock()?.leader_epochs = state.leader_epochs.clone();
-        if self.wal.is_none() {
-            opened.lock()?.set_direct();
-        }
-        if let Err(e) = self.restore_producers(&opened).await {
-            if e.kind() == ErrorKind::DataCorruption {
-                // Corrupt stored data stays unreadable (reads answer the corruption): new
-                // writes are still taken, with only the producers' state read so far.
-                tracing::warn!(error = %e, "could not rebuild idempotent producer state from the corrupt log");
-            } else {
-                // Serving without the producers' recent sequences would store a retry of a
-                // batch written before this open a second time (found by the simulation,
-                // seed 26: a handoff during an object-store outage). Not served until the
-                // log reads again.
-                tracing::warn!(error = %e, "could not rebuild idempotent producer state from the log; the partition is not served yet");
-                return Err(e);
-            }
-        }
-        let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
-        if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
-            // This broker forgot the partition with unsealed data (fenced, or a lost lease)
-            // and leads it again: its own WAL still holds that data.
-            let wal = wal.clone();
-            let incarnation = wal.incarnation();
-            let entries = oxbow_metadata::blocking::run_blocking(move || wal.read_from(from_seq))
-                .await
-                .map_err(|e| Error::Internal(format!("WAL read task: {e}")))??;
-            let tail: crate::recover::Tail =
-                entries.into_iter().map(|e| (incarnation, e)).collect();
-            let log_end = opened.offsets()?.2;
-            self.append_recovered(&opened, &tail, log_end).await?;
-            if let Ok(mut h) = self.held.lock() {
-                h.remove(&tp);
-            }
-        }
-        let own_previous = self.recovery.own_previous();
-        if let Some(previous) = own_previous {
-            let me = self.settings.broker_id;
-            let skip = Some(self.wal()?.incarnation());
-            let tail = self.recovery.tail_of(me, Some(&previous), skip).await?;
-            self.append_recovered(&opened, &tail, log_end).await?;
-        }
-        let mut latest = state.clone();
-        if let Some(source) = state.recover_from {
-            let key = RecoveryKey::Partition(tp);
-            let named = Some((topic.topic_id, topic.name.clone()));
-            let record = self.metadata.wal_replica_set(source).await?;
-            let tail = match self.recovery.tail_of(source, record.as_ref(), None).await {
-                Ok(tail) => tail,
-                Err(e) => return Err(self.recovery.failed(key, source, named, &e)),
-            };
-            self.recovery.done(key);
-            let log_end = opened.offsets()?.2;
-            self.append_recovered(&opened, &tail, log_end).await?;
-            // In the map before `recover_from` is cleared: if clearing fails — or succeeds
-            // with its answer lost — the recovered batches stay in this partition's log
-            // (sealed, or held if it is forgotten) and the next open finishes the job,
-            // instead of opening a fresh log without them (found by the simulation, seed 8).
-            let inserted = self.insert_opened(tp, opened)?;
-            latest = self
-                .clear_recover_from(topic.topic_id, state.clone())
-                .await?;
-            if begin {
-                self.begin_epoch(&inserted, Some(latest)).await?;
-            }
-            return Ok(inserted);
-        }
-        // In the map before the epoch is recorded: what recovery appended to the WAL is then
-        // sealed (or held, if the partition is forgotten) even if recording fails, since
-        // `recover_from` is already cleared. A later use retries the recording.
-        let opened = self.insert_opened(tp, opened)?;
-        if begin {
-            self.begin_epoch(&opened, Some(latest)).await?;
-        }
-        Ok(opened)
-    }
-
-    /// Puts a newly opened partition in the map (or returns the one already there).
-    fn insert_opened(&self, tp: TopicPartition, opened: Arc<Partition>) -> Result<Arc<Partition>> {
-        let mut map = self
-            .partitions
-            .write()
-            .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
-        Ok(map.entry(tp).or_insert(opened).clone())
-    }
-
-    /// Clears `recover_from` of `state` by compare-and-swap: the recovered tail is in this
-    /// broker's WAL, so the dead broker's copy is no longer needed for the partition.
-    async fn clear_recover_from(
-        &self,
-        topic_id: TopicId,
-        state: PartitionState,
-    ) -> Result<PartitionState> {
-        let mut cleared = state.clone();
-        cleared.recover_from = None;
-        Ok(self
-            .metadata
-            .update_partition(topic_id, state.version, cleared)
-            .await?)
-    }
-
-    /// Records this leader's epoch as starting at the partition's log end in the stored
-    /// epoch history (decision 19), by compare-and-swap on the partition's state (`known`, or
-    /// read afresh). Called once the log end is final for the open: after any recovered tail
-    /// (whose batches keep their older epoch) and WAL replay, before anything is appended or
-    /// answered at this epoch. Fails with [`Error::NotLeader`] if leadership or the epoch
-    /// moved meanwhile.
-    async fn begin_epoch(&self, p: &Partition, known: Option<PartitionState>) -> Result<()> {
-        let tp = p.topic_partition;
-        let me = self.settings.broker_id;
-        let epoch = p.leader_epoch()?;
-        let mut state = match known {
-            Some(s) => s,
-            None => self.stored_state(p).await?,
-        };
-        for _ in 0..BEGIN_EPOCH_ATTEMPTS {
-            if state.leader != me || state.leader_epoch != epoch {
-                return Err(Error::NotLeader(format!(
-                    "{}-{} (leader is broker {} at epoch {}; opened at epoch {epoch})",
-                    p.topic_name, tp.partition, state.leader, state.leader_epoch
-                )));
-            }
-            let log_end = p.offsets()?.2;
-            let mut next = state.clone();
-            if !next.leader_epochs.assign(epoch, log_end) {
-                p.lock()?.leader_epochs = next.leader_epochs;
-                p.epoch_begun.store(true, Ordering::Release);
-                return Ok(());
-            }
-            match self
-                .metadata
-                .update_partition(tp.topic_id, state.version, next)
-                .await
-            {
-                Ok(stored) => {
-                    tracing::info!(
-                        partition = %format!("{}-{}", p.topic_name, tp.partition),
-                        leader_epoch = epoch, start_offset = log_end, "leader epoch begins"
-                    );
-                    p.lock()?.leader_epochs = stored.leader_epochs;
-                    p.epoch_begun.store(true, Ordering::Release);
-                    return Ok(());
-                }
-                Err(e) if e.kind() == MetadataErrorKind::Conflict => {
-                    state = self.stored_state(p).await?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(Error::NotLeader(format!(
-            "{}-{}: its state kept changing while the leader epoch was recorded",
-            p.topic_name, tp.partition
-        )))
-    }
-
-    /// The partition's state as the metadata service holds it now.
-    async fn stored_state(&self, p: &Partition) -> Result<PartitionState> {
-        let tp = p.topic_partition;
-        self.metadata
-            .topic_by_id(tp.topic_id)
-            .await?
-            .and_then(|t| t.partition(tp.partition).cloned())
-            .ok_or_else(|| Error::UnknownPartition(format!("{}-{}", p.topic_name, tp.partition)))
-    }
-
-    /// Rebuilds idempotent-producer state from the end of the stored log (the last
-    /// [`PRODUCER_STATE_WINDOW_RECORDS`] records, at most [`PRODUCER_STATE_WINDOW_BYTES`]), so
-    /// a producer retrying a batch the previous leader stored gets the original offset
-    /// instead of a duplicate.
-    async fn restore_producers(&self, partition: &Partition) -> Result<()> {
-        let (log_start, _, log_end) = partition.offsets()?;
-        let mut next = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
-        let mut bytes = 0usize;
-        while next < log_end && bytes < PRODUCER_STATE_WINDOW_BYTES {
-            let r = self.read(partition, next, 1 << 20, true).await?;
-            if r.batches.is_empty() {
-                break;
-            }
-            let mut s = partition.lock()?;
-            for b in &r.batches {
-                let Some(h) = batch::peek_header(b)? else {
-                    continue;
-                };
-                bytes += b.len();
-                next = h.last_offset() + 1;
-                s.restore_producer(&h);
-            }
-        }
-        Ok(())
     }
 
     /// Appends the batches of `tail` that continue `partition` from `from` to this broker's
