@@ -1,0 +1,399 @@
+//! Appending to the partitions this broker leads: [`LogManager::enqueue`] (and
+//! [`LogManager::append`], which also waits) for a producer's batch, `append_recovered` for
+//! the batches of a recovered WAL tail.
+//!
+//! Lifecycle of a producer batch: refused if the lease lapsed or `acks=all` finds too few
+//! in-sync WAL copies; validated ([`crate::validate`]); then, under the partition's order
+//! lock, refused if the WAL failed (with `--durability direct`: if memory holds the unsealed
+//! budget), checked against the producer's sequence (a retry gets its original offset),
+//! given its offsets and queued for the WAL. The caller gets a [`PendingAppend`] at once, so
+//! a connection goes on to its next request while this one becomes durable;
+//! [`PendingAppend::wait`] resolves when the WAL's commit callback has marked the batch
+//! durable in its partition (`acks=all`; `acks=1` does not wait), then checks the lease and
+//! the in-sync set again. With `--durability direct` there is no WAL: a batch is durable
+//! once sealed, when the high watermark passes it. On shutdown,
+//! [`LogManager::wait_durable`] lets batches still queued become durable.
+//!
+//! Append order: an append holds its partition's order lock while it assigns offsets and
+//! queues the WAL write, so the WAL holds each partition's batches in offset order. The WAL
+//! writer thread marks batches durable (advancing the high watermark) before it publishes
+//! its durable sequence, which the sealer relies on when it trims the WAL.
+
+use super::{LogManager, Partition};
+use crate::batch::{self, BatchHeader};
+use crate::error::{Error, Result};
+use crate::partition::SequenceCheck;
+use crate::replicate::Replicator;
+use crate::validate;
+use crate::wal::OnDurable;
+use oxbow_metadata::{LeaseGuard, Offset};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+
+/// Longest an `acks=all` write waits for its upload with `--durability direct` (the object
+/// store may be down; the producer gets a retriable error rather than a hung request).
+const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an `acks` producer waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// Answer once the batch is appended locally (queued for the WAL).
+    Leader,
+    /// Answer once the batch is durable (fsynced; later also replicated).
+    All,
+}
+
+/// The result of an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: Offset,
+    /// The broker's timestamp for `LogAppendTime` topics, else -1.
+    pub log_append_time_ms: i64,
+    /// The batch was a retry of one already appended.
+    pub duplicate: bool,
+}
+
+/// An append whose batch is queued for the WAL; [`PendingAppend::wait`] resolves once it
+/// is as durable as the producer's `acks` asked.
+pub struct PendingAppend {
+    pub appended: Appended,
+    durable: Option<Durable>,
+    /// For `acks=all`: the in-sync set must still be large enough when the ack goes out.
+    insync_check: Option<(Arc<Replicator>, i32)>,
+    /// Checked again once durable: the lease may have lapsed while the batch waited.
+    lease: Option<LeaseGuard>,
+}
+
+/// What an `acks=all` append waits for.
+enum Durable {
+    /// The WAL's commit callback (local fsync and every in-sync replica).
+    Wal(oneshot::Receiver<Result<u64>>),
+    /// `--durability direct`: the batch is durable once sealed, which is when the high
+    /// watermark passes its last offset.
+    Sealed {
+        high_watermark: watch::Receiver<Offset>,
+        last_offset: Offset,
+    },
+}
+
+impl Durable {
+    async fn wait(self) -> Result<()> {
+        match self {
+            Durable::Wal(rx) => match rx.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(Error::ShuttingDown),
+            },
+            Durable::Sealed {
+                mut high_watermark,
+                last_offset,
+            } => {
+                let sealed = tokio::time::timeout(
+                    DIRECT_ACK_TIMEOUT,
+                    high_watermark.wait_for(|hw| *hw > last_offset),
+                )
+                .await;
+                match sealed {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(_)) => Err(Error::ShuttingDown),
+                    Err(_) => Err(Error::ObjectStore(format!(
+                        "not uploaded within {DIRECT_ACK_TIMEOUT:?}"
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+impl PendingAppend {
+    /// Waits for durability (for [`Acks::All`]); immediate otherwise. Fails with
+    /// [`Error::NotLeader`] if this broker's lease is no longer certainly alive: another
+    /// broker may lead the partition by now, so the batch may never be committed.
+    pub async fn wait(self) -> Result<Appended> {
+        if let Some(durable) = self.durable {
+            durable.wait().await?;
+        }
+        check_lease(self.lease.as_ref())?;
+        if let Some((replicator, required)) = &self.insync_check {
+            let in_sync = replicator.in_sync_copies();
+            if (in_sync as i64) < i64::from(*required) {
+                return Err(Error::NotEnoughReplicasAfterAppend {
+                    in_sync,
+                    required: *required,
+                });
+            }
+        }
+        Ok(self.appended)
+    }
+}
+
+fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
+    match lease {
+        Some(g) if !g.is_valid() => Err(Error::LeaseExpired),
+        _ => Ok(()),
+    }
+}
+
+impl LogManager {
+    /// Appends one producer batch and waits as long as `acks` asks (see [`Self::enqueue`]).
+    pub async fn append(
+        &self,
+        partition: &Arc<Partition>,
+        raw: &[u8],
+        max_message_bytes: usize,
+        log_append_time: bool,
+        acks: Acks,
+    ) -> Result<Appended> {
+        self.enqueue(partition, raw, max_message_bytes, log_append_time, acks)
+            .await?
+            .wait()
+            .await
+    }
+
+    /// Appends one producer batch: validate, check sequence, assign offsets and queue the
+    /// WAL write. Returns once the batch has its offsets, so a connection can go on to its
+    /// next request (keeping per-connection order) while this one becomes durable.
+    pub async fn enqueue(
+        &self,
+        partition: &Arc<Partition>,
+        raw: &[u8],
+        max_message_bytes: usize,
+        log_append_time: bool,
+        acks: Acks,
+    ) -> Result<PendingAppend> {
+        check_lease(self.lease.get())?;
+        // With direct durability an acknowledged write is in the object store, which keeps
+        // its own copies: min.insync.replicas is about WAL copies, of which there are none.
+        let check_insync = acks == Acks::All && self.wal.is_some();
+        if check_insync {
+            let in_sync = self.replicator.in_sync_copies();
+            if (in_sync as i64) < i64::from(partition.min_insync_replicas) {
+                return Err(Error::NotEnoughReplicas {
+                    in_sync,
+                    required: partition.min_insync_replicas,
+                });
+            }
+        }
+        let now = self.clock.unix_ms();
+        let rules = validate::ProduceRules {
+            max_message_bytes,
+            log_append_time,
+            max_decompressed_batch_bytes: self.settings.max_decompressed_batch_bytes,
+            now_ms: now,
+            timestamp_before_max_ms: partition.timestamp_before_max_ms,
+            timestamp_after_max_ms: partition.timestamp_after_max_ms,
+            compacted: partition.compacted,
+        };
+        let validated = validate::validate_produced(raw, &rules)?;
+        let mut header: BatchHeader = validated.header;
+        let corrected;
+        let raw = if !log_append_time && validated.max_timestamp != header.max_timestamp {
+            corrected = batch::with_max_timestamp(raw, validated.max_timestamp);
+            header.max_timestamp = validated.max_timestamp;
+            &corrected[..]
+        } else {
+            raw
+        };
+        let log_append_time_ms = if log_append_time { now } else { -1 };
+        let (base_offset, durable) = {
+            let _order = partition.append_order.lock().await;
+            match &self.wal {
+                Some(wal) => {
+                    if let Err(e) = wal.check_accepting() {
+                        if matches!(e, Error::WalFailed(_)) {
+                            self.metrics
+                                .storage_refusals
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(e);
+                    }
+                }
+                // Direct: memory holds what awaits upload; bound it like the WAL budget.
+                None if self.unsealed_bytes() >= self.settings.wal.budget_bytes => {
+                    return Err(Error::UnsealedFull {
+                        budget_bytes: self.settings.wal.budget_bytes,
+                    });
+                }
+                None => {}
+            }
+            let (base_offset, epoch, stamped) = {
+                let mut s = partition.lock()?;
+                match s.check_sequence(&header)? {
+                    SequenceCheck::Duplicate(base_offset) => {
+                        // The original is at least queued; a retry waits for nothing more.
+                        return Ok(PendingAppend {
+                            appended: Appended {
+                                base_offset,
+                                log_append_time_ms,
+                                duplicate: true,
+                            },
+                            durable: None,
+                            insync_check: None,
+                            lease: self.lease.get().cloned(),
+                        });
+                    }
+                    SequenceCheck::Append => {}
+                }
+                let stamped = batch::stamp(
+                    raw,
+                    s.next_offset(),
+                    s.leader_epoch,
+                    log_append_time.then_some(log_append_time_ms),
+                );
+                let base = s.append(&header, stamped.clone());
+                (base, s.leader_epoch, stamped)
+            };
+            let durable = match &self.wal {
+                Some(wal) => {
+                    let (tx, rx) = oneshot::channel();
+                    let queued = wal
+                        .append(
+                            partition.topic_partition,
+                            epoch,
+                            &stamped,
+                            self.durability_callback(partition.clone(), base_offset, tx),
+                        )
+                        .await;
+                    if let Err(e) = queued {
+                        partition.lock()?.undo_last_append(base_offset);
+                        return Err(e);
+                    }
+                    Durable::Wal(rx)
+                }
+                // Direct: durable once sealed; the sealer's high watermark says when.
+                None => Durable::Sealed {
+                    high_watermark: partition.subscribe(),
+                    last_offset: base_offset + i64::from(header.last_offset_delta),
+                },
+            };
+            (base_offset, durable)
+        };
+        let size = raw.len() as u64;
+        self.metrics
+            .appended_batches
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .appended_bytes
+            .fetch_add(size, Ordering::Relaxed);
+        self.metrics
+            .appended_records
+            .fetch_add(header.record_count as u64, Ordering::Relaxed);
+        let unsealed = self.unsealed_bytes.fetch_add(size, Ordering::AcqRel) + size;
+        if unsealed >= self.settings.flush_bytes {
+            self.seal_wanted.notify_one();
+        }
+        Ok(PendingAppend {
+            appended: Appended {
+                base_offset,
+                log_append_time_ms,
+                duplicate: false,
+            },
+            durable: (acks == Acks::All).then_some(durable),
+            insync_check: check_insync
+                .then(|| (self.replicator.clone(), partition.min_insync_replicas)),
+            lease: self.lease.get().cloned(),
+        })
+    }
+
+    /// Waits until every batch appended so far is durable in the WAL (or `timeout`
+    /// passes); used on shutdown so `acks=1` writes still queued are not dropped.
+    pub async fn wait_durable(&self, timeout: Duration) -> bool {
+        let deadline = self.clock.now() + timeout;
+        loop {
+            let pending = self.open_partitions().iter().any(|p| {
+                p.lock()
+                    .map(|s| s.has_pending_durability())
+                    .unwrap_or(false)
+            });
+            if !pending {
+                return true;
+            }
+            let Some(wal) = &self.wal else {
+                // Direct: the final seal is what makes pending writes durable.
+                return true;
+            };
+            if self.clock.now() >= deadline || wal.check_accepting().is_err() {
+                return false;
+            }
+            self.clock.sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Appends the batches of `tail` that continue `partition` from `from` to this broker's
+    /// WAL, and waits until they are committed.
+    pub(super) async fn append_recovered(
+        &self,
+        partition: &Arc<Partition>,
+        tail: &crate::recover::Tail,
+        from: Offset,
+    ) -> Result<()> {
+        let batches = crate::recover::chain(tail, partition.topic_partition, from)?;
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let mut waits = Vec::with_capacity(batches.len());
+        let mut bytes = 0u64;
+        {
+            let _order = partition.append_order.lock().await;
+            for b in &batches {
+                let Some(h) = batch::peek_header(b)? else {
+                    continue;
+                };
+                let base = {
+                    let mut s = partition.lock()?;
+                    if h.base_offset != s.next_offset() {
+                        return Err(Error::Internal(format!(
+                            "recovered batch at {} does not continue the log at {}",
+                            h.base_offset,
+                            s.next_offset()
+                        )));
+                    }
+                    s.append(&h, b.clone())
+                };
+                let (tx, rx) = oneshot::channel();
+                let p = partition.clone();
+                self.wal()?
+                    .append(
+                        partition.topic_partition,
+                        h.partition_leader_epoch,
+                        b,
+                        self.durability_callback(p, base, tx),
+                    )
+                    .await?;
+                waits.push(rx);
+                bytes += b.len() as u64;
+            }
+        }
+        self.unsealed_bytes.fetch_add(bytes, Ordering::AcqRel);
+        for rx in waits {
+            match rx.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::ShuttingDown),
+            }
+        }
+        tracing::info!(
+            partition = %format!("{}-{}", partition.topic_name, partition.topic_partition.partition),
+            batches = batches.len(), bytes, from, "recovered a WAL tail"
+        );
+        Ok(())
+    }
+
+    /// The WAL callback of an append: once the entry is committed (fsynced here and on every
+    /// in-sync replica), mark it durable in its partition and answer the waiter.
+    fn durability_callback(
+        &self,
+        partition: Arc<Partition>,
+        base_offset: Offset,
+        tx: oneshot::Sender<Result<u64>>,
+    ) -> OnDurable {
+        self.commit.gate(Box::new(move |result| {
+            if let Ok(seq) = &result {
+                partition.on_durable(base_offset, Some(*seq));
+            }
+            let _ = tx.send(result);
+        }))
+    }
+}

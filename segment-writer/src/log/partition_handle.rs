@@ -1,0 +1,90 @@
+//! [`Partition`]: the handle of one partition this broker leads, shared by its appends,
+//! reads, the sealer and the compactor: its pure state ([`crate::partition`]) behind a
+//! lock, the order lock appends hold across the WAL enqueue, the high-watermark watch long
+//! polls wait on, and the topic's configs as they were when it was opened.
+//!
+//! Lifecycle: created by an open (`open.rs`) and put in the log's map; served once its
+//! leader epoch has begun ([`Partition::epoch_begun`]); taken out of the map by
+//! [`LogManager::forget_where`](super::LogManager::forget_where) (leadership lost or handed
+//! off, topic deleted). Whoever still holds the `Arc` finishes with it; later uses open the
+//! partition anew.
+
+use crate::error::{Error, Result};
+use crate::partition::PartitionLogState;
+use oxbow_metadata::{LeaderEpoch, Offset, TopicPartition};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use tokio::sync::watch;
+
+/// A partition this broker leads.
+pub struct Partition {
+    pub topic_partition: TopicPartition,
+    pub topic_name: String,
+    pub(crate) state: Mutex<PartitionLogState>,
+    /// Serializes appends so WAL order matches offset order (held across the WAL enqueue).
+    pub(super) append_order: tokio::sync::Mutex<()>,
+    /// Publishes the high watermark, for long-polling fetches.
+    pub(crate) high_watermark_tx: watch::Sender<Offset>,
+    /// The topic's `min.insync.replicas` when the partition was opened: `acks=all` appends
+    /// need this many in-sync WAL copies (this broker's included).
+    pub(super) min_insync_replicas: i32,
+    /// Whether this leader's epoch and its start offset are in the partition's stored
+    /// epoch history (`LogManager::begin_epoch`); nothing is served before.
+    pub(super) epoch_begun: AtomicBool,
+    /// The topic's `message.timestamp.before.max.ms` / `after.max.ms` when the partition
+    /// was opened: how far a `CreateTime` record may lie from the broker's clock.
+    pub(super) timestamp_before_max_ms: i64,
+    pub(super) timestamp_after_max_ms: i64,
+    /// The topic's `cleanup.policy` includes `compact` (every record needs a key).
+    pub(super) compacted: bool,
+}
+
+impl Partition {
+    pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, PartitionLogState>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::Internal("partition state lock poisoned".into()))
+    }
+
+    /// Watches the high watermark (changes when new data becomes visible).
+    pub fn subscribe(&self) -> watch::Receiver<Offset> {
+        self.high_watermark_tx.subscribe()
+    }
+
+    /// (log start offset, high watermark, log end offset).
+    pub fn offsets(&self) -> Result<(Offset, Offset, Offset)> {
+        let s = self.lock()?;
+        Ok((s.log_start_offset, s.high_watermark, s.log_end_offset))
+    }
+
+    pub fn leader_epoch(&self) -> Result<i32> {
+        Ok(self.lock()?.leader_epoch)
+    }
+
+    /// OffsetForLeaderEpoch's answer for `requested`: (epoch, end offset), `None` for an
+    /// undefined epoch or one newer than this leader's (see
+    /// [`oxbow_metadata::LeaderEpochHistory::end_offset_for`]).
+    pub fn end_offset_for(&self, requested: LeaderEpoch) -> Result<Option<(LeaderEpoch, Offset)>> {
+        Ok(self.lock()?.end_offset_for(requested))
+    }
+
+    /// The epoch `offset` was written under, if the history goes back that far.
+    pub fn epoch_for_offset(&self, offset: Offset) -> Result<Option<LeaderEpoch>> {
+        Ok(self.lock()?.epoch_for_offset(offset))
+    }
+
+    pub(super) fn epoch_begun(&self) -> bool {
+        self.epoch_begun.load(Ordering::Acquire)
+    }
+
+    pub(super) fn on_durable(&self, base_offset: Offset, wal_sequence: Option<u64>) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        if s.mark_durable(base_offset, wal_sequence) {
+            let hw = s.high_watermark;
+            drop(s);
+            self.high_watermark_tx.send_replace(hw);
+        }
+    }
+}
