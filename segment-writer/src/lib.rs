@@ -15,7 +15,9 @@
 //! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas;
 //!   [`recovery_state`]: recoveries waiting for a replica to answer, and their backoff.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
-//! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery.
+//! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery; under `log/`
+//!   the [`Partition`] handle, opening a partition, the produce path ([`PendingAppend`])
+//!   and the tail recoveries owed before serving (the driver of [`recovery_state`]).
 //! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
 //! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
 //! - [`leadership`]: [`Leadership`], giving partitions up on purpose — the per-partition
