@@ -84,6 +84,7 @@ async fn catalog(store: &dyn MetadataStore, run_for: Duration) -> anyhow_free::R
             .commit_catalog(CatalogCommit {
                 entries,
                 fences: fences.clone(),
+                writer: None,
             })
             .await?;
         h.record(t0.elapsed().as_micros() as u64)?;

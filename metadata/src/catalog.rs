@@ -81,12 +81,41 @@ pub struct EpochFence {
     pub leader_epoch: LeaderEpoch,
 }
 
-/// One atomic catalog update: new entries for many partitions, fenced by epoch.
+/// The writer of a commit: its broker id and the lease its registration is bound to. The
+/// commit lands only while that registration holds that lease, so a broker whose lease
+/// expired (or that registered again since) commits nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriterFence {
+    pub broker_id: crate::types::BrokerId,
+    pub lease_id: crate::store::LeaseId,
+}
+
+/// One atomic catalog update: the entries of sealed objects, every partition of each
+/// (ARCHITECTURE decision 23).
+///
+/// Stored as one key per object, fenced by `writer` only — O(1) metadata work per seal
+/// whatever the partition count. `fences` (the epoch the writer holds per partition) are
+/// checked against the epochs the store has seen, to refuse early; what keeps a deposed
+/// leader's late entries from ever being served is the epoch cut of
+/// [`crate::catalog_view`], not this check.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CatalogCommit {
     pub entries: Vec<CatalogEntry>,
     pub fences: Vec<EpochFence>,
+    /// `None` only where no other broker can exist (the single-node embedded default, tests).
+    pub writer: Option<WriterFence>,
 }
+
+/// Most bytes of one sealed object's catalog value (its entries, encoded by
+/// [`crate::keys::object_index`], about 30 bytes each): etcd refuses requests over
+/// `--max-request-bytes` (1.5 MiB by default), and the value shares the request with its key
+/// and compares. The sealer caps the partitions per object ([`OBJECT_PARTITIONS_MAX`]) to stay
+/// well inside.
+pub const OBJECT_INDEX_BYTES_MAX: usize = 1 << 20;
+
+/// Most partitions the sealer puts in one object, so its catalog value stays under
+/// [`OBJECT_INDEX_BYTES_MAX`] (entries of up to ~40 bytes each, with room to spare).
+pub const OBJECT_PARTITIONS_MAX: usize = 16_384;
 
 /// Most entries a [`CatalogReplace`] may put: etcd allows 128 operations per transaction and
 /// each new entry costs two (its put, and a range delete of the old keys up to the next).

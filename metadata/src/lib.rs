@@ -11,7 +11,8 @@
 //! - [`types`]: the shared vocabulary (`TopicId`, `PartitionId`, `Offset`, `LeaderEpoch`, ...).
 //! - [`topic`]: topic specs, configs and their validation.
 //! - [`leader_epochs`]: a partition's leader-epoch history (OffsetForLeaderEpoch's answers).
-//! - [`catalog`]: segment catalog entries and the epoch-fenced commit.
+//! - [`catalog`]: segment catalog entries, the commit of sealed objects and compaction's swap.
+//! - [`catalog_view`]: how stored entries and epoch histories resolve into what readers see.
 //! - [`group`]: consumer group offsets and versioned coordinator records.
 //! - [`wal_replicas`]: each broker's WAL replica set (replicas, in-sync replicas).
 //! - [`store`]: the [`MetadataStore`] trait every backend implements.
@@ -46,6 +47,7 @@
 
 pub mod blocking;
 pub mod catalog;
+pub mod catalog_view;
 pub mod clock;
 pub mod codec;
 pub mod connect;
@@ -66,7 +68,8 @@ pub mod wal_replicas;
 pub mod watch;
 
 pub use catalog::{
-    CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, REPLACE_NEW_ENTRIES_MAX,
+    CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, WriterFence,
+    OBJECT_INDEX_BYTES_MAX, OBJECT_PARTITIONS_MAX, REPLACE_NEW_ENTRIES_MAX,
 };
 pub use clock::{Clock, OsRng, Rng, SeededRng, SimClock, SystemClock};
 pub use connect::{open_store, MetadataLocation};

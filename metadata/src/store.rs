@@ -127,10 +127,22 @@ pub trait MetadataStore: Send + Sync + 'static {
 
     // ---- segment catalog ----
 
-    /// Appends catalog entries atomically, fenced by leader epoch.
+    /// Catalogues sealed objects atomically (one key per object, fenced by the writer's
+    /// lease; see [`CatalogCommit`]). Fails with [`crate::ErrorKind::Fenced`] if the writer's
+    /// lease is gone or a partition's epoch is known to have moved past the writer's,
+    /// [`crate::ErrorKind::Conflict`] if an entry does not continue its partition's
+    /// catalogue. Idempotent: a retry whose first attempt landed succeeds.
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()>;
+    /// Makes the lookups of one partition reflect everything committed before this call
+    /// (lookups are served from memory, fed by watches, and may otherwise lag other brokers'
+    /// commits by the watch's delivery time). For a broker taking a partition over, before it
+    /// reads where the partition's catalogue ends. Costs a read of every live sealed
+    /// object's key name: not for every fetch.
+    async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()>;
     /// Entries of a partition whose ranges end at or after `from_offset`, in offset order,
-    /// at most `limit` of them.
+    /// at most `limit` of them: what readers are served ([`crate::catalog_view`]), each
+    /// offset by exactly one entry; an entry may be clipped (offsets narrower than its byte
+    /// range holds — skip the batches outside them).
     async fn catalog_entries(
         &self,
         topic_id: TopicId,

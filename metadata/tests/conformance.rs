@@ -75,7 +75,9 @@ fn entry(tp: TopicPartition, base: i64, last: i64, ts: i64, epoch: i32) -> Catal
         base_offset: base,
         last_offset: last,
         max_timestamp_ms: ts,
-        object_key: format!("obj-{base}"),
+        // One object per partition and base offset: a sealed object is catalogued once,
+        // with all its partitions (see `wide_catalog_commit` for one object of many).
+        object_key: format!("obj-{}-{base}", tp.partition),
         byte_start: 0,
         byte_len: 10,
         crc32c: 7,
@@ -318,6 +320,7 @@ async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
     let first = CatalogCommit {
         entries: vec![entry(tp0, 0, 9, 100, 0), entry(tp1, 0, 4, 50, 0)],
         fences: fences.clone(),
+        writer: None,
     };
     store.commit_catalog(first.clone()).await.expect("commit");
     // Retrying a commit that already landed is a no-op.
@@ -326,6 +329,7 @@ async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp0, 10, 19, 200, 0)],
             fences: fences.clone(),
+            writer: None,
         })
         .await
         .expect("second");
@@ -334,6 +338,7 @@ async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp0, 25, 30, 300, 0)],
             fences: fences.clone(),
+            writer: None,
         })
         .await
         .expect_err("gap");
@@ -389,6 +394,7 @@ async fn catalog_fencing_and_lookup(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp0, 20, 29, 300, 0), entry(tp1, 5, 9, 300, 0)],
             fences,
+            writer: None,
         })
         .await
         .expect_err("fenced");
@@ -629,7 +635,14 @@ async fn wide_catalog_commit(store: &dyn MetadataStore) {
         .map(|p| TopicPartition::new(t.topic_id, p))
         .collect();
     let commit = CatalogCommit {
-        entries: tps.iter().map(|tp| entry(*tp, 0, 9, 5, 0)).collect(),
+        entries: tps
+            .iter()
+            .map(|tp| CatalogEntry {
+                object_key: "wide-object".into(),
+                byte_start: 10 * tp.partition as u64,
+                ..entry(*tp, 0, 9, 5, 0)
+            })
+            .collect(),
         fences: tps
             .iter()
             .map(|tp| EpochFence {
@@ -637,6 +650,7 @@ async fn wide_catalog_commit(store: &dyn MetadataStore) {
                 leader_epoch: 0,
             })
             .collect(),
+        writer: None,
     };
     store.commit_catalog(commit.clone()).await.expect("commit");
     store.commit_catalog(commit).await.expect("retry");
@@ -686,6 +700,7 @@ async fn catalog_replace(store: &dyn MetadataStore) {
                     .map(|i| entry(tp0, i * 10, i * 10 + 9, *i, 0))
                     .collect(),
                 fences: vec![fence(tp0, 0)],
+                writer: None,
             })
             .await
             .expect("commit");
@@ -694,6 +709,7 @@ async fn catalog_replace(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp1, 0, 9, 5, 0)],
             fences: vec![fence(tp1, 0)],
+            writer: None,
         })
         .await
         .expect("commit p1");
@@ -821,6 +837,7 @@ async fn catalog_replace(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp0, 2000, 2009, 300, 0)],
             fences: vec![fence(tp0, 0)],
+            writer: None,
         })
         .await
         .expect("append after a segment");
@@ -828,6 +845,7 @@ async fn catalog_replace(store: &dyn MetadataStore) {
         .commit_catalog(CatalogCommit {
             entries: vec![entry(tp0, 1990, 2019, 300, 0)],
             fences: vec![fence(tp0, 0)],
+            writer: None,
         })
         .await
         .expect_err("overlap with the segment");

@@ -121,6 +121,7 @@ async fn a_first_layout_file_is_migrated_on_open() {
         .commit_catalog(CatalogCommit {
             entries: vec![entry.clone()],
             fences: vec![fence],
+            writer: None,
         })
         .await
         .expect("append");
@@ -133,6 +134,7 @@ async fn a_first_layout_file_is_migrated_on_open() {
         .commit_catalog(CatalogCommit {
             entries: vec![gap],
             fences: vec![fence],
+            writer: None,
         })
         .await
         .expect_err("gap");

@@ -55,6 +55,7 @@ fn commit(tp: TopicPartition, base: i64, last: i64, epoch: i32) -> CatalogCommit
             topic_partition: tp,
             leader_epoch: epoch,
         }],
+        writer: None,
     }
 }
 

@@ -377,6 +377,25 @@ async fn leases(kv: &dyn Kv, p: &str) {
     let stored = kv.range(Get::key(bound.clone())).await.expect("read");
     assert_eq!(stored.first().expect("stored").lease, lease.id);
     assert_eq!(next_events(&mut watch, 2, "puts").await.len(), 2);
+    // A compare on the lease a key is bound to (0 for a free or absent key): the fence of a
+    // writer whose right to write is its lease.
+    for (k, l, holds) in [
+        (bound.clone(), lease.id, true),
+        (bound.clone(), lease.id + 1, false),
+        (key(p, "free"), 0, true),
+        (key(p, "absent"), 0, true),
+        (key(p, "absent"), lease.id, false),
+    ] {
+        let resp = kv
+            .txn(Txn::new().when([Compare::new(
+                KeyRange::key(k.clone()),
+                Target::Lease(l),
+                CmpOp::Equal,
+            )]))
+            .await
+            .expect("lease compare");
+        assert_eq!(resp.succeeded, holds, "lease of {k:?} == {l}");
+    }
 
     // Kept alive past its TTL: still there.
     let until = tokio::time::Instant::now() + TTL + Duration::from_millis(500);

@@ -154,6 +154,10 @@ pub struct Compactor {
     pub metrics: Arc<CompactMetrics>,
 }
 
+/// Entries looked at from an object's offset when asking whether the object is still
+/// served (an object entry is outranked at its front by at most a few others).
+const REFERENCE_LOOKAHEAD: usize = 8;
+
 /// Runs the compactor until `shutdown` (a zero interval disables it).
 pub async fn run_compactor(
     log: Arc<LogManager>,
@@ -497,7 +501,8 @@ impl Compactor {
             EntryLayout::SegmentIndex => {
                 let bytes = self.fetch(e).await?;
                 let index = SegmentIndex::decode(&e.object_key, &bytes)?;
-                if (index.base_offset(), index.last_offset()) != (e.base_offset, e.last_offset) {
+                // The entry may be clipped to part of the segment, never more than it.
+                if index.base_offset() > e.base_offset || index.last_offset() < e.last_offset {
                     return Err(Error::ChecksumMismatch {
                         key: format!("{} (index does not match its catalog entry)", e.object_key),
                         start: e.byte_start,
@@ -509,20 +514,33 @@ impl Compactor {
                     .collect()
             }
         };
+        // Only the offsets the entry serves go into the segment: an entry may be clipped
+        // (see `oxbow_metadata::catalog_view`), its range holding batches before or after.
+        let mut next = e.base_offset;
         for c in &chunks {
+            if c.last_offset < next {
+                continue;
+            }
+            if next > e.last_offset {
+                break;
+            }
             let bytes = self.fetch(c).await?;
             stats.bytes_read += bytes.len() as u64;
-            let mut seen = 0usize;
-            let mut next = c.base_offset;
-            for (h, b) in batch::iter_batches(&bytes) {
+            let mut whole = true;
+            let from = next;
+            for (h, b) in batch::iter_batches(&bytes).skip_while(|(h, _)| h.last_offset() < from) {
+                if h.base_offset > e.last_offset {
+                    break;
+                }
                 if h.base_offset != next {
+                    whole = false;
                     break;
                 }
                 builder.push(&b)?;
                 next = h.last_offset() + 1;
-                seen += b.len();
             }
-            if seen != bytes.len() || next != c.next_offset() {
+            // The chunk must hold every offset it promises within the entry's.
+            if !whole || next <= c.last_offset.min(e.last_offset) {
                 return Err(Error::ChecksumMismatch {
                     key: format!(
                         "{} (range does not hold offsets {}..={} as its catalog entry says)",
@@ -589,17 +607,18 @@ impl Compactor {
         }
     }
 
-    /// Whether the catalog entry of `r`'s partition at `r`'s offset is in object `key`.
+    /// Whether `r`'s partition is served anything from object `key` at or after `r`'s offset.
     async fn references(&self, key: &str, r: ObjectRef) -> Result<bool> {
         let tp = r.topic_partition;
+        // The object's range for the partition starts at `r.offset`; what is served from it
+        // may be clipped to start later (see `oxbow_metadata::catalog_view`), behind a few
+        // entries of other objects that outrank it at the front.
         let entries = self
             .log
             .metadata
-            .catalog_entries(tp.topic_id, tp.partition, r.offset, 1)
+            .catalog_entries(tp.topic_id, tp.partition, r.offset, REFERENCE_LOOKAHEAD)
             .await?;
-        Ok(entries
-            .first()
-            .is_some_and(|e| e.object_key == key && e.base_offset <= r.offset))
+        Ok(entries.iter().any(|e| e.object_key == key))
     }
 
     /// Learns candidates' references, looks them up, and deletes objects unreferenced for

@@ -123,6 +123,20 @@ impl LogManager {
         Ok(())
     }
 
+    /// [`Self::catalog_end`] after bringing the catalog up to date with everything
+    /// committed before now (lookups are served from memory; another broker's last commits
+    /// may not have arrived yet): for a broker taking the partition over.
+    pub async fn synced_catalog_end(
+        &self,
+        tp: TopicPartition,
+        log_start_offset: Offset,
+    ) -> Result<Offset> {
+        self.metadata
+            .sync_catalog(tp.topic_id, tp.partition)
+            .await?;
+        self.catalog_end(tp, log_start_offset).await
+    }
+
     /// Where the catalogued log of `tp` ends (one past its last catalogued offset; the log
     /// start when nothing at or after it is catalogued).
     pub async fn catalog_end(
@@ -221,10 +235,14 @@ impl LogManager {
                 EntryLayout::SegmentIndex => {
                     let index = self.segment_index(entry).await?;
                     let mut i = index.chunk_for_offset(acc.next);
-                    while let Some(chunk) = index.chunk_entry(entry, i) {
-                        if acc.stopped || acc.total >= acc.max_bytes {
+                    // A clipped entry serves only up to its last offset (see
+                    // `oxbow_metadata::catalog_view`).
+                    while let Some(mut chunk) = index.chunk_entry(entry, i) {
+                        if acc.stopped || acc.total >= acc.max_bytes || acc.next > entry.last_offset
+                        {
                             return Ok(());
                         }
+                        chunk.last_offset = chunk.last_offset.min(entry.last_offset);
                         self.read_range_into(&chunk, acc).await?;
                         i += 1;
                     }
@@ -243,6 +261,11 @@ impl LogManager {
         for (h, b) in batch::iter_batches(&range) {
             if h.last_offset() < acc.next {
                 continue;
+            }
+            if h.base_offset > entry.last_offset {
+                // Past what the entry serves (a clipped entry: the rest of its range is
+                // another entry's, or a deposed leader's tail that is never served).
+                break;
             }
             if acc.total + b.len() > acc.max_bytes && !(acc.min_one && acc.out.is_empty()) {
                 acc.stopped = true;
@@ -266,7 +289,8 @@ impl LogManager {
     pub(crate) async fn segment_index(&self, entry: &CatalogEntry) -> Result<SegmentIndex> {
         let bytes = self.read_entry(entry).await?;
         let index = SegmentIndex::decode(&entry.object_key, &bytes)?;
-        if (index.base_offset(), index.last_offset()) != (entry.base_offset, entry.last_offset) {
+        // The entry may be clipped to part of the segment, never more than it.
+        if index.base_offset() > entry.base_offset || index.last_offset() < entry.last_offset {
             return Err(Error::ChecksumMismatch {
                 key: format!(
                     "{} (index does not match its catalog entry)",
@@ -313,6 +337,8 @@ impl LogManager {
             return Ok(None);
         };
         let log_start = partition.lock()?.log_start_offset;
+        // The offsets the entry serves (it may be clipped; see `oxbow_metadata::catalog_view`).
+        let (serve_first, serve_last) = (entry.base_offset, entry.last_offset);
         let chunks = match entry.layout {
             EntryLayout::Batches => vec![entry],
             EntryLayout::SegmentIndex => {
@@ -330,7 +356,10 @@ impl LogManager {
         for chunk in chunks {
             let range = self.read_entry(&chunk).await?;
             let found = batch::iter_batches(&range)
-                .find(|(h, _)| h.max_timestamp >= timestamp_ms && h.last_offset() >= log_start)
+                .take_while(|(h, _)| h.base_offset <= serve_last)
+                .find(|(h, _)| {
+                    h.max_timestamp >= timestamp_ms && h.last_offset() >= log_start.max(serve_first)
+                })
                 .map(|(_, b)| b);
             if found.is_some() {
                 return Ok(found);

@@ -7,6 +7,10 @@
 //! place (memory and WAL) and is retried on the next tick; nothing is trimmed before its
 //! catalog commit succeeded.
 //!
+//! The catalog commit is one metadata key per object whatever its partition count, fenced
+//! by this broker's lease ([`oxbow_metadata::CatalogCommit`]); an object holds at most
+//! [`OBJECT_PARTITIONS_MAX`] partitions so that key fits one metadata request.
+//!
 //! One object holds at most [`OBJECT_BYTES_MAX`] (or `flush_bytes` if larger) of batches: a
 //! backlog (after an object-store outage, up to the whole WAL budget) is uploaded as several
 //! objects in turn, so no single PUT has to carry gigabytes within the client's request
@@ -17,7 +21,9 @@ use crate::log::LogManager;
 use crate::object::{self, Chunk};
 use object_store::path::Path as ObjectPath;
 use object_store::{PutMode, PutOptions, PutPayload};
-use oxbow_metadata::{CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind};
+use oxbow_metadata::{
+    CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind, WriterFence, OBJECT_PARTITIONS_MAX,
+};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -91,6 +97,12 @@ impl LogManager {
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
         for p in self.open_partitions() {
+            if chunks.len() >= OBJECT_PARTITIONS_MAX {
+                // The object's catalog value must fit one metadata request: the rest go in
+                // the next object, at once.
+                more = true;
+                break;
+            }
             let s = p.lock()?;
             let mut batches = s.unsealed();
             let n = fitting_prefix(
@@ -164,6 +176,16 @@ impl LogManager {
         let commit = CatalogCommit {
             entries: sealed.entries.clone(),
             fences,
+            // The commit lands only while this broker's registration holds this lease: a
+            // broker whose lease expired catalogues nothing more (ARCHITECTURE decision 23).
+            writer: self
+                .lease
+                .get()
+                .and_then(|g| g.lease_id())
+                .map(|lease_id| WriterFence {
+                    broker_id: self.settings.broker_id,
+                    lease_id,
+                }),
         };
         if let Err(e) = self.metadata.commit_catalog(commit).await {
             self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);

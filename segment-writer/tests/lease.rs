@@ -135,6 +135,7 @@ async fn a_new_lease_bumps_epochs_and_fences_the_old_incarnation() {
                 topic_partition: p0.topic_partition,
                 leader_epoch: 0,
             }],
+            writer: None,
         })
         .await
         .expect_err("old epoch");

@@ -27,3 +27,26 @@ pub fn ser_value(e: &CatalogEntry) -> Result<Vec<u8>> {
 pub fn deser_value(key: &[u8], value: &[u8]) -> Result<CatalogEntry> {
     codec::decode(&super::key_name(key), value)
 }
+
+/// The (topic, partition, base offset) a per-partition key names (delete events carry only
+/// the key). Keys of sealed objects ([`super::object_index`]) are not of this kind.
+pub fn deser_key(root: &Root, key: &[u8]) -> Result<(TopicId, PartitionId, Offset)> {
+    let segs = super::segments_after(key, &root.join("catalog/"))?;
+    let corrupt = || crate::Error::CorruptValue {
+        key: super::key_name(key),
+        reason: "not a per-partition catalog key".into(),
+    };
+    match segs.as_slice() {
+        [topic, partition, base] => {
+            let topic = uuid::Uuid::parse_str(topic)
+                .map(TopicId)
+                .map_err(|_| corrupt())?;
+            Ok((
+                topic,
+                super::parse_num(key, partition)?,
+                super::parse_num(key, base)?,
+            ))
+        }
+        _ => Err(corrupt()),
+    }
+}

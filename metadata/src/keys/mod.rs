@@ -9,7 +9,8 @@
 //! | [`topic`]       | `topics/names/{name}`                                  | [`topic::TopicRecord`]     | no               |
 //! | [`topic_id`]    | `topics/ids/{topic_id}`                                | `{"name"}`                 | no               |
 //! | [`partition`]   | `topics/partitions/{topic_id}/{partition:010}`         | `PartitionState`           | no               |
-//! | [`catalog`]     | `catalog/{topic_id}/{partition:010}/{base_offset:020}` | `CatalogEntry`             | no               |
+//! | [`catalog`]     | `catalog/{topic_id}/{partition:010}/{base_offset:020}` | `CatalogEntry` (segments)  | no               |
+//! | [`object_index`]| `catalog/objects/{broker_id:010}/{object}`             | `ObjectIndex` (binary)     | no               |
 //! | [`counter`]     | `counters/{name}`                                      | `{"next"}`                 | no               |
 //! | [`offset`]      | `offsets/{group}/{topic}/{partition:010}`              | `CommittedOffset`          | no               |
 //! | [`group`]       | `groups/{group}`                                       | group record               | no               |
@@ -38,6 +39,7 @@ pub mod catalog;
 pub mod controller;
 pub mod counter;
 pub mod group;
+pub mod object_index;
 pub mod offset;
 pub mod partition;
 pub mod topic;

@@ -150,6 +150,7 @@ fn compare(c: &Compare) -> etcd_client::Compare {
         Target::Version(v) => etcd_client::Compare::version(key, op, *v),
         Target::CreateRevision(r) => etcd_client::Compare::create_revision(key, op, *r),
         Target::ModRevision(r) => etcd_client::Compare::mod_revision(key, op, *r),
+        Target::Lease(l) => etcd_client::Compare::lease(key, op, *l),
     };
     match range_end(&c.range) {
         Some(end) => out.with_range(end),

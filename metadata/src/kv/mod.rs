@@ -204,6 +204,8 @@ pub enum Target {
     Version(i64),
     CreateRevision(Revision),
     ModRevision(Revision),
+    /// The lease the key is bound to (0: none, or the key is absent).
+    Lease(LeaseId),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,6 +266,7 @@ impl Compare {
             (Target::Version(v), kv) => kv.map_or(0, |kv| kv.version).cmp(v),
             (Target::CreateRevision(r), kv) => kv.map_or(0, |kv| kv.create_revision).cmp(r),
             (Target::ModRevision(r), kv) => kv.map_or(0, |kv| kv.mod_revision).cmp(r),
+            (Target::Lease(l), kv) => kv.map_or(0, |kv| kv.lease).cmp(l),
         };
         match self.op {
             CmpOp::Equal => ordering == Ordering::Equal,

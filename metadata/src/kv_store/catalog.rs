@@ -1,37 +1,82 @@
-//! The segment catalog's rules over [`Kv`]: the epoch-fenced, idempotent, contiguous commit;
-//! the compaction swap ([`CatalogReplace`]); and the lookups.
+//! The segment catalog's rules over [`Kv`] (ARCHITECTURE decision 23): the commit of sealed
+//! objects (one key per object, fenced by the writer's lease), the compaction swap into
+//! per-partition segments ([`CatalogReplace`]), the lookups (from the in-memory
+//! [`CatalogIndex`]) and the removal of objects' keys nothing is served from any more.
 //!
-//! Keys: `catalog/{topic_id}/{partition:010}/{base_offset:020}` ([`keys::catalog`]), so a
-//! range scan walks a partition in offset order and its last entry is a reverse scan of
-//! one key. Fencing compares each partition's state key (its leader epoch lives there, or
-//! it is absent and the epoch is 0) and the topic-id key, so a commit fails if either
-//! changed between its reads and its write.
+//! Keys: `catalog/objects/{broker}/{object}` ([`keys::object_index`]) for sealed objects,
+//! `catalog/{topic_id}/{partition:010}/{base_offset:020}` ([`keys::catalog`]) for segments.
+//! A seal costs one transaction of one put and two compares whatever the number of
+//! partitions in the object; what a reader sees is [`crate::catalog_view::resolve`] of both.
 
+use super::catalog_index::{self, CatalogIndex};
 use super::{first, KvStore, TXN_OPS_MAX};
-use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace, OBJECT_INDEX_BYTES_MAX};
 use crate::error::{Error, Result};
-use crate::keys;
-use crate::kv::{CmpOp, Compare, Get, KeyRange, KeyValue, Kv, Op, Target, Txn};
+use crate::keys::{self, object_index::ObjectIndex};
+use crate::kv::{CmpOp, Compare, Get, KeyRange, KeyValue, Kv, Op, Revision, Target, Txn};
 use crate::types::{Offset, PartitionId, TopicId, TopicPartition};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often superseded objects' keys are looked for and deleted.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// Pause before a watch that ended is re-established from a fresh scan.
+const REWATCH_PAUSE: Duration = Duration::from_millis(500);
 
 fn decode(kv: &KeyValue) -> Result<CatalogEntry> {
     keys::catalog::deser_value(&kv.key, &kv.value)
 }
 
-fn last_of(prefix: String) -> Get {
-    Get::prefix(prefix).reverse().limit(1)
-}
-
 impl<K: Kv> KvStore<K> {
+    /// The in-memory catalog, started (scanned, watched) on first use.
+    pub(super) async fn catalog_index(&self) -> Result<&CatalogIndex> {
+        self.index
+            .started
+            .get_or_try_init(|| async {
+                let (state, revision) = catalog_index::load(&*self.kv, &self.root).await?;
+                self.index.replace_state(state);
+                let task = tokio::spawn(follow(
+                    Arc::downgrade(&self.kv),
+                    self.root.clone(),
+                    Arc::downgrade(&self.index),
+                    self.clock.clone(),
+                    revision + 1,
+                ));
+                self.index.set_task(task);
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(&self.index)
+    }
+
+    /// Applies a key this store just wrote, if the index runs (else its scan will see it).
+    pub(super) fn index_own_put(&self, kv: KeyValue) {
+        if self.index.started.initialized() {
+            if let Err(e) = self.index.lock().put(&self.root, &kv) {
+                tracing::error!(error = %e, "a key just written does not decode");
+            }
+        }
+    }
+
+    pub(super) fn index_forget_topic(&self, topic_id: TopicId) {
+        if self.index.started.initialized() {
+            self.index.lock().forget_topic(topic_id);
+        }
+    }
+
+    /// The resolved catalog of one partition, from memory.
+    async fn view(&self, tp: TopicPartition) -> Result<Arc<Vec<CatalogEntry>>> {
+        Ok(self.catalog_index().await?.lock().view(tp))
+    }
+
     pub(super) async fn last_entry(
         &self,
         topic_id: TopicId,
         partition: PartitionId,
     ) -> Result<Option<CatalogEntry>> {
-        let prefix = keys::catalog::partition_prefix(&self.root, topic_id, partition);
-        let resp = self.kv.range(last_of(prefix)).await?;
-        first(&resp).map(decode).transpose()
+        let view = self.view(TopicPartition::new(topic_id, partition)).await?;
+        Ok(view.last().cloned())
     }
 
     pub(super) async fn read_catalog(
@@ -41,38 +86,10 @@ impl<K: Kv> KvStore<K> {
         from_offset: Offset,
         limit: usize,
     ) -> Result<Vec<CatalogEntry>> {
-        let root = &self.root;
-        let prefix = keys::catalog::partition_prefix(root, topic_id, partition);
-        let from_key = keys::catalog::ser_key(root, topic_id, partition, from_offset.max(0));
-        // The entry that contains `from_offset` starts at or before it.
-        let before = self
-            .kv
-            .range(
-                Get::new(KeyRange::through(prefix.clone(), from_key))
-                    .reverse()
-                    .limit(1),
-            )
-            .await?;
-        let start = first(&before)
-            .map(|kv| kv.key.clone())
-            .unwrap_or_else(|| prefix.clone().into_bytes());
-        let mut range = KeyRange::prefix(prefix);
-        range.start = start;
-        let resp = self
-            .kv
-            .range(Get::new(range).limit(limit.saturating_add(1)))
-            .await?;
-        let mut out = Vec::new();
-        for kv in &resp.kvs {
-            if out.len() >= limit {
-                break;
-            }
-            let e = decode(kv)?;
-            if e.last_offset >= from_offset {
-                out.push(e);
-            }
-        }
-        Ok(out)
+        let view = self.view(TopicPartition::new(topic_id, partition)).await?;
+        // The first entry ending at or after `from_offset`; entries are in offset order.
+        let start = view.partition_point(|e| e.last_offset < from_offset);
+        Ok(view.iter().skip(start).take(limit).cloned().collect())
     }
 
     pub(super) async fn find_timestamp(
@@ -81,161 +98,246 @@ impl<K: Kv> KvStore<K> {
         partition: PartitionId,
         timestamp_ms: i64,
     ) -> Result<Option<CatalogEntry>> {
-        // A linear scan: fine while catalogs are compacted into few large segments; the
-        // compaction issue adds a time index.
-        let prefix = keys::catalog::partition_prefix(&self.root, topic_id, partition);
-        let resp = self.kv.range(Get::prefix(prefix)).await?;
-        for kv in &resp.kvs {
-            let e = decode(kv)?;
-            if e.max_timestamp_ms >= timestamp_ms {
-                return Ok(Some(e));
-            }
-        }
-        Ok(None)
+        let view = self.view(TopicPartition::new(topic_id, partition)).await?;
+        Ok(view
+            .iter()
+            .find(|e| e.max_timestamp_ms >= timestamp_ms)
+            .cloned())
     }
 
-    /// One commit attempt: reads, checks, then one transaction. `Ok(false)`: the
-    /// transaction's compares failed (something changed since the reads); read again.
+    /// Brings the index up to date for `tp` with everything committed before this call:
+    /// reads, in one snapshot at revision R, the partition's segment keys and its state;
+    /// then makes sure the index holds every sealed object's key as of R or later. That
+    /// costs a read of every live object key's name (bounded by compaction, which folds
+    /// sealed objects into segments and lets their keys go), shared by every sync that
+    /// waits meanwhile: a broker taking over thousands of partitions at once lists the keys
+    /// a few times, not once per partition. For the moments that need it (a partition
+    /// opening), not for every read.
+    pub(super) async fn sync_partition(&self, tp: TopicPartition) -> Result<()> {
+        let index = self.catalog_index().await?;
+        let root = &self.root;
+        let snapshot = self
+            .kv
+            .txn(Txn::new().then([
+                Op::Get(Get::prefix(keys::catalog::partition_prefix(
+                    root,
+                    tp.topic_id,
+                    tp.partition,
+                ))),
+                Op::Get(Get::key(keys::partition::ser_key(
+                    root,
+                    tp.topic_id,
+                    tp.partition,
+                ))),
+            ]))
+            .await?;
+        let (segments, state) = (snapshot.get(0)?, snapshot.get(1)?);
+        {
+            let mut s = index.lock();
+            let present = segments
+                .kvs
+                .iter()
+                .map(|kv| keys::catalog::deser_key(root, &kv.key).map(|(_, _, base)| base))
+                .collect::<Result<std::collections::BTreeSet<Offset>>>()?;
+            s.retain_keyed(tp, &present, snapshot.revision);
+            for kv in segments.kvs.iter().chain(state.kvs.iter()) {
+                s.put(root, kv)?;
+            }
+        }
+        self.sync_objects(index, snapshot.revision).await
+    }
+
+    /// Makes the index hold every sealed object's key stored at `revision` (see
+    /// [`Self::sync_partition`]).
+    async fn sync_objects(&self, index: &CatalogIndex, revision: Revision) -> Result<()> {
+        let mut synced = index.objects_synced.lock().await;
+        if *synced >= revision {
+            // A listing made after `revision` was read: it saw everything we need.
+            return Ok(());
+        }
+        let names = self
+            .kv
+            .range(Get::prefix(keys::object_index::prefix(&self.root)).keys_only())
+            .await?;
+        let missing: Vec<Get> = {
+            let state = index.lock();
+            names
+                .kvs
+                .iter()
+                .filter(|kv| !state.knows_object(&kv.key, kv.mod_revision))
+                .map(|kv| Get::key(kv.key.clone()))
+                .collect()
+        };
+        let fetched = self.batch_get(missing).await?;
+        {
+            let mut s = index.lock();
+            for kv in fetched.iter().flat_map(|r| r.kvs.iter()) {
+                s.put(&self.root, kv)?;
+            }
+        }
+        *synced = names.revision;
+        Ok(())
+    }
+
+    /// One commit attempt (see the module docs). `Ok(false)`: the transaction's compares
+    /// failed for a reason worth another attempt.
     pub(super) async fn try_commit_catalog(&self, commit: &CatalogCommit) -> Result<bool> {
         let root = &self.root;
-        // What the commit touches.
-        let mut topics: BTreeSet<TopicId> = BTreeSet::new();
-        let mut partitions: BTreeSet<TopicPartition> = BTreeSet::new();
-        for f in &commit.fences {
-            topics.insert(f.topic_partition.topic_id);
-            partitions.insert(f.topic_partition);
-        }
+        let index = self.catalog_index().await?;
+        // One key per object.
+        // One key per object, in the order the commit names them.
+        let mut objects: Vec<(&str, Vec<CatalogEntry>)> = Vec::new();
         for e in &commit.entries {
-            topics.insert(e.topic_id);
-            partitions.insert(e.topic_partition());
-        }
-        let mut gets = Vec::new();
-        for t in &topics {
-            gets.push(Get::key(keys::topic_id::ser_key(root, *t)));
-        }
-        for tp in &partitions {
-            gets.push(Get::key(keys::partition::ser_key(
-                root,
-                tp.topic_id,
-                tp.partition,
-            )));
-            gets.push(last_of(keys::catalog::partition_prefix(
-                root,
-                tp.topic_id,
-                tp.partition,
-            )));
-        }
-        let mut resps = self.batch_get(gets).await?.into_iter();
-        let mut next = || {
-            resps
-                .next()
-                .ok_or_else(|| Error::Storage("a batch read answered too few gets".into()))
-        };
-        let mut names: HashMap<TopicId, (String, KeyValue)> = HashMap::new();
-        for t in &topics {
-            if let Some(kv) = first(&next()?) {
-                let name = keys::topic_id::deser_value(&kv.key, &kv.value)?;
-                names.insert(*t, (name, kv.clone()));
-            }
-        }
-        let mut states: HashMap<TopicPartition, Option<KeyValue>> = HashMap::new();
-        let mut lasts: HashMap<TopicPartition, Option<CatalogEntry>> = HashMap::new();
-        for tp in &partitions {
-            states.insert(*tp, first(&next()?).cloned());
-            lasts.insert(*tp, first(&next()?).map(decode).transpose()?);
-        }
-
-        // Fences: every partition still at the writer's epoch (a deleted topic is skipped:
-        // its data goes with it).
-        let mut compares = Vec::new();
-        for t in &topics {
-            if let Some((_, kv)) = names.get(t) {
-                compares.push(Compare::unchanged(
-                    keys::topic_id::ser_key(root, *t),
-                    Some(kv),
-                ));
-            }
-        }
-        for f in &commit.fences {
-            let tp = f.topic_partition;
-            let Some((name, _)) = names.get(&tp.topic_id) else {
-                continue;
-            };
-            let kv = states.get(&tp).and_then(|s| s.as_ref());
-            let current = match kv {
-                Some(kv) => keys::partition::deser_value(&kv.key, &kv.value)?.leader_epoch,
-                None => 0,
-            };
-            if current != f.leader_epoch {
-                return Err(Error::Fenced {
-                    topic_partition: format!("{name}-{}", tp.partition),
-                    current,
-                    held: f.leader_epoch,
-                });
-            }
-            compares.push(Compare::unchanged(
-                keys::partition::ser_key(root, tp.topic_id, tp.partition),
-                kv,
-            ));
-        }
-        // Entries: contiguous with the partition's end, or (a retry whose first attempt
-        // landed) already there, identical. Only an entry that does not continue the log
-        // costs a read of its own key, so the common commit reads nothing per entry.
-        let mut puts = Vec::new();
-        for e in &commit.entries {
-            if !names.contains_key(&e.topic_id) {
-                continue;
-            }
-            if e.last_offset < e.base_offset {
+            if e.last_offset < e.base_offset || e.base_offset < 0 {
                 return Err(Error::InvalidRequest(format!(
-                    "catalog entry with last offset {} before base offset {}",
-                    e.last_offset, e.base_offset
+                    "catalog entry with offsets {}..={}",
+                    e.base_offset, e.last_offset
                 )));
             }
-            let key = keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset);
-            let last = lasts.entry(e.topic_partition()).or_default();
-            if let Some(l) = last {
-                if e.base_offset != l.next_offset() {
-                    let stored = self.kv.range(Get::key(key.clone())).await?;
-                    match first(&stored) {
-                        Some(kv) if decode(kv)? == *e => continue,
-                        Some(_) => {
-                            return Err(Error::Conflict(format!("{key} holds a different entry")))
-                        }
-                        None => {
-                            return Err(Error::Conflict(format!(
-                            "catalog for {}-{} ends at offset {} but the new entry starts at {}",
-                            e.topic_id, e.partition, l.last_offset, e.base_offset
-                        )))
-                        }
-                    }
+            match objects.iter_mut().find(|(k, _)| *k == e.object_key) {
+                Some((_, v)) => v.push(e.clone()),
+                None => objects.push((&e.object_key, vec![e.clone()])),
+            }
+        }
+        let broker_id = commit.writer.map_or(0, |w| w.broker_id);
+        let mut puts = Vec::new();
+        {
+            let mut state = index.lock();
+            // Fences: a partition whose epoch the index has seen move past the writer's is
+            // refused here, all or nothing. Not a guarantee (the index may lag): what keeps a
+            // deposed leader's late entries from being served is the epoch cut at read time.
+            for f in &commit.fences {
+                let current = state.leader_epoch(f.topic_partition);
+                if current > f.leader_epoch && !state.is_deleted(f.topic_partition.topic_id) {
+                    return Err(Error::Fenced {
+                        topic_partition: f.topic_partition.to_string(),
+                        current,
+                        held: f.leader_epoch,
+                    });
                 }
             }
-            *last = Some(e.clone());
-            puts.push(Op::put(key, keys::catalog::ser_value(e)?));
+            let mut landed = Vec::new();
+            for (object_key, entries) in &objects {
+                let key = keys::object_index::ser_key(root, broker_id, object_key);
+                match state.object_matches(key.as_bytes(), entries) {
+                    // A retry whose first attempt landed.
+                    Some(true) => landed.push(*object_key),
+                    Some(false) => {
+                        return Err(Error::Conflict(format!("{key} holds a different object")))
+                    }
+                    None => {}
+                }
+            }
+            // Each entry continues its partition's catalogue (one writer per epoch appends in
+            // order, so this holds unless the caller is confused).
+            let mut ends: BTreeMap<TopicPartition, Offset> = BTreeMap::new();
+            for e in &commit.entries {
+                if landed.contains(&e.object_key.as_str()) || state.is_deleted(e.topic_id) {
+                    continue;
+                }
+                let tp = e.topic_partition();
+                let end = match ends.get(&tp) {
+                    Some(end) => Some(*end),
+                    None => state.view(tp).last().map(|l| l.next_offset()),
+                };
+                if let Some(end) = end.filter(|end| *end != e.base_offset) {
+                    return Err(Error::Conflict(format!(
+                        "catalog for {tp} ends before offset {end} but the new entry starts at {}",
+                        e.base_offset
+                    )));
+                }
+                ends.insert(tp, e.next_offset());
+            }
+            for (object_key, entries) in &objects {
+                if landed.contains(object_key) {
+                    continue;
+                }
+                let value = keys::object_index::ser_value(&ObjectIndex {
+                    broker_id,
+                    object_key: object_key.to_string(),
+                    entries: entries.clone(),
+                })?;
+                if value.len() > OBJECT_INDEX_BYTES_MAX {
+                    return Err(Error::InvalidRequest(format!(
+                        "the catalog entries of object {object_key} take {} bytes, more than the {OBJECT_INDEX_BYTES_MAX} one metadata request may carry; seal fewer partitions per object",
+                        value.len()
+                    )));
+                }
+                let key = keys::object_index::ser_key(root, broker_id, object_key);
+                puts.push((key, value));
+            }
         }
         if puts.is_empty() {
             return Ok(true);
         }
+        let mut compares = Vec::new();
+        if let Some(w) = commit.writer {
+            compares.push(Compare::new(
+                KeyRange::key(keys::broker::ser_key(root, w.broker_id)),
+                Target::Lease(w.lease_id),
+                CmpOp::Equal,
+            ));
+        }
+        compares.extend(puts.iter().map(|(k, _)| Compare::absent(k.clone())));
         if compares.len() > TXN_OPS_MAX || puts.len() > TXN_OPS_MAX {
             return Err(Error::InvalidRequest(format!(
-                "a catalog commit of {} entries and {} fences exceeds {TXN_OPS_MAX} operations per transaction",
-                puts.len(),
-                compares.len()
+                "a catalog commit of {} objects exceeds {TXN_OPS_MAX} operations per transaction",
+                puts.len()
             )));
         }
-        let resp = self.kv.txn(Txn::new().when(compares).then(puts)).await?;
-        Ok(resp.succeeded)
+        let ops: Vec<Op> = puts
+            .iter()
+            .map(|(k, v)| Op::put(k.clone(), v.clone()))
+            .collect();
+        let resp = self.kv.txn(Txn::new().when(compares).then(ops)).await?;
+        if resp.succeeded {
+            let mut state = index.lock();
+            for (k, v) in puts {
+                state.put(
+                    root,
+                    &KeyValue {
+                        key: k.into_bytes(),
+                        value: v,
+                        create_revision: resp.revision,
+                        mod_revision: resp.revision,
+                        version: 1,
+                        lease: 0,
+                    },
+                )?;
+            }
+            return Ok(true);
+        }
+        // Why not: the writer's lease is gone (fenced), or an object's key exists (a retry
+        // whose first attempt landed, with an answer lost: then it holds what we wrote).
+        if let Some(w) = commit.writer {
+            let broker = self.get(keys::broker::ser_key(root, w.broker_id)).await?;
+            if first(&broker).map_or(0, |kv| kv.lease) != w.lease_id {
+                return Err(Error::LeaseExpired(w.lease_id));
+            }
+        }
+        let gets = puts.iter().map(|(k, _)| Get::key(k.clone())).collect();
+        let stored = self.batch_get(gets).await?;
+        for ((k, v), r) in puts.iter().zip(&stored) {
+            match first(r) {
+                Some(kv) if kv.value == *v => {
+                    index.lock().put(root, kv)?;
+                }
+                Some(_) => return Err(Error::Conflict(format!("{k} holds a different object"))),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// One replace attempt: one snapshot read, checks, then one transaction. `Ok(false)`:
     /// the transaction's compares failed (something changed since the read); read again.
     pub(super) async fn try_replace_catalog(&self, r: &CatalogReplace) -> Result<bool> {
         let root = &self.root;
+        let index = self.catalog_index().await?;
         let tp = r.fence.topic_partition;
         let id_key = keys::topic_id::ser_key(root, tp.topic_id);
         let part_key = keys::partition::ser_key(root, tp.topic_id, tp.partition);
-        // Every key of the run (old or new) lies in [base, last]; no other does.
+        // Every per-partition key of the run (old or new) lies in [base, last].
         let run_range = KeyRange::through(
             keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.base_offset()),
             keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.last_offset()),
@@ -271,52 +373,68 @@ impl<K: Kv> KvStore<K> {
         let stored = run.kvs.iter().map(decode).collect::<Result<Vec<_>>>()?;
         if stored == r.new {
             // A retry whose first attempt landed.
+            for kv in &run.kvs {
+                index.lock().put(root, kv)?;
+            }
             return Ok(true);
         }
-        let (Some(first_kv), Some(last_kv)) = (run.kvs.first(), run.kvs.last()) else {
+        // The run must be exactly what readers see over its offsets now (the compactor
+        // planned it from the same view). Keys of the run that only the index knows of yet
+        // are read above; the index holds this store's own writes.
+        for kv in &run.kvs {
+            index.lock().put(root, kv)?;
+        }
+        let seen: Vec<CatalogEntry> = index
+            .lock()
+            .view(tp)
+            .iter()
+            .filter(|e| e.last_offset >= r.base_offset() && e.base_offset <= r.last_offset())
+            .cloned()
+            .collect();
+        if seen != r.old {
             return Err(Error::Conflict(format!(
-                "catalog run {name}-{} offsets {}..={} is gone",
-                tp.partition,
-                r.base_offset(),
-                r.last_offset()
-            )));
-        };
-        if stored != r.old {
-            return Err(Error::Conflict(format!(
-                "catalog run {name}-{} offsets {}..={} is not the one to replace (stored: {} entries, expected {})",
+                "catalog run {name}-{} offsets {}..={} is not the one to replace (served: {} entries, expected {})",
                 tp.partition,
                 r.base_offset(),
                 r.last_offset(),
-                stored.len(),
+                seen.len(),
                 r.old.len()
             )));
         }
-        // The run is exactly `old` at `revision`. It is still exactly `old` at commit if no
-        // key in its range was created or changed since (one range compare, whatever the
-        // run's length) and its first and last keys are still there: every way an entry
-        // leaves the catalog (retention from the front, another replace, which puts a key
-        // at its own run's start, topic deletion) removes one of them or adds a key inside
-        // the range.
-        let compares = vec![
+        // What readers see over the run is still what was checked at commit if no
+        // per-partition key of the partition was created or changed since (one range
+        // compare, whatever the number: every replace puts at least one key, so a racing
+        // replace anywhere in the partition shows, even one whose run merely overlaps this
+        // one from below) and the run's first and last keys are still there (a deletion
+        // shows in no range compare); sealed objects' entries in the run leave only once
+        // nothing is served from them, or with the topic (the id key's compare).
+        let mut compares = vec![
             Compare::unchanged(id_key, Some(id_kv)),
             Compare::unchanged(part_key, part_kv),
             Compare::new(
-                run_range.clone(),
+                KeyRange::prefix(keys::catalog::partition_prefix(
+                    root,
+                    tp.topic_id,
+                    tp.partition,
+                )),
                 Target::ModRevision(revision + 1),
                 CmpOp::Less,
             ),
-            Compare::unchanged(first_kv.key.clone(), Some(first_kv)),
-            Compare::unchanged(last_kv.key.clone(), Some(last_kv)),
         ];
-        // The old run goes in range deletes, whatever its length: a transaction may not put
-        // inside a range it deletes (etcd's rule, see crate::kv), so the ranges are the
-        // gaps between the new entries' keys (which the puts overwrite): (new[i],
-        // new[i+1]) and (new[last], run end].
+        if let (Some(first_kv), Some(last_kv)) = (run.kvs.first(), run.kvs.last()) {
+            compares.push(Compare::unchanged(first_kv.key.clone(), Some(first_kv)));
+            compares.push(Compare::unchanged(last_kv.key.clone(), Some(last_kv)));
+        }
+        // The old keys go in range deletes, whatever their number: a transaction may not put
+        // inside a range it deletes (etcd's rule, see crate::kv), so the ranges are the gaps
+        // between the new entries' keys (which the puts overwrite): (new[i], new[i+1]) and
+        // (new[last], run end].
         let run_end = match &run_range.end {
             crate::kv::RangeEnd::Before(end) => end.clone(),
             _ => return Err(Error::Storage("a catalog run has no end".into())),
         };
         let mut ops = Vec::with_capacity(2 * r.new.len());
+        let mut written = Vec::with_capacity(r.new.len());
         for (i, e) in r.new.iter().enumerate() {
             let key = keys::catalog::ser_key(root, e.topic_id, e.partition, e.base_offset);
             let mut after = key.clone().into_bytes();
@@ -326,10 +444,141 @@ impl<K: Kv> KvStore<K> {
                     .into_bytes(),
                 None => run_end.clone(),
             };
-            ops.push(Op::put(key, keys::catalog::ser_value(e)?));
+            let value = keys::catalog::ser_value(e)?;
+            written.push((key.clone(), value.clone()));
+            ops.push(Op::put(key, value));
             ops.push(Op::delete(KeyRange::between(after, gap_end)));
         }
         let resp = self.kv.txn(Txn::new().when(compares).then(ops)).await?;
+        if resp.succeeded {
+            let mut state = index.lock();
+            for kv in &run.kvs {
+                state.delete(root, &kv.key, resp.revision);
+            }
+            for (key, value) in written {
+                state.put(
+                    root,
+                    &KeyValue {
+                        key: key.into_bytes(),
+                        value,
+                        create_revision: resp.revision,
+                        mod_revision: resp.revision,
+                        version: 1,
+                        lease: 0,
+                    },
+                )?;
+            }
+        }
         Ok(resp.succeeded)
+    }
+}
+
+/// Most superseded objects' keys deleted per transaction (a compare and a delete each).
+const SWEEP_BATCH: usize = TXN_OPS_MAX / 2;
+
+/// The index's task: applies watch events of `catalog/` and `topics/` from `from` on;
+/// re-scans and re-watches when a watch ends; every [`SWEEP_INTERVAL`] deletes keys of
+/// sealed objects nothing is served from any more (each compared unchanged, so a racing
+/// broker's identical sweep or a late rewrite is harmless).
+async fn follow<K: Kv>(
+    kv: std::sync::Weak<K>,
+    root: crate::keys::Root,
+    index: std::sync::Weak<CatalogIndex>,
+    clock: Arc<dyn crate::clock::Clock>,
+    mut from: crate::kv::Revision,
+) {
+    // Both the store and the index are held weakly, and only while used: dropping the last
+    // handle of a store closes its backend at once (an embedded file can be opened again).
+    let mut next_sweep = clock.now() + SWEEP_INTERVAL;
+    loop {
+        let Some(store) = kv.upgrade() else { return };
+        let watches = futures::future::try_join(
+            store.watch(KeyRange::prefix(root.join("catalog/")), Some(from)),
+            store.watch(KeyRange::prefix(keys::topics_prefix(&root)), Some(from)),
+        )
+        .await;
+        drop(store);
+        match watches {
+            Ok((mut catalog, mut topics)) => loop {
+                let batch = tokio::select! {
+                    // Polled in order: tokio's random branch order would make the
+                    // simulation's runs differ for one seed.
+                    biased;
+                    b = catalog.recv() => b,
+                    b = topics.recv() => b,
+                    _ = clock.sleep_until(next_sweep) => {
+                        next_sweep = clock.now() + SWEEP_INTERVAL;
+                        let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
+                            return;
+                        };
+                        sweep(&*store, &index).await;
+                        continue;
+                    }
+                };
+                let Some(index) = index.upgrade() else { return };
+                match batch {
+                    Some(events) => catalog_index::apply(&index, &root, &events),
+                    None => break,
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "catalog watch could not start; retrying"),
+        }
+        clock.sleep(REWATCH_PAUSE).await;
+        let Some(store) = kv.upgrade() else { return };
+        let loaded = catalog_index::load(&*store, &root).await;
+        drop(store);
+        match loaded {
+            Ok((state, revision)) => {
+                let Some(index) = index.upgrade() else { return };
+                index.replace_state(state);
+                from = revision + 1;
+            }
+            Err(e) => tracing::warn!(error = %e, "catalog re-scan failed; retrying"),
+        }
+    }
+}
+
+impl<K: Kv> KvStore<K> {
+    /// Deletes, now, the keys of sealed objects nothing is served from (after a topic
+    /// deletion, so its objects' keys do not wait for the periodic sweep).
+    pub(super) async fn sweep_objects(&self) {
+        if self.index.started.initialized() {
+            sweep(&*self.kv, &self.index).await;
+        }
+    }
+}
+
+async fn sweep<K: Kv>(kv: &K, index: &CatalogIndex) {
+    let gone = index.lock().superseded_objects(SWEEP_BATCH);
+    if gone.is_empty() {
+        return;
+    }
+    // All or nothing: a key changed since the index saw it fails the batch, which the next
+    // sweep retries without it.
+    let txn = Txn::new()
+        .when(gone.iter().map(|(k, r)| {
+            Compare::new(
+                KeyRange::key(k.clone()),
+                Target::ModRevision(*r),
+                CmpOp::Equal,
+            )
+        }))
+        .then(
+            gone.iter()
+                .map(|(k, _)| Op::delete(KeyRange::key(k.clone()))),
+        );
+    match kv.txn(txn).await {
+        Ok(resp) if resp.succeeded => {
+            let mut state = index.lock();
+            for (k, _) in &gone {
+                state.delete_object_now(k);
+            }
+            tracing::debug!(
+                keys = gone.len(),
+                "deleted catalog keys of compacted objects"
+            );
+        }
+        Ok(_) => tracing::debug!("superseded objects changed under the sweep; next time"),
+        Err(e) => tracing::warn!(error = %e, "deleting superseded objects' keys failed"),
     }
 }

@@ -10,13 +10,15 @@
 //!
 //! Key schema and value encoding: [`crate::keys`] (etcd's, unchanged, so existing clusters'
 //! data stays readable). A transaction stays within etcd's default `--max-txn-ops` (128):
-//! larger offset commits are split (atomic per chunk), larger catalog commits refused.
+//! larger offset commits are split (atomic per chunk); a seal is one key whatever its
+//! partition count ([`catalog`]).
 //!
 //! Lifecycle: a value of this type is a handle (cheap to clone); the backends' constructors
 //! are [`crate::EmbeddedStore`] (on [`crate::kv::RedbKv`]) and [`crate::EtcdStore`] (on
 //! [`crate::kv::EtcdKv`]). "Now" and topic ids come from the injected [`Clock`] and [`Rng`].
 
 mod catalog;
+mod catalog_index;
 mod watch;
 
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
@@ -50,6 +52,8 @@ pub struct KvStore<K> {
     root: Root,
     clock: Arc<dyn Clock>,
     rng: Arc<dyn Rng>,
+    /// The catalog in memory, shared by every clone of this handle.
+    index: Arc<catalog_index::CatalogIndex>,
 }
 
 impl<K> Clone for KvStore<K> {
@@ -59,6 +63,7 @@ impl<K> Clone for KvStore<K> {
             root: self.root.clone(),
             clock: self.clock.clone(),
             rng: self.rng.clone(),
+            index: self.index.clone(),
         }
     }
 }
@@ -119,6 +124,7 @@ impl<K: Kv> KvStore<K> {
             root,
             clock: Arc::new(SystemClock),
             rng: Arc::new(OsRng),
+            index: Arc::default(),
         }
     }
 
@@ -343,6 +349,8 @@ impl<K: Kv> MetadataStore for KvStore<K> {
                     ))),
                 ]);
             if self.kv.txn(txn).await?.succeeded {
+                self.index_forget_topic(topic.topic_id);
+                self.sweep_objects().await;
                 return Ok(topic);
             }
         }
@@ -472,8 +480,18 @@ impl<K: Kv> MetadataStore for KvStore<K> {
                     Compare::unchanged(key.clone(), first(&stored)),
                     Compare::unchanged(keys::topic_id::ser_key(root, topic_id), Some(&id_kv)),
                 ])
-                .then([Op::put(key, keys::partition::ser_value(&updated)?)]);
-            if self.kv.txn(txn).await?.succeeded {
+                .then([Op::put(key.clone(), keys::partition::ser_value(&updated)?)]);
+            let resp = self.kv.txn(txn).await?;
+            if resp.succeeded {
+                // The catalog's epoch cut and fences see this change at once.
+                self.index_own_put(KeyValue {
+                    key: key.into_bytes(),
+                    value: keys::partition::ser_value(&updated)?,
+                    create_revision: resp.revision,
+                    mod_revision: resp.revision,
+                    version: 1,
+                    lease: 0,
+                });
                 return Ok(updated);
             }
         }
@@ -518,6 +536,11 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         Err(Error::Conflict(
             "catalog commit kept losing to concurrent changes".into(),
         ))
+    }
+
+    async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
+        self.sync_partition(crate::types::TopicPartition::new(topic_id, partition))
+            .await
     }
 
     async fn catalog_entries(

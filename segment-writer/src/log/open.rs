@@ -104,7 +104,9 @@ impl LogManager {
                 topic.name, state.leader
             )));
         }
-        let log_end = self.catalog_end(tp, state.log_start_offset).await?;
+        // Synced: the previous leader's last commits may not have reached this broker's
+        // in-memory catalogue yet, and the log must continue exactly where they end.
+        let log_end = self.synced_catalog_end(tp, state.log_start_offset).await?;
         let opened = Arc::new(Partition {
             topic_partition: tp,
             topic_name: topic.name.clone(),

@@ -189,6 +189,11 @@ impl MetadataStore for FaultyMetadata {
         let r = self.inner.commit_catalog(commit).await;
         self.after_write(r)
     }
+    async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
+        self.read()?;
+        self.inner.sync_catalog(topic_id, partition).await
+    }
+
     async fn catalog_entries(
         &self,
         topic_id: TopicId,
