@@ -13,9 +13,11 @@ use bytes::Bytes;
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{
     BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
-    EmbeddedStore, EpochFence, EpochStart, ErrorKind, EtcdSettings, EtcdStore, LeaseGuard,
-    MetadataStore, PartitionState, TopicEvent, TopicPartition, TopicSpec, WalReplicaSet, Watch,
+    EmbeddedStore, EpochFence, EpochStart, ErrorKind, EtcdSettings, EtcdStore, KvStore,
+    LeaderEpochHistory, LeaseGuard, MetadataStore, PartitionState, TopicEvent, TopicPartition,
+    TopicSpec, WalReplicaSet, Watch, WriterFence,
 };
+use oxbow_metadata::kv::{Get, Kv};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -665,6 +667,170 @@ async fn wide_catalog_commit(store: &dyn MetadataStore) {
     store.delete_topic("wide").await.expect("cleanup");
 }
 
+async fn catalog_writer_fence_and_epoch_cut(store: &dyn MetadataStore) {
+    let t = store
+        .create_topic(spec("fenced", 1), 7)
+        .await
+        .expect("create");
+    let tp = TopicPartition::new(t.topic_id, 0);
+    let lease = store
+        .register_broker(registration(7), Duration::from_secs(60))
+        .await
+        .expect("register");
+    let writer = Some(WriterFence {
+        broker_id: 7,
+        lease_id: lease.id,
+    });
+    let fences = vec![EpochFence {
+        topic_partition: tp,
+        leader_epoch: 0,
+    }];
+    // Epoch 0 writes 0..=9, then 10..=19.
+    for (base, last) in [(0, 9), (10, 19)] {
+        store
+            .commit_catalog(CatalogCommit {
+                entries: vec![entry(tp, base, last, base, 0)],
+                fences: fences.clone(),
+                writer,
+            })
+            .await
+            .expect("commit under the lease");
+    }
+    // A writer holding another lease (a previous registration) commits nothing.
+    let err = store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp, 20, 29, 20, 0)],
+            fences: fences.clone(),
+            writer: Some(WriterFence {
+                broker_id: 7,
+                lease_id: lease.id + 1,
+            }),
+        })
+        .await
+        .expect_err("stale lease");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+
+    // A new leader at epoch 1 recovered up to 15 and starts there: what epoch 0 holds past
+    // 14 is a deposed leader's tail and is never served, however it was committed.
+    let mut p = t.partitions[0].clone();
+    p.leader = 8;
+    p.leader_epoch = 1;
+    p.leader_epochs = LeaderEpochHistory::from_entries(vec![
+        EpochStart {
+            epoch: 0,
+            start_offset: 0,
+        },
+        EpochStart {
+            epoch: 1,
+            start_offset: 15,
+        },
+    ]);
+    store
+        .update_partition(t.topic_id, 0, p)
+        .await
+        .expect("new leader");
+    let served = store
+        .catalog_entries(t.topic_id, 0, 0, 10)
+        .await
+        .expect("read");
+    assert_eq!(
+        served
+            .iter()
+            .map(|e| (e.base_offset, e.last_offset, e.leader_epoch))
+            .collect::<Vec<_>>(),
+        vec![(0, 9, 0), (10, 14, 0)],
+        "the second entry is clipped at epoch 1's start"
+    );
+    // The old leader's late commit is refused (its epoch is known to have moved) ...
+    let err = store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp, 20, 29, 20, 0)],
+            fences: fences.clone(),
+            writer,
+        })
+        .await
+        .expect_err("deposed");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    // ... and the new leader's data continues at 15, served after the clipped entry.
+    store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp, 15, 24, 15, 1)],
+            fences: vec![EpochFence {
+                topic_partition: tp,
+                leader_epoch: 1,
+            }],
+            writer: None,
+        })
+        .await
+        .expect("new leader commits");
+    let last = store
+        .catalog_last(t.topic_id, 0)
+        .await
+        .expect("last")
+        .expect("some");
+    assert_eq!((last.base_offset, last.last_offset, last.leader_epoch), (15, 24, 1));
+    // Once the lease is gone, so is the broker's right to commit.
+    store.revoke_lease(lease.id).await.expect("revoke");
+    let err = store
+        .commit_catalog(CatalogCommit {
+            entries: vec![entry(tp, 25, 29, 25, 1)],
+            fences: vec![EpochFence {
+                topic_partition: tp,
+                leader_epoch: 1,
+            }],
+            writer,
+        })
+        .await
+        .expect_err("lease gone");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    store.delete_topic("fenced").await.expect("cleanup");
+}
+
+/// A seal of thousands of partitions is one metadata revision (issue 13): the commit's
+/// cost does not grow with the partitions it catalogues.
+async fn wide_commit_is_one_revision<K: Kv>(store: &KvStore<K>, partitions: i32) {
+    let t = store
+        .create_topic(spec("huge", partitions), 1)
+        .await
+        .expect("create");
+    let entries: Vec<CatalogEntry> = (0..partitions)
+        .map(|p| CatalogEntry {
+            object_key: "data/b1/huge.oxb".into(),
+            byte_start: 100 * p as u64,
+            byte_len: 100,
+            ..entry(TopicPartition::new(t.topic_id, p), 0, 4, 1, 0)
+        })
+        .collect();
+    let fences = entries
+        .iter()
+        .map(|e| EpochFence {
+            topic_partition: e.topic_partition(),
+            leader_epoch: 0,
+        })
+        .collect();
+    let revision = |resp: oxbow_metadata::kv::RangeResponse| resp.revision;
+    let before = revision(store.kv().range(Get::key("/")).await.expect("rev"));
+    store
+        .commit_catalog(CatalogCommit {
+            entries,
+            fences,
+            writer: None,
+        })
+        .await
+        .expect("one commit of every partition");
+    let after = revision(store.kv().range(Get::key("/")).await.expect("rev"));
+    assert_eq!(after - before, 1, "{partitions} partitions in one revision");
+    for p in [0, partitions / 2, partitions - 1] {
+        let last = store
+            .catalog_last(t.topic_id, p)
+            .await
+            .expect("last")
+            .expect("catalogued");
+        assert_eq!(last.last_offset, 4);
+    }
+    store.delete_topic("huge").await.expect("cleanup");
+}
+
 // ---- catalog replace (compaction) ----
 
 fn segment_entry(tp: TopicPartition, base: i64, last: i64, ts: i64) -> CatalogEntry {
@@ -1060,6 +1226,7 @@ async fn run_all(store: &dyn MetadataStore) {
     placed_topics_and_transfers(store).await;
     catalog_fencing_and_lookup(store).await;
     wide_catalog_commit(store).await;
+    catalog_writer_fence_and_epoch_cut(store).await;
     catalog_replace(store).await;
     topic_watch(store).await;
     consumer_groups(store).await;
@@ -1072,6 +1239,7 @@ async fn run_all(store: &dyn MetadataStore) {
 async fn embedded_in_memory() {
     let store = EmbeddedStore::in_memory().expect("open");
     run_all(&store).await;
+    wide_commit_is_one_revision(&store, 4000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1131,6 +1299,7 @@ async fn etcd_single_member() {
     let etcd = EtcdCluster::start(1).expect("start etcd");
     let store = etcd_store(&etcd, "conformance").await;
     run_all(&store).await;
+    wide_commit_is_one_revision(&store, 4000).await;
     // Another cluster name shares the etcd but sees nothing of this one.
     let other = etcd_store(&etcd, "other").await;
     assert!(other.list_topics().await.expect("list").is_empty());
@@ -1163,4 +1332,61 @@ async fn etcd_corrupt_values_name_the_key() {
     let err = store.allocate_producer_ids(1).await.expect_err("garbage");
     assert_eq!(err.kind(), ErrorKind::Data);
     assert!(err.to_string().contains(&counter), "{err}");
+}
+
+/// Two brokers' stores over one etcd: each serves lookups from its own in-memory catalogue,
+/// fed by watches; one that syncs a partition sees everything the other committed before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_brokers_share_the_catalog_through_watches() {
+    if !etcd_or_skip() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).expect("start etcd");
+    let a = etcd_store(&etcd, "shared").await;
+    let b = etcd_store(&etcd, "shared").await;
+    let t = a.create_topic(spec("s", 2), 1).await.expect("create");
+    let tp = TopicPartition::new(t.topic_id, 0);
+    // B's catalogue is running before A commits.
+    assert!(b.catalog_last(t.topic_id, 0).await.expect("b").is_none());
+    let fences = vec![EpochFence {
+        topic_partition: tp,
+        leader_epoch: 0,
+    }];
+    a.commit_catalog(CatalogCommit {
+        entries: vec![entry(tp, 0, 9, 1, 0)],
+        fences: fences.clone(),
+        writer: None,
+    })
+    .await
+    .expect("commit");
+    // A sync makes it visible at once; without one, the watch brings it shortly.
+    b.sync_catalog(t.topic_id, 0).await.expect("sync");
+    assert_eq!(
+        b.catalog_last(t.topic_id, 0)
+            .await
+            .expect("b")
+            .map(|e| e.last_offset),
+        Some(9)
+    );
+    a.commit_catalog(CatalogCommit {
+        entries: vec![entry(tp, 10, 19, 2, 0)],
+        fences,
+        writer: None,
+    })
+    .await
+    .expect("commit");
+    eventually("the watch delivers A's commit to B", || async {
+        b.catalog_last(t.topic_id, 0)
+            .await
+            .expect("b")
+            .map(|e| e.last_offset)
+            == Some(19)
+    })
+    .await;
+    // A topic deleted by A is gone from B's catalogue too.
+    a.delete_topic("s").await.expect("delete");
+    eventually("the deletion reaches B", || async {
+        b.catalog_last(t.topic_id, 0).await.expect("b").is_none()
+    })
+    .await;
 }
