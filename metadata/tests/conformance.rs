@@ -10,6 +10,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use bytes::Bytes;
+use oxbow_metadata::kv::{Get, Kv};
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{
     BrokerEvent, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
@@ -17,7 +18,6 @@ use oxbow_metadata::{
     LeaderEpochHistory, LeaseGuard, MetadataStore, PartitionState, TopicEvent, TopicPartition,
     TopicSpec, WalReplicaSet, Watch, WriterFence,
 };
-use oxbow_metadata::kv::{Get, Kv};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -768,7 +768,10 @@ async fn catalog_writer_fence_and_epoch_cut(store: &dyn MetadataStore) {
         .await
         .expect("last")
         .expect("some");
-    assert_eq!((last.base_offset, last.last_offset, last.leader_epoch), (15, 24, 1));
+    assert_eq!(
+        (last.base_offset, last.last_offset, last.leader_epoch),
+        (15, 24, 1)
+    );
     // Once the lease is gone, so is the broker's right to commit.
     store.revoke_lease(lease.id).await.expect("revoke");
     let err = store

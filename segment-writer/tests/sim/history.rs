@@ -14,7 +14,10 @@
 //!    after a leader change (OffsetForLeaderEpoch) never reports a truncation, and every
 //!    record a consumer read is in the final log at the offset it was read at;
 //! 7. liveness: no broker exits on start for a reason that is not an injected fault, and
-//!    every partition is served again once the faults end.
+//!    every partition is served again once the faults end;
+//! 8. the catalogue resolves every offset below its end to exactly one entry (dense from
+//!    the log start, no overlap), and no entry serves an offset at or past the start of the
+//!    next leader epoch (`workload::catalog_violations`, ARCHITECTURE decision 23).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -152,11 +152,13 @@ async fn simulate(seed: u64) -> Outcome {
             Default::default()
         }
     };
+    let catalog = workload::catalog_violations(&c, &logs).await;
     run_stop.cancel();
     c.stop_all().await;
     let sim_ms = c.now_ms();
     let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
     let mut violations = history::check(&h, &logs);
+    violations.extend(catalog);
     PANICS.with(|p| {
         for m in p.borrow_mut().drain(..) {
             violations.push(format!("a task panicked: {m}"));

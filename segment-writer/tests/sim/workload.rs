@@ -322,3 +322,71 @@ pub async fn final_logs(cluster: &Cluster) -> Result<BTreeMap<i32, Vec<StoredBat
     }
     Ok(out)
 }
+
+/// Rule 8 (ARCHITECTURE decision 23): the catalogue readers are served resolves every
+/// offset below its end to exactly one entry — dense from the log start, no overlap — and
+/// no entry serves an offset at or past the start of the epoch after its own (a deposed
+/// leader's late commit is never visible, whatever landed in the metadata service).
+pub async fn catalog_violations(
+    cluster: &Cluster,
+    logs: &BTreeMap<i32, Vec<StoredBatch>>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(topic) = cluster.topic().await else {
+        return vec!["catalog check: no topic metadata at the end".into()];
+    };
+    for partition in 0..PARTITIONS {
+        let Some(state) = topic.partition(partition) else {
+            continue;
+        };
+        let entries = match cluster
+            .metadata
+            .catalog_entries(topic.topic_id, partition, 0, usize::MAX)
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                out.push(format!("p{partition}: catalog read at the end: {e}"));
+                continue;
+            }
+        };
+        let mut next = state.log_start_offset;
+        for e in &entries {
+            if e.base_offset != next {
+                out.push(format!(
+                    "p{partition}: catalogue not dense: an entry at {}..={} after one ending at {}",
+                    e.base_offset,
+                    e.last_offset,
+                    next - 1
+                ));
+            }
+            let cut = state
+                .leader_epochs
+                .entries()
+                .iter()
+                .filter(|s| s.epoch > e.leader_epoch)
+                .map(|s| s.start_offset)
+                .min();
+            if cut.is_some_and(|cut| e.last_offset >= cut) {
+                out.push(format!(
+                    "p{partition}: an entry of epoch {} serves {}..={}, past the next epoch's start {}",
+                    e.leader_epoch,
+                    e.base_offset,
+                    e.last_offset,
+                    cut.unwrap_or_default()
+                ));
+            }
+            next = e.last_offset + 1;
+        }
+        let log_end = logs
+            .get(&partition)
+            .and_then(|b| b.last())
+            .map_or(0, |b| b.last_offset + 1);
+        if next > log_end.max(state.log_start_offset) {
+            out.push(format!(
+                "p{partition}: the catalogue ends at {next}, past the log's end {log_end}"
+            ));
+        }
+    }
+    out
+}
