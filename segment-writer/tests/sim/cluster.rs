@@ -76,6 +76,10 @@ pub struct Cluster {
     pub rng: Arc<SeededRng>,
     /// The metadata service itself (the controller's and the clients' routing view).
     pub metadata: Arc<dyn MetadataStore>,
+    /// The same store, for writes that bypass its rules (a zombie's late commit).
+    pub raw: Arc<EmbeddedStore>,
+    /// What the brokers' faulty views counted and kept (fenced commits).
+    pub meta_counts: Arc<MetaFaultCounts>,
     /// Each broker's faulty view of it.
     pub metas: Arc<BTreeMap<BrokerId, Arc<FaultyMetadata>>>,
     pub store: Arc<FaultyObjectStore>,
@@ -95,8 +99,8 @@ impl Cluster {
     pub async fn new(seed: u64) -> Cluster {
         let clock = SimClock::new(1_750_000_000_000);
         let rng = SeededRng::new(seed);
-        let metadata: Arc<dyn MetadataStore> =
-            Arc::new(EmbeddedStore::in_memory().expect("in-memory metadata"));
+        let raw = Arc::new(EmbeddedStore::in_memory().expect("in-memory metadata"));
+        let metadata: Arc<dyn MetadataStore> = raw.clone();
         let meta_counts = Arc::new(MetaFaultCounts::default());
         let metas = (1..=BROKERS)
             .map(|id| {
@@ -133,6 +137,8 @@ impl Cluster {
             clock,
             rng,
             metadata,
+            raw,
+            meta_counts,
             metas: Arc::new(metas),
             store,
             net: SimNet::new(),

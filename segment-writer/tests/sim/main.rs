@@ -103,6 +103,12 @@ async fn simulate(seed: u64) -> Outcome {
     ));
     let move_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0x00AB_5EED);
     tokio::spawn(schedule::moves(c.clone(), move_rng, faults_stop.clone()));
+    let zombie_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0x0020_3B1E);
+    tokio::spawn(schedule::zombies(
+        c.clone(),
+        zombie_rng,
+        faults_stop.clone(),
+    ));
 
     c.clock.sleep(FAULT_PHASE).await;
     faults_stop.cancel();
@@ -281,7 +287,8 @@ fn fixed_seeds() {
         sim_ms as f64 / 1000.0,
         faults as f64 / secs,
         kinds.len(),
-        schedule::FAULT_KINDS.len() + 1
+        // The schedule's kinds, graceful moves and zombie commits.
+        schedule::FAULT_KINDS.len() + 2
     );
 }
 

@@ -11,8 +11,8 @@ use oxbow_metadata::clock::Rng;
 use oxbow_metadata::watch::{BrokerEvent, TopicEvent, Watch};
 use oxbow_metadata::{
     BrokerId, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
-    Error, GroupRecord, Lease, LeaseId, MetadataStore, Offset, PartitionId, PartitionState, Result,
-    TopicId, TopicMetadata, TopicSpec, WalReplicaSet,
+    Error, ErrorKind, GroupRecord, Lease, LeaseId, MetadataStore, Offset, PartitionId,
+    PartitionState, Result, TopicId, TopicMetadata, TopicSpec, WalReplicaSet,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,7 +34,14 @@ pub struct MetaFaultCounts {
     pub refused: AtomicU64,
     pub failed: AtomicU64,
     pub lost_acks: AtomicU64,
+    /// Catalog commits the service refused as fenced (a deposed leader's seals, their
+    /// objects already in the store): what a zombie would try to land later
+    /// (`schedule::zombies`). The last few only.
+    pub fenced_commits: Mutex<Vec<CatalogCommit>>,
 }
+
+/// Fenced commits kept for the zombie stream.
+const FENCED_COMMITS_KEPT: usize = 16;
 
 pub struct FaultyMetadata {
     inner: Arc<dyn MetadataStore>,
@@ -186,7 +193,18 @@ impl MetadataStore for FaultyMetadata {
     }
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()> {
         self.before_write()?;
-        let r = self.inner.commit_catalog(commit).await;
+        let r = self.inner.commit_catalog(commit.clone()).await;
+        if r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Fenced) {
+            let mut kept = self
+                .counts
+                .fenced_commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if kept.len() >= FENCED_COMMITS_KEPT {
+                kept.remove(0);
+            }
+            kept.push(commit);
+        }
         self.after_write(r)
     }
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {

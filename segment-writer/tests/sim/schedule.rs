@@ -5,6 +5,7 @@
 use crate::cluster::{zone, Cluster, BROKERS, PARTITIONS};
 use crate::meta::MetaFaults;
 use oxbow_metadata::clock::{Clock, Rng};
+use oxbow_metadata::{CatalogCommit, CatalogEntry};
 use oxbow_segment_writer::faulty_store::StoreFaults;
 use oxbow_segment_writer::wal_disk::DiskFaults;
 use oxbow_segment_writer::Handoff;
@@ -258,4 +259,86 @@ async fn move_one(cluster: &Cluster, rng: &dyn Rng) {
             None => c.event(format!("p{partition} stayed on b{from}")),
         }
     });
+}
+
+/// A zombie's late commit: the catalog entries of a seal the service refused as fenced
+/// (a deposed leader's, its object already in the store) land anyway, written straight
+/// into the key-value store past every check of the commit — the worst a deposed leader
+/// could do if its lease fence and the epoch check both missed it (ARCHITECTURE decision
+/// 23). Readers must still never be served its data past the next epoch's start (rule 8
+/// and rules 1–6). Its own stream, like graceful moves, so the other draws stay as they
+/// were for each seed.
+pub const ZOMBIE_KIND: &str = "zombie-commit";
+
+pub async fn zombies(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToken) {
+    loop {
+        let wait = between(&*rng, 500, 2500);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = cluster.clock.sleep(wait) => {}
+        }
+        let commit = {
+            let mut kept = cluster
+                .meta_counts
+                .fenced_commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if kept.is_empty() {
+                continue;
+            }
+            let i = (rng.next_u64() % kept.len() as u64) as usize;
+            kept.remove(i)
+        };
+        land_raw(&cluster, &commit).await;
+    }
+}
+
+async fn land_raw(cluster: &Cluster, commit: &CatalogCommit) {
+    use oxbow_metadata::keys::object_index::{self, ObjectIndex};
+    use oxbow_metadata::kv::{Kv, Op, Txn};
+    let root = cluster.raw.root().clone();
+    let broker_id = commit.writer.map_or(0, |w| w.broker_id);
+    let mut objects: Vec<(String, Vec<CatalogEntry>)> = Vec::new();
+    for e in &commit.entries {
+        match objects.iter_mut().find(|(k, _)| *k == e.object_key) {
+            Some((_, v)) => v.push(e.clone()),
+            None => objects.push((e.object_key.clone(), vec![e.clone()])),
+        }
+    }
+    for (object_key, entries) in objects {
+        let spans: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                format!(
+                    "p{} {}..={} e{}",
+                    e.partition, e.base_offset, e.last_offset, e.leader_epoch
+                )
+            })
+            .collect();
+        let key = object_index::ser_key(&root, broker_id, &object_key);
+        let value = match object_index::ser_value(&ObjectIndex {
+            broker_id,
+            object_key: object_key.clone(),
+            entries,
+        }) {
+            Ok(v) => v,
+            Err(e) => {
+                cluster.event(format!("zombie commit not encodable: {e}"));
+                continue;
+            }
+        };
+        match cluster
+            .raw
+            .kv()
+            .txn(Txn::new().then([Op::put(key, value)]))
+            .await
+        {
+            Ok(_) => cluster.fault(
+                ZOMBIE_KIND,
+                format!("b{broker_id}'s refused seal lands: {}", spans.join(", ")),
+            ),
+            Err(e) => cluster.event(format!("zombie commit failed: {e}")),
+        }
+    }
 }
