@@ -272,7 +272,9 @@ pub const ZOMBIE_KIND: &str = "zombie-commit";
 
 pub async fn zombies(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToken) {
     loop {
-        let wait = between(&*rng, 500, 2500);
+        // Soon after the refusal, while the new leader has not yet written past the
+        // zombie's offsets (where its higher epoch would outrank the zombie anyway).
+        let wait = between(&*rng, 20, 400);
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
@@ -287,8 +289,11 @@ pub async fn zombies(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToke
             if kept.is_empty() {
                 continue;
             }
-            let i = (rng.next_u64() % kept.len() as u64) as usize;
-            kept.remove(i)
+            // The latest refusal: the likeliest to reach past the new leader's end.
+            match kept.pop() {
+                Some(c) => c,
+                None => continue,
+            }
         };
         land_raw(&cluster, &commit).await;
     }
