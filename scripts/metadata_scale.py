@@ -163,20 +163,27 @@ def etcd_history(url: str, root: str, rev_from: int, rev_to: int, timeout: float
     try:
         with requests.post(f"{url}/v3/watch", json=body, stream=True, timeout=(5, 5)) as r:
             r.raise_for_status()
-            for line in r.iter_lines():
-                if not line:
-                    continue
-                res = json.loads(line).get("result", {})
-                if int(res.get("compact_revision", 0) or 0) > 0:
-                    return None
-                for ev in res.get("events", []):
-                    kv = ev.get("kv", {})
-                    rev = int(kv.get("mod_revision", 0))
-                    if rev_from < rev <= rev_to:
-                        kinds[rev].add(key_kind(base64.b64decode(kv.get("key", "")).decode(errors="replace"), root))
-                    if rev >= rev_to:
-                        break
-                if (kinds and max(kinds) >= rev_to) or time.monotonic() > deadline:
+            # One JSON object per line, a line per watch response (megabytes for a revision
+            # with many values): split the stream as it arrives, not 512 bytes at a time.
+            buf = b""
+            done = False
+            for chunk in r.iter_content(chunk_size=None):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    res = json.loads(line).get("result", {})
+                    if int(res.get("compact_revision", 0) or 0) > 0:
+                        return None
+                    for ev in res.get("events", []):
+                        kv = ev.get("kv", {})
+                        rev = int(kv.get("mod_revision", 0))
+                        if rev_from < rev <= rev_to:
+                            key = base64.b64decode(kv.get("key", "")).decode(errors="replace")
+                            kinds[rev].add(key_kind(key, root))
+                    done = bool(kinds) and max(kinds) >= rev_to
+                if done or time.monotonic() > deadline:
                     break
     except (requests.RequestException, ValueError):
         if not kinds:
@@ -354,6 +361,7 @@ class Load(threading.Thread):
         # partition -> when it first acknowledged a message (monotonic).
         self.first_ack: dict[int, float] = {}
         self.failed = 0
+        self.failed_seqs: set[int] = set()
         self.error_samples: collections.Counter = collections.Counter()
         self.latencies: list[float] = []
         self.error: BaseException | None = None
@@ -375,6 +383,7 @@ class Load(threading.Thread):
                 self.latencies.append(msg.latency() or 0.0)
             else:
                 self.failed += 1
+                self.failed_seqs.add(self.seq_of(msg.value()))
                 self.error_samples[err.name()] += 1
 
     def run(self):
@@ -632,6 +641,10 @@ def failover(stack: Stack, topic: str, partitions: int, load: Load, args) -> dic
         "lost": len(lost_load) + len(lost_probes),
         "lost_examples": sorted(lost_load)[:10] + sorted(lost_probes)[:5],
         "duplicates": sum(n - 1 for n in got["seqs"].values() if n > 1),
+        # Message seq went to partition seq % partitions.
+        "duplicate_partitions": sorted({q % partitions for q, n in got["seqs"].items() if n > 1}),
+        "failed_but_read": len(load.failed_seqs & set(got["seqs"])),
+        "victim_partition_ids": sorted(victim_parts),
         "read_unfinished_partitions": got["unfinished"][:20],
         "read_errors": got["errors"],
     }
@@ -640,9 +653,15 @@ def failover(stack: Stack, topic: str, partitions: int, load: Load, args) -> dic
 # -- one run ------------------------------------------------------------------------------
 
 
+def progress(t0: float, what: str) -> None:
+    print(f"    t+{time.monotonic() - t0:6.1f}s  {what}", file=sys.stderr, flush=True)
+
+
 def run_one(args, partitions: int, workdir: Path) -> dict:
     result: dict = {"partitions": partitions, "brokers": args.brokers, "seconds": args.seconds}
+    t0 = time.monotonic()
     stack = Stack(workdir, args, args.brokers)
+    progress(t0, "etcd, moto and brokers ready")
     load: Load | None = None
     try:
         c = stack.cluster
@@ -660,6 +679,7 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
         # include partitions opening on their first write.
         t_written = load.wait_every_partition_acked(args.create_timeout)
         result["all_partitions_written_ms"] = (t_written - t_create) * 1000
+        progress(t0, "topic created; every partition acknowledged a write")
         sleep_watching(args.warmup, load, stack, alive)
         a = snapshot(stack)
         sent_a, acked_a, failed_a = load.counts()
@@ -668,6 +688,7 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
         sleep_watching(args.seconds, load, stack, alive)
         b = snapshot(stack)
         sent_b, acked_b, failed_b = load.counts()
+        progress(t0, "measured")
         with load.lock:
             lat = list(load.latencies)
         result["produce_latency_ms_p50"] = percentile(lat, 0.5) * 1000
@@ -741,7 +762,9 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
         result["unsealed_bytes_end"] = sum(
             g.get("oxbow_unsealed_bytes", 0.0) for g in result["broker_gauges_end"].values()
         )
+        progress(t0, "etcd history read")
         result["metadata_ms"] = metadata_latency_ms(c.bootstrap, topic, partitions)
+        progress(t0, "Metadata latency measured")
         rss_end = {x.broker_id: rss_bytes(x.pid) for x in c.brokers}
         result["rss_bytes_idle"] = rss_idle
         result["rss_bytes_end"] = rss_end
@@ -752,6 +775,7 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
 
         if args.failover:
             result["failover"] = failover(stack, topic, partitions, load, args)
+            progress(t0, "failover measured and read back")
         else:
             result["undelivered"] = load.finish(timeout=30)
         sent, acked, failed = load.counts()
@@ -768,6 +792,7 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
             # Destroyed before the brokers stop, so it does not log their going away.
             load.p = None
         stack.close()
+        progress(t0, "stopped")
         result["broker_stop"] = dict(sorted(stack.stopped.items()))
 
 
@@ -897,7 +922,7 @@ def report(results: list[dict], args) -> str:
                     "read",
                     "lost",
                     "duplicates",
-                    "load failures",
+                    "delivery failures (in the log anyway)",
                 ],
                 [
                     [
@@ -913,23 +938,33 @@ def report(results: list[dict], args) -> str:
                         fmt(f["read_records"]),
                         fmt(f["lost"]),
                         fmt(f["duplicates"]),
-                        fmt(f["failed"]),
+                        f"{fmt(f['failed'])} ({fmt(f['failed_but_read'])})",
                     ]
                     for r in fo
                     for f in [r["failover"]]
                 ],
             )
         )
+        for r in fo:
+            f = r["failover"]
+            if f["duplicates"]:
+                on_victim = set(f["duplicate_partitions"]) & set(f["victim_partition_ids"])
+                out.append(
+                    f"\n{r['partitions']} partitions: duplicates on {len(f['duplicate_partitions'])} partitions, "
+                    f"{len(on_victim)} of them led by the killed broker: {f['duplicate_partitions'][:20]}"
+                )
     kinds = [(r, r.get("etcd_revisions_by_kinds")) for r in ok]
     if any(h for _, h in kinds):
         out.append("\n**etcd revisions by the key kinds each wrote** (measured window; failover window after →)\n")
         for r, h in kinds:
             line = f"- {r['partitions']} partitions: " + (
-                ", ".join(f"{k or '(none)'} {n}" for k, n in h["by_kinds"].items()) if h else "history unavailable"
+                (", ".join(f"{k} {n}" for k, n in h["by_kinds"].items()) or "no revisions")
+                if h
+                else "history unavailable"
             )
             fh = r.get("failover", {}).get("etcd_revisions_by_kinds")
             if fh:
-                line += " → failover: " + ", ".join(f"{k or '(none)'} {n}" for k, n in fh["by_kinds"].items())
+                line += " → failover: " + (", ".join(f"{k} {n}" for k, n in fh["by_kinds"].items()) or "none")
             out.append(line)
     problems = [
         (r["partitions"], i, p)
