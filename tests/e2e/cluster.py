@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -111,9 +112,11 @@ class EtcdServer:
 
 
 def moto_bin() -> str:
-    venv = REPO_ROOT / ".venv" / "bin" / "moto_server"
-    if venv.is_file():
-        return str(venv)
+    # The repository's venv, else the venv of the running interpreter (a script run from a
+    # worktree with another checkout's venv), else PATH.
+    for venv in (REPO_ROOT / ".venv" / "bin" / "moto_server", Path(sys.executable).parent / "moto_server"):
+        if venv.is_file():
+            return str(venv)
     found = shutil.which("moto_server")
     if not found:
         pytest.fail("moto_server not found: run `scripts/test.sh setup` (installs tests/e2e/requirements.txt)")
