@@ -47,6 +47,11 @@ pub use append::{Acks, Appended, PendingAppend};
 pub use partition_handle::Partition;
 use recovery::LogRecovery;
 
+/// Partition opens that may run at once (see `LogManager::open_shards`): each costs a
+/// few metadata round trips, so a broker taking over thousands of partitions opens them in
+/// parallel, yet never floods the metadata service.
+const OPEN_SHARDS: usize = 32;
+
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]
 pub struct LogSettings {
@@ -123,8 +128,13 @@ pub struct LogManager {
     pub compact_metrics: Arc<crate::compact::CompactMetrics>,
     /// Other brokers' WAL copies held here (`{data dir}/replicas`, beside `wal/`).
     pub replica_store: Arc<crate::replica_store::ReplicaStore>,
-    /// Serializes partition opens (an open may recover a dead broker's tail first).
+    /// Serializes the opens that recover a tail (a dead broker's, this broker's previous
+    /// incarnation's, or its own held entries): those share the tail fetches and the WAL.
     open_lock: tokio::sync::Mutex<()>,
+    /// Serializes opens of one partition (sharded by partition, so at most
+    /// [`OPEN_SHARDS`] plain opens run at once — a broker taking thousands of partitions
+    /// opens them side by side, within a bound on the metadata requests in flight).
+    open_shards: Vec<tokio::sync::Mutex<()>>,
     /// Forgotten partitions whose unsealed entries the WAL must keep: lowest sequence each.
     held: Mutex<HashMap<TopicPartition, u64>>,
     /// Serializes seals: two seals of the same unsealed batches would race to catalogue
@@ -259,6 +269,9 @@ impl LogManager {
             commit,
             replicator,
             open_lock: tokio::sync::Mutex::new(()),
+            open_shards: (0..OPEN_SHARDS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
             recovery,

@@ -53,6 +53,20 @@ impl LogManager {
     /// newly opened partition is left for its first use to record its epoch's start.
     /// `recovering`: called by the recovery driver, which may attempt a recovery that is
     /// backing off (clients are answered at once instead).
+    /// The lock serializing opens of `tp` (one of [`super::OPEN_SHARDS`], by partition).
+    fn open_shard(&self, tp: TopicPartition) -> &tokio::sync::Mutex<()> {
+        // Deterministic (the simulation replays a seed): the topic id's bytes and the
+        // partition, not a randomly keyed hash.
+        let h = tp
+            .topic_id
+            .as_bytes()
+            .iter()
+            .fold(tp.partition as u64, |h, b| {
+                h.wrapping_mul(31).wrapping_add(*b as u64)
+            });
+        &self.open_shards[(h % self.open_shards.len() as u64) as usize]
+    }
+
     pub(super) async fn open_partition(
         &self,
         topic: &TopicMetadata,
@@ -69,7 +83,7 @@ impl LogManager {
         if !recovering {
             self.recovery.check_open(topic, partition)?;
         }
-        let _opening = self.open_lock.lock().await;
+        let _opening = self.open_shard(tp).lock().await;
         if let Some(p) = self.get(&tp) {
             if !p.epoch_begun() && begin {
                 // An earlier open recovered a tail into `p` and may have failed to clear
@@ -104,6 +118,14 @@ impl LogManager {
                 topic.name, state.leader
             )));
         }
+        // Opens that append a recovered tail run one at a time (they share tail fetches and
+        // the recovery bookkeeping); plain opens run side by side.
+        let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
+        let own_previous = self.recovery.own_previous();
+        let _recovering = match (state.recover_from, held_from, &own_previous) {
+            (None, None, None) => None,
+            _ => Some(self.open_lock.lock().await),
+        };
         // Synced: the previous leader's last commits may not have reached this broker's
         // in-memory catalogue yet, and the log must continue exactly where they end.
         let log_end = self.synced_catalog_end(tp, state.log_start_offset).await?;
@@ -141,7 +163,6 @@ impl LogManager {
                 return Err(e);
             }
         }
-        let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
         if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
             // This broker forgot the partition with unsealed data (fenced, or a lost lease)
             // and leads it again: its own WAL still holds that data.
@@ -158,7 +179,6 @@ impl LogManager {
                 h.remove(&tp);
             }
         }
-        let own_previous = self.recovery.own_previous();
         if let Some(previous) = own_previous {
             let me = self.settings.broker_id;
             let skip = Some(self.wal()?.incarnation());
