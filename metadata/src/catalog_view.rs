@@ -88,6 +88,17 @@ pub fn resolve(stored: &[Stored], history: &LeaderEpochHistory) -> Vec<CatalogEn
             .cmp(&b.0.entry.base_offset)
             .then_with(|| rank(b.0, a.0))
     });
+    // The common case, in O(n log n): nothing overlaps (one writer per epoch, segments
+    // replacing what they cover), so every candidate serves exactly its offsets.
+    if cands.windows(2).all(|w| w[1].0.entry.base_offset > w[0].1) {
+        return cands
+            .into_iter()
+            .map(|(s, last)| CatalogEntry {
+                last_offset: last,
+                ..s.entry.clone()
+            })
+            .collect();
+    }
     let mut out: Vec<CatalogEntry> = Vec::new();
     let Some(first) = cands.first() else {
         return out;

@@ -91,6 +91,15 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn topic(&self, name: &str) -> Result<Option<TopicMetadata>>;
     async fn topic_by_id(&self, topic_id: TopicId) -> Result<Option<TopicMetadata>>;
     /// Grows a topic to `total` partitions (never shrinks), new ones led by `leader`.
+    /// One partition's state as stored now, with its topic (whose other partitions are
+    /// as created: their states are not read, so the cost does not grow with the topic).
+    /// `None` if the topic or partition does not exist.
+    async fn partition_state(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> Result<Option<(TopicMetadata, PartitionState)>>;
+
     async fn create_partitions(
         &self,
         name: &str,

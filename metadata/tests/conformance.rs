@@ -161,6 +161,30 @@ async fn partition_cas(store: &dyn MetadataStore) {
     assert_eq!(updated.version, p0.version + 1);
     let read = store.topic("cas").await.expect("read").expect("topic");
     assert_eq!(read.partitions[0], updated);
+    // One partition's state alone reads the same, with its topic.
+    let (topic, state) = store
+        .partition_state(t.topic_id, 0)
+        .await
+        .expect("partition state")
+        .expect("exists");
+    assert_eq!((topic.name.as_str(), &state), ("cas", &updated));
+    assert!(store
+        .partition_state(t.topic_id, 1)
+        .await
+        .expect("read")
+        .is_none());
+    let err = store
+        .update_partition(
+            t.topic_id,
+            0,
+            PartitionState {
+                partition: 5,
+                ..updated.clone()
+            },
+        )
+        .await
+        .expect_err("no such partition");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
     // The same expected version again loses: someone else already moved it.
     let err = store
         .update_partition(t.topic_id, p0.version, next)

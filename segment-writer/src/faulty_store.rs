@@ -98,6 +98,12 @@ impl FaultyObjectStore {
         })
     }
 
+    /// The store underneath, for writes that must not be faulted (a simulated zombie's
+    /// object, put by the simulation itself).
+    pub fn inner(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
     pub fn set_faults(&self, faults: StoreFaults) {
         *self.faults.lock().unwrap_or_else(|e| e.into_inner()) = faults;
     }

@@ -268,13 +268,13 @@ impl Leadership {
 
     /// Step 4's reads for `h`: its stored state and this broker's open partition.
     async fn observe(&self, h: Handoff) -> std::result::Result<Observed, String> {
-        let topic = self
+        let stored = self
             .log
             .metadata
-            .topic_by_id(h.topic_id)
+            .partition_state(h.topic_id, h.partition)
             .await
-            .map_err(|e| e.to_string())?;
-        let stored = topic.and_then(|t| t.partition(h.partition).cloned());
+            .map_err(|e| e.to_string())?
+            .map(|(_, state)| state);
         let open = match self.log.get(&h.topic_partition()) {
             Some(p) => {
                 let (_, _, log_end) = p.offsets().map_err(|e| e.to_string())?;

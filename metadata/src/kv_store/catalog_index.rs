@@ -288,27 +288,26 @@ impl IndexState {
     }
 
     /// Sealed objects' keys whose every entry is served by nothing any more (superseded by
-    /// segments, or of deleted topics), with their mod revisions: safe to delete.
+    /// segments or other entries, cut by a later epoch, or of deleted topics), with their
+    /// mod revisions: safe to delete. One pass over every partition's resolved view.
     pub(super) fn superseded_objects(&mut self, limit: usize) -> Vec<(Vec<u8>, Revision)> {
-        let mut out = Vec::new();
-        let keys: Vec<Vec<u8>> = self.objects.keys().cloned().collect();
-        for key in keys {
-            if out.len() >= limit {
-                break;
-            }
-            let Some(rec) = self.objects.get(&key) else {
+        let mut referenced: BTreeSet<String> = BTreeSet::new();
+        for p in self.partitions.values_mut() {
+            if p.objects.is_empty() {
                 continue;
-            };
-            let (object_key, revision) = (rec.object_key.clone(), rec.mod_revision);
-            let tps: BTreeSet<TopicPartition> = rec.entries.iter().map(|(tp, _)| *tp).collect();
-            let referenced = tps
-                .into_iter()
-                .any(|tp| self.view(tp).iter().any(|e| e.object_key == object_key));
-            if !referenced {
-                out.push((key, revision));
+            }
+            for e in p.view().iter() {
+                if !referenced.contains(&e.object_key) {
+                    referenced.insert(e.object_key.clone());
+                }
             }
         }
-        out
+        self.objects
+            .iter()
+            .filter(|(_, rec)| !referenced.contains(&rec.object_key))
+            .take(limit)
+            .map(|(key, rec)| (key.clone(), rec.mod_revision))
+            .collect()
     }
 }
 

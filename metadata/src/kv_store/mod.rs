@@ -202,6 +202,14 @@ impl<K: Kv> KvStore<K> {
         Err(Error::Conflict(format!("topic '{name}' kept changing")))
     }
 
+    /// A topic's record by name (no partition states).
+    async fn topic_record(&self, name: &str) -> Result<Option<TopicRecord>> {
+        let resp = self.get(keys::topic::ser_key(&self.root, name)).await?;
+        first(&resp)
+            .map(|kv| keys::topic::deser_value(&kv.key, &kv.value))
+            .transpose()
+    }
+
     async fn name_of(&self, topic_id: TopicId) -> Result<Option<(String, KeyValue)>> {
         let resp = self
             .get(keys::topic_id::ser_key(&self.root, topic_id))
@@ -396,6 +404,37 @@ impl<K: Kv> MetadataStore for KvStore<K> {
             .filter(|t| t.topic_id == topic_id))
     }
 
+    async fn partition_state(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> Result<Option<(TopicMetadata, PartitionState)>> {
+        let Some((name, _)) = self.name_of(topic_id).await? else {
+            return Ok(None);
+        };
+        let key = keys::partition::ser_key(&self.root, topic_id, partition);
+        let resp = self
+            .kv
+            .txn(Txn::new().then([
+                Op::Get(Get::key(keys::topic::ser_key(&self.root, &name))),
+                Op::Get(Get::key(key)),
+            ]))
+            .await?;
+        let Some(record_kv) = first(resp.get(0)?) else {
+            return Ok(None);
+        };
+        let record = keys::topic::deser_value(&record_kv.key, &record_kv.value)?;
+        if record.topic_id != topic_id {
+            return Ok(None);
+        }
+        let part = resp.get(1)?.kvs.clone();
+        let topic = assemble(&self.root, record, &part)?;
+        Ok(topic
+            .partition(partition)
+            .cloned()
+            .map(|state| (topic, state)))
+    }
+
     async fn create_partitions_with_leaders(
         &self,
         name: &str,
@@ -448,10 +487,13 @@ impl<K: Kv> MetadataStore for KvStore<K> {
             let Some((name, id_kv)) = self.name_of(topic_id).await? else {
                 return Err(Error::UnknownTopic(topic_id.to_string()));
             };
-            let Some((topic, _)) = self.read_topic(&name).await? else {
+            // The topic record alone (its partition count), not every partition's state: an
+            // update must cost the same whatever the topic's size (a broker opening a
+            // thousand partitions records a thousand epochs).
+            let Some(record) = self.topic_record(&name).await? else {
                 return Err(Error::UnknownTopic(name));
             };
-            if topic.partition(new.partition).is_none() {
+            if usize::try_from(new.partition).map_or(true, |i| i >= record.initial_leaders.len()) {
                 return Err(Error::UnknownPartition {
                     topic: name,
                     partition: new.partition,

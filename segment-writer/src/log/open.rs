@@ -104,14 +104,14 @@ impl LogManager {
         // The caller's topic may come from a cache; a partition must open at the epoch the
         // metadata service holds now (it moves when a lease is lost, see `fence.rs`), or its
         // first seal is fenced.
-        let fresh = self
+        // The partition's own state only: reading the whole topic per open would make a
+        // broker opening a thousand partitions read a million states.
+        let (fresh, state) = self
             .metadata
-            .topic_by_id(topic.topic_id)
+            .partition_state(topic.topic_id, partition)
             .await?
             .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
-        let state = fresh
-            .partition(partition)
-            .ok_or_else(|| Error::UnknownPartition(format!("{}-{partition}", topic.name)))?;
+        let state = &state;
         if state.leader != self.settings.broker_id {
             return Err(Error::NotLeader(format!(
                 "{}-{partition} (leader is broker {})",
@@ -302,9 +302,9 @@ impl LogManager {
     async fn stored_state(&self, p: &Partition) -> Result<PartitionState> {
         let tp = p.topic_partition;
         self.metadata
-            .topic_by_id(tp.topic_id)
+            .partition_state(tp.topic_id, tp.partition)
             .await?
-            .and_then(|t| t.partition(tp.partition).cloned())
+            .map(|(_, state)| state)
             .ok_or_else(|| Error::UnknownPartition(format!("{}-{}", p.topic_name, tp.partition)))
     }
 

@@ -368,12 +368,14 @@ impl LogManager {
 
     /// Opens a partition waiting for its `recover_from` recovery, if it still needs one.
     async fn retry_partition_recovery(&self, tp: TopicPartition) -> Result<()> {
-        let topic = self.metadata.topic_by_id(tp.topic_id).await?;
-        let needed = topic
+        let found = self
+            .metadata
+            .partition_state(tp.topic_id, tp.partition)
+            .await?;
+        let needed = found
             .as_ref()
-            .and_then(|t| t.partition(tp.partition))
-            .is_some_and(|s| s.leader == self.settings.broker_id && s.recover_from.is_some());
-        match topic {
+            .is_some_and(|(_, s)| s.leader == self.settings.broker_id && s.recover_from.is_some());
+        match found.map(|(topic, _)| topic) {
             Some(topic) if needed => self
                 .open_partition(&topic, tp.partition, true, true)
                 .await

@@ -212,6 +212,15 @@ impl MetadataStore for FaultyMetadata {
         self.inner.sync_catalog(topic_id, partition).await
     }
 
+    async fn partition_state(
+        &self,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> Result<Option<(TopicMetadata, PartitionState)>> {
+        self.read()?;
+        self.inner.partition_state(topic_id, partition).await
+    }
+
     async fn catalog_entries(
         &self,
         topic_id: TopicId,

@@ -280,23 +280,85 @@ pub async fn zombies(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToke
             _ = stop.cancelled() => return,
             _ = cluster.clock.sleep(wait) => {}
         }
-        let commit = {
-            let mut kept = cluster
-                .meta_counts
-                .fenced_commits
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if kept.is_empty() {
-                continue;
-            }
+        let refused = cluster
+            .meta_counts
+            .fenced_commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             // The latest refusal: the likeliest to reach past the new leader's end.
-            match kept.pop() {
-                Some(c) => c,
-                None => continue,
-            }
-        };
-        land_raw(&cluster, &commit).await;
+            .pop();
+        match refused {
+            Some(commit) => land_raw(&cluster, &commit).await,
+            // Refusals are rare (a deposed leader usually stops before it seals): forge the
+            // divergent tail one would have left.
+            None => forge_tail(&cluster, &*rng).await,
+        }
     }
+}
+
+/// Forges what a deposed leader that wrote past its successor's start would leave: an
+/// object holding a batch at the start of the partition's latest epoch, written under the
+/// epoch before (never acknowledged: a producer id no client uses), and its catalog entry
+/// landed raw. It claims far more offsets than the run will write, so nothing of a later
+/// epoch covers its end: only the epoch cut keeps readers from being served it.
+async fn forge_tail(cluster: &Cluster, rng: &dyn Rng) {
+    use object_store::{path::Path as ObjectPath, ObjectStoreExt, PutPayload};
+    use oxbow_metadata::{EpochFence, TopicPartition};
+    use oxbow_segment_writer::batch::testing::make_idempotent_batch;
+    use oxbow_segment_writer::object::{self, Chunk};
+    let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
+    let Some(topic) = cluster.topic().await else {
+        return;
+    };
+    let Some(state) = topic.partition(partition) else {
+        return;
+    };
+    let epochs = state.leader_epochs.entries();
+    let [.., previous, latest] = epochs else {
+        return;
+    };
+    const CLAIMED: i32 = 1_000_000;
+    let mut raw = make_idempotent_batch(3, cluster.clock.unix_ms(), 1 << 40, 0, 0);
+    // lastOffsetDelta (bytes 23..27, inside the CRC) claims CLAIMED offsets.
+    raw[23..27].copy_from_slice(&(CLAIMED - 1).to_be_bytes());
+    let crc = crc32c::crc32c(&raw[21..]);
+    raw[17..21].copy_from_slice(&crc.to_be_bytes());
+    let batch = oxbow_segment_writer::batch::stamp(&raw, latest.start_offset, previous.epoch, None);
+    let tp = TopicPartition::new(topic.topic_id, partition);
+    let key = format!("data/zombie/{:016x}.oxb", rng.next_u64());
+    let sealed = object::build(
+        key.clone(),
+        0,
+        &[Chunk {
+            topic_partition: tp,
+            leader_epoch: previous.epoch,
+            base_offset: latest.start_offset,
+            last_offset: latest.start_offset + i64::from(CLAIMED) - 1,
+            max_timestamp_ms: cluster.clock.unix_ms(),
+            batches: vec![batch],
+        }],
+    );
+    if cluster
+        .store
+        .inner()
+        .put(
+            &ObjectPath::from(key.as_str()),
+            PutPayload::from_bytes(sealed.body.clone()),
+        )
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let commit = CatalogCommit {
+        entries: sealed.entries,
+        fences: vec![EpochFence {
+            topic_partition: tp,
+            leader_epoch: previous.epoch,
+        }],
+        writer: None,
+    };
+    land_raw(cluster, &commit).await;
 }
 
 async fn land_raw(cluster: &Cluster, commit: &CatalogCommit) {
