@@ -174,15 +174,32 @@ impl Broker {
         topic_id: TopicId,
         state: PartitionState,
     ) -> Option<Arc<TopicMetadata>> {
+        self.apply_partitions(topic_id, vec![state])
+    }
+
+    /// [`Self::apply_partition`] for several partitions of one topic, in one copy of it
+    /// (each copy costs the whole partition list). A state older than the one held is
+    /// skipped; `None` if the topic is unknown or nothing changed.
+    pub fn apply_partitions(
+        &self,
+        topic_id: TopicId,
+        states: Vec<PartitionState>,
+    ) -> Option<Arc<TopicMetadata>> {
         let mut m = self.topics.write().ok()?;
         let old = m.values().find(|t| t.topic_id == topic_id)?.clone();
-        let i = usize::try_from(state.partition).ok()?;
-        if old.partitions.get(i)?.version > state.version {
-            return None;
+        let mut t: Option<TopicMetadata> = None;
+        for state in states {
+            let Some(i) = usize::try_from(state.partition).ok() else {
+                continue;
+            };
+            let current = t.as_ref().map_or(&old.partitions, |t| &t.partitions);
+            match current.get(i) {
+                Some(held) if held.version <= state.version => {}
+                _ => continue,
+            }
+            t.get_or_insert_with(|| (*old).clone()).partitions[i] = state;
         }
-        let mut t = (*old).clone();
-        t.partitions[i] = state;
-        let t = Arc::new(t);
+        let t = Arc::new(t?);
         m.insert(t.name.clone(), t.clone());
         Some(t)
     }

@@ -165,8 +165,13 @@ impl Leading<'_> {
     /// Feeds `event` and applies what it asks for, feeding the results back until the
     /// core asks for nothing more.
     async fn feed(&mut self, event: Event) -> Result<(), LeadError> {
+        self.feed_all(vec![event]).await
+    }
+
+    /// [`Self::feed`] for a burst of events, decided once (see `ControllerCore::step_all`).
+    async fn feed_all(&mut self, events: Vec<Event>) -> Result<(), LeadError> {
         let now = self.now_ms();
-        let mut actions = self.core.step(now, event);
+        let mut actions = self.core.step_all(now, events);
         while !actions.is_empty() {
             if !self.lease.is_valid() {
                 return Err(LeadError::LeaseLapsed);
@@ -185,7 +190,7 @@ impl Leading<'_> {
                 .buffer_unordered(CAS_CONCURRENCY)
                 .collect()
                 .await;
-            let mut next = Vec::new();
+            let mut events = Vec::new();
             for (action, result) in results {
                 let event = match result {
                     Ok(stored) => {
@@ -207,10 +212,10 @@ impl Leading<'_> {
                         continue;
                     }
                 };
-                let now = self.now_ms();
-                next.extend(self.core.step(now, event));
+                events.push(event);
             }
-            actions = next;
+            let now = self.now_ms();
+            actions = self.core.step_all(now, events);
         }
         Ok(())
     }
@@ -220,6 +225,19 @@ impl Leading<'_> {
         self.feed(Event::Brokers(brokers)).await?;
         let topics = self.metadata.list_topics().await?;
         self.feed(Event::Topics(topics)).await
+    }
+}
+
+/// Most queued topic events decided together (bounds one decision's input).
+const TOPIC_EVENTS_PER_DECISION: usize = 4096;
+
+fn topic_event(t: TopicEvent) -> Event {
+    match t {
+        TopicEvent::Changed(t) => Event::TopicChanged(t),
+        TopicEvent::Deleted { topic_id, .. } => Event::TopicDeleted(topic_id),
+        TopicEvent::PartitionChanged { topic_id, state } => {
+            Event::PartitionChanged(topic_id, state)
+        }
     }
 }
 
@@ -310,10 +328,21 @@ async fn lead(
                 }
             },
             t = topics.recv() => match t {
-                Some(TopicEvent::Changed(t)) => Event::TopicChanged(t),
-                Some(TopicEvent::Deleted { topic_id, .. }) => Event::TopicDeleted(topic_id),
-                Some(TopicEvent::PartitionChanged { topic_id, state }) => {
-                    Event::PartitionChanged(topic_id, state)
+                Some(t) => {
+                    // A burst of topic events (thousands of partitions changing at once)
+                    // is decided once: take what is queued with it.
+                    let mut burst = vec![topic_event(t)];
+                    while burst.len() < TOPIC_EVENTS_PER_DECISION {
+                        match topics.try_recv() {
+                            Some(t) => burst.push(topic_event(t)),
+                            None => break,
+                        }
+                    }
+                    if !lease.is_valid() {
+                        return Err(LeadError::LeaseLapsed);
+                    }
+                    state.feed_all(burst).await?;
+                    continue;
                 }
                 None => {
                     topics = metadata.watch_topics().await?;

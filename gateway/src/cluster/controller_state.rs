@@ -185,7 +185,21 @@ impl ControllerCore {
 
     /// Applies one event and returns the changes wanted now.
     pub fn step(&mut self, now_ms: u64, event: Event) -> Vec<Action> {
-        self.apply(event);
+        self.step_all(now_ms, [event])
+    }
+
+    /// [`Self::step`] for several events at once: each is applied, then one decision is
+    /// made. A decision looks at every partition, so a burst of thousands of partition
+    /// changes (a failover's own results, an open storm) decided once costs O(partitions),
+    /// not O(partitions²).
+    pub fn step_all(
+        &mut self,
+        now_ms: u64,
+        events: impl IntoIterator<Item = Event>,
+    ) -> Vec<Action> {
+        for event in events {
+            self.apply(event);
+        }
         if !(self.brokers_listed && self.topics_listed) {
             return Vec::new();
         }

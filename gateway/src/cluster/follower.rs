@@ -161,14 +161,62 @@ async fn run_topic_watch(
                     }
                     Some(TopicEvent::Deleted { topic_id, .. }) => broker.remove_topic(topic_id),
                     Some(TopicEvent::PartitionChanged { topic_id, state }) => {
-                        if let Some(t) = broker.apply_partition(topic_id, state.clone()) {
-                            if let Some(p) = t.partition(state.partition) {
-                                follow(broker, topic_id, p, handoffs, recoveries);
+                        // A burst (a broker opening or taking over thousands of partitions)
+                        // is applied in one copy of the topic per run of changes, not one per
+                        // change: each copy costs the topic's whole partition list.
+                        let mut run = vec![state];
+                        let mut next = None;
+                        while run.len() < PARTITION_CHANGES_PER_COPY {
+                            match watch.try_recv() {
+                                Some(TopicEvent::PartitionChanged { topic_id: t, state })
+                                    if t == topic_id =>
+                                {
+                                    run.push(state)
+                                }
+                                other => {
+                                    next = other;
+                                    break;
+                                }
                             }
+                        }
+                        apply_run(broker, topic_id, run, handoffs, recoveries);
+                        match next {
+                            Some(TopicEvent::PartitionChanged { topic_id, state }) => {
+                                apply_run(broker, topic_id, vec![state], handoffs, recoveries)
+                            }
+                            Some(TopicEvent::Changed(t)) => {
+                                let t = broker.apply_topic(t);
+                                for p in &t.partitions {
+                                    follow(broker, t.topic_id, p, handoffs, recoveries);
+                                }
+                            }
+                            Some(TopicEvent::Deleted { topic_id, .. }) => broker.remove_topic(topic_id),
+                            None => {}
                         }
                     }
                     None => break,
                 },
+            }
+        }
+    }
+}
+
+/// Most partition changes of one topic applied in one copy of it.
+const PARTITION_CHANGES_PER_COPY: usize = 4096;
+
+/// Applies changes of one topic's partitions (in order), then follows each.
+fn apply_run(
+    broker: &Arc<Broker>,
+    topic_id: TopicId,
+    run: Vec<PartitionState>,
+    handoffs: &mpsc::Sender<Handoff>,
+    recoveries: &TaskTracker,
+) {
+    let partitions: Vec<i32> = run.iter().map(|s| s.partition).collect();
+    if let Some(t) = broker.apply_partitions(topic_id, run) {
+        for i in partitions {
+            if let Some(p) = t.partition(i) {
+                follow(broker, topic_id, p, handoffs, recoveries);
             }
         }
     }

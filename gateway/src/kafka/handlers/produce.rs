@@ -37,6 +37,39 @@ fn error_response(
         .with_error_message((version >= 8).then(|| str_bytes(&message)))
 }
 
+/// Opens the request's partitions that this broker leads but has not opened yet, side by
+/// side (bounded by the log's open shards): the appends below go one partition at a time,
+/// in order, and a first request naming a thousand partitions would otherwise wait for a
+/// thousand opens in a row. Errors are left for the appends to report.
+async fn open_side_by_side(broker: &Arc<Broker>, req: &ProduceRequest) {
+    let mut unopened = Vec::new();
+    for t in &req.topic_data {
+        let Some(topic) = broker.topic(&t.name.0) else {
+            continue;
+        };
+        for p in &t.partition_data {
+            let tp = oxbow_metadata::TopicPartition::new(topic.topic_id, p.index);
+            let led_here = topic
+                .partition(p.index)
+                .is_some_and(|s| s.leader == broker.settings.broker_id);
+            if led_here && broker.log.get(&tp).is_none() {
+                unopened.push((topic.clone(), p.index));
+            }
+        }
+    }
+    if unopened.len() < 2 {
+        return;
+    }
+    let opens = unopened
+        .iter()
+        .map(|(topic, index)| broker.partition(topic, *index));
+    for r in futures::future::join_all(opens).await {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "opening a partition before its append failed");
+        }
+    }
+}
+
 pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
     let acks = if req.acks == -1 {
         Acks::All
@@ -45,6 +78,9 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
     };
     let acks_invalid = !(-1..=1).contains(&req.acks);
     let transactional = req.transactional_id.is_some();
+    if !acks_invalid && !transactional {
+        open_side_by_side(broker, &req).await;
+    }
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let name = t.name.0.to_string();
