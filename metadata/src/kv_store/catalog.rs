@@ -13,7 +13,7 @@ use super::{first, KvStore, TXN_OPS_MAX};
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace, OBJECT_INDEX_BYTES_MAX};
 use crate::error::{Error, Result};
 use crate::keys::{self, object_index::ObjectIndex};
-use crate::kv::{CmpOp, Compare, Get, KeyRange, KeyValue, Kv, Op, Revision, Target, Txn};
+use crate::kv::{CmpOp, Compare, Get, KeyRange, KeyValue, Kv, Op, Target, Txn};
 use crate::types::{Offset, PartitionId, TopicId, TopicPartition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,17 +144,21 @@ impl<K: Kv> KvStore<K> {
                 s.put(root, kv)?;
             }
         }
-        self.sync_objects(index, snapshot.revision).await
+        self.sync_objects(index).await
     }
 
-    /// Makes the index hold every sealed object's key stored at `revision` (see
-    /// [`Self::sync_partition`]).
-    async fn sync_objects(&self, index: &CatalogIndex, revision: Revision) -> Result<()> {
-        let mut synced = index.objects_synced.lock().await;
-        if *synced >= revision {
-            // A listing made after `revision` was read: it saw everything we need.
+    /// Makes the index hold every sealed object's key stored before this call (see
+    /// [`Self::sync_partition`]): a listing that *started* after the call began is enough,
+    /// so every sync waiting while one listing runs shares the next one.
+    async fn sync_objects(&self, index: &CatalogIndex) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let arrived = index.listings_started.load(Ordering::Acquire);
+        let mut last_done = index.objects_synced.lock().await;
+        if *last_done > arrived {
+            // Listing number `last_done` started after this call began.
             return Ok(());
         }
+        let this = index.listings_started.fetch_add(1, Ordering::AcqRel) + 1;
         let names = self
             .kv
             .range(Get::prefix(keys::object_index::prefix(&self.root)).keys_only())
@@ -175,7 +179,7 @@ impl<K: Kv> KvStore<K> {
                 s.put(&self.root, kv)?;
             }
         }
-        *synced = names.revision;
+        *last_done = this;
         Ok(())
     }
 

@@ -317,9 +317,11 @@ pub(super) struct CatalogIndex {
     state: Mutex<IndexState>,
     /// Set once the first scan is in and the watches run.
     pub(super) started: tokio::sync::OnceCell<()>,
-    /// The revision of the last listing of sealed objects' keys (see
-    /// `KvStore::sync_partition`); held while listing, so concurrent syncs share one.
-    pub(super) objects_synced: tokio::sync::Mutex<Revision>,
+    /// The number of the last completed listing of sealed objects' keys (see
+    /// `KvStore::sync_objects`); held while listing, so concurrent syncs share one.
+    pub(super) objects_synced: tokio::sync::Mutex<u64>,
+    /// Listings started so far (numbered from 1).
+    pub(super) listings_started: std::sync::atomic::AtomicU64,
     /// The task that applies watch events; aborted with the index.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
