@@ -128,8 +128,8 @@ pub struct LogManager {
     pub compact_metrics: Arc<crate::compact::CompactMetrics>,
     /// Other brokers' WAL copies held here (`{data dir}/replicas`, beside `wal/`).
     pub replica_store: Arc<crate::replica_store::ReplicaStore>,
-    /// Serializes the opens that recover a tail (a dead broker's, this broker's previous
-    /// incarnation's, or its own held entries): those share the tail fetches and the WAL.
+    /// Serializes the opens that append this broker's own earlier entries (held ones, or
+    /// a previous incarnation's tail).
     open_lock: tokio::sync::Mutex<()>,
     /// Serializes opens of one partition (sharded by partition, so at most
     /// [`OPEN_SHARDS`] plain opens run at once — a broker taking thousands of partitions

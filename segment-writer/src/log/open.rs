@@ -118,12 +118,14 @@ impl LogManager {
                 topic.name, state.leader
             )));
         }
-        // Opens that append a recovered tail run one at a time (they share tail fetches and
-        // the recovery bookkeeping); plain opens run side by side.
+        // Opens run side by side, those recovering a dead broker's tail too (they share
+        // one fetch of it, `LogRecovery::tail_of`): a failover hands a broker thousands of
+        // partitions at once. Those appending this broker's own earlier entries (held, or a
+        // previous incarnation's) run one at a time.
         let held_from = self.held.lock().ok().and_then(|h| h.get(&tp).copied());
         let own_previous = self.recovery.own_previous();
-        let _recovering = match (state.recover_from, held_from, &own_previous) {
-            (None, None, None) => None,
+        let _recovering = match (held_from, &own_previous) {
+            (None, None) => None,
             _ => Some(self.open_lock.lock().await),
         };
         // Synced: the previous leader's last commits may not have reached this broker's

@@ -60,6 +60,9 @@ pub(super) struct LogRecovery {
     recovery_added: Notify,
     /// Recently fetched WAL tails; see [`LogRecovery::tail_of`].
     tails: Mutex<TailCache>,
+    /// Held while a tail is fetched: partitions of one source recovering side by side wait
+    /// for one fetch, then share it.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl LogRecovery {
@@ -85,6 +88,7 @@ impl LogRecovery {
             recoveries: Mutex::new(Recoveries::default()),
             recovery_added: Notify::new(),
             tails: Mutex::new(HashMap::new()),
+            fetching: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -254,12 +258,18 @@ impl LogRecovery {
         skip_incarnation: Option<u64>,
     ) -> Result<Arc<crate::recover::Tail>> {
         let key = (source, skip_incarnation, record.map(|r| r.version));
-        if let Ok(tails) = self.tails.lock() {
-            if let Some((at, tail)) = tails.get(&key) {
-                if self.clock.now().saturating_duration_since(*at) < TAIL_REUSE {
-                    return Ok(tail.clone());
-                }
-            }
+        let cached = || {
+            let tails = self.tails.lock().ok()?;
+            let (at, tail) = tails.get(&key)?;
+            (self.clock.now().saturating_duration_since(*at) < TAIL_REUSE).then(|| tail.clone())
+        };
+        if let Some(tail) = cached() {
+            return Ok(tail);
+        }
+        let _fetching = self.fetching.lock().await;
+        // Fetched by another recovery while this one waited?
+        if let Some(tail) = cached() {
+            return Ok(tail);
         }
         let tail = Arc::new(
             crate::recover::fetch_tail(
