@@ -205,6 +205,9 @@ impl<K: Kv> KvStore<K> {
         }
         let broker_id = commit.writer.map_or(0, |w| w.broker_id);
         let mut puts = Vec::new();
+        // What each put holds, decoded: applied to the index once the commit lands (the
+        // value is not decoded again for it).
+        let mut written = Vec::new();
         {
             let mut state = index.lock();
             // Fences: a partition whose epoch the index has seen move past the writer's is
@@ -256,11 +259,12 @@ impl<K: Kv> KvStore<K> {
                 if landed.contains(object_key) {
                     continue;
                 }
-                let value = keys::object_index::ser_value(&ObjectIndex {
+                let index = ObjectIndex {
                     broker_id,
                     object_key: object_key.to_string(),
                     entries: entries.clone(),
-                })?;
+                };
+                let value = keys::object_index::ser_value(&index)?;
                 if value.len() > OBJECT_INDEX_BYTES_MAX {
                     return Err(Error::InvalidRequest(format!(
                         "the catalog entries of object {object_key} take {} bytes, more than the {OBJECT_INDEX_BYTES_MAX} one metadata request may carry; seal fewer partitions per object",
@@ -269,6 +273,7 @@ impl<K: Kv> KvStore<K> {
                 }
                 let key = keys::object_index::ser_key(root, broker_id, object_key);
                 puts.push((key, value));
+                written.push(index);
             }
         }
         if puts.is_empty() {
@@ -296,18 +301,8 @@ impl<K: Kv> KvStore<K> {
         let resp = self.kv.txn(Txn::new().when(compares).then(ops)).await?;
         if resp.succeeded {
             let mut state = index.lock();
-            for (k, v) in puts {
-                state.put(
-                    root,
-                    &KeyValue {
-                        key: k.into_bytes(),
-                        value: v,
-                        create_revision: resp.revision,
-                        mod_revision: resp.revision,
-                        version: 1,
-                        lease: 0,
-                    },
-                )?;
+            for ((k, _), object) in puts.iter().zip(written) {
+                state.put_object(k.as_bytes(), resp.revision, object);
             }
             return Ok(true);
         }
