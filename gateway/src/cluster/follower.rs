@@ -152,74 +152,73 @@ async fn run_topic_watch(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = &mut relist => break,
-                event = watch.recv() => match event {
-                    Some(TopicEvent::Changed(t)) => {
-                        let t = broker.apply_topic(t);
-                        for p in &t.partitions {
-                            follow(broker, t.topic_id, p, handoffs, recoveries);
+                event = watch.recv() => {
+                    let Some(first) = event else { break };
+                    // A burst (a broker opening or taking over thousands of partitions) is
+                    // applied in one copy of a topic per run of its partitions' changes, not
+                    // one per change: each copy costs the topic's whole partition list.
+                    let mut burst = vec![first];
+                    while burst.len() < TOPIC_EVENTS_PER_BURST {
+                        match watch.try_recv() {
+                            Some(e) => burst.push(e),
+                            None => break,
                         }
                     }
-                    Some(TopicEvent::Deleted { topic_id, .. }) => broker.remove_topic(topic_id),
-                    Some(TopicEvent::PartitionChanged { topic_id, state }) => {
-                        // A burst (a broker opening or taking over thousands of partitions)
-                        // is applied in one copy of the topic per run of changes, not one per
-                        // change: each copy costs the topic's whole partition list.
-                        let mut run = vec![state];
-                        let mut next = None;
-                        while run.len() < PARTITION_CHANGES_PER_COPY {
-                            match watch.try_recv() {
-                                Some(TopicEvent::PartitionChanged { topic_id: t, state })
-                                    if t == topic_id =>
-                                {
-                                    run.push(state)
-                                }
-                                other => {
-                                    next = other;
-                                    break;
-                                }
-                            }
-                        }
-                        apply_run(broker, topic_id, run, handoffs, recoveries);
-                        match next {
-                            Some(TopicEvent::PartitionChanged { topic_id, state }) => {
-                                apply_run(broker, topic_id, vec![state], handoffs, recoveries)
-                            }
-                            Some(TopicEvent::Changed(t)) => {
-                                let t = broker.apply_topic(t);
-                                for p in &t.partitions {
-                                    follow(broker, t.topic_id, p, handoffs, recoveries);
-                                }
-                            }
-                            Some(TopicEvent::Deleted { topic_id, .. }) => broker.remove_topic(topic_id),
-                            None => {}
-                        }
-                    }
-                    None => break,
-                },
+                    apply_burst(broker, burst, handoffs, recoveries);
+                }
             }
         }
     }
 }
 
-/// Most partition changes of one topic applied in one copy of it.
-const PARTITION_CHANGES_PER_COPY: usize = 4096;
+/// Most queued topic events taken in one burst.
+const TOPIC_EVENTS_PER_BURST: usize = 4096;
 
-/// Applies changes of one topic's partitions (in order), then follows each.
-fn apply_run(
+/// Applies topic events in order; consecutive changes of one topic's partitions go in one
+/// copy of the topic. Then follows each partition touched.
+fn apply_burst(
     broker: &Arc<Broker>,
-    topic_id: TopicId,
-    run: Vec<PartitionState>,
+    burst: Vec<TopicEvent>,
     handoffs: &mpsc::Sender<Handoff>,
     recoveries: &TaskTracker,
 ) {
-    let partitions: Vec<i32> = run.iter().map(|s| s.partition).collect();
-    if let Some(t) = broker.apply_partitions(topic_id, run) {
-        for i in partitions {
-            if let Some(p) = t.partition(i) {
-                follow(broker, topic_id, p, handoffs, recoveries);
+    let mut run: Option<(TopicId, Vec<PartitionState>)> = None;
+    let flush = |run: &mut Option<(TopicId, Vec<PartitionState>)>| {
+        let Some((topic_id, states)) = run.take() else {
+            return;
+        };
+        let partitions: Vec<i32> = states.iter().map(|s| s.partition).collect();
+        if let Some(t) = broker.apply_partitions(topic_id, states) {
+            for i in partitions {
+                if let Some(p) = t.partition(i) {
+                    follow(broker, topic_id, p, handoffs, recoveries);
+                }
+            }
+        }
+    };
+    for event in burst {
+        match event {
+            TopicEvent::PartitionChanged { topic_id, state } => match &mut run {
+                Some((id, states)) if *id == topic_id => states.push(state),
+                _ => {
+                    flush(&mut run);
+                    run = Some((topic_id, vec![state]));
+                }
+            },
+            TopicEvent::Changed(t) => {
+                flush(&mut run);
+                let t = broker.apply_topic(t);
+                for p in &t.partitions {
+                    follow(broker, t.topic_id, p, handoffs, recoveries);
+                }
+            }
+            TopicEvent::Deleted { topic_id, .. } => {
+                flush(&mut run);
+                broker.remove_topic(topic_id);
             }
         }
     }
+    flush(&mut run);
 }
 
 /// Acts on one partition's current state: forget it if led elsewhere (or at a newer
