@@ -49,6 +49,7 @@ pub mod log;
 pub mod object;
 pub mod objects;
 pub mod partition;
+pub mod producer_summary;
 pub mod read;
 pub mod records;
 pub mod recover;

@@ -142,6 +142,8 @@ pub struct LogManager {
     pub(crate) seal_lock: tokio::sync::Mutex<()>,
     /// The WAL tail recoveries owed before serving: their retries and fetched tails.
     recovery: LogRecovery,
+    /// Sealed objects' producer sections, shared by the opens of a takeover (`open.rs`).
+    producer_summaries: crate::producer_summary::ProducerSummaries,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<dyn Rng>,
 }
@@ -275,6 +277,7 @@ impl LogManager {
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
             recovery,
+            producer_summaries: crate::producer_summary::ProducerSummaries::new(clock.clone()),
             clock,
             rng,
         });

@@ -9,13 +9,14 @@
 
 use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
+use crate::producer_summary::ProducerBatch;
 use bytes::Bytes;
 use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
 use std::collections::{HashMap, VecDeque};
 
 /// How many recent batches per producer are remembered for deduplication (Kafka's
 /// `max.in.flight.requests.per.connection` limit for idempotence is 5).
-const PRODUCER_RECENT_BATCHES: usize = 5;
+pub const PRODUCER_RECENT_BATCHES: usize = 5;
 
 /// One batch held in memory.
 #[derive(Clone, Debug)]
@@ -182,30 +183,28 @@ impl PartitionLogState {
 
     /// Remembers an already stored batch's producer sequence (state rebuilt from the log
     /// when a partition opens on a new leader), so retries of it are recognised.
-    pub fn restore_producer(&mut self, h: &BatchHeader) {
-        self.record_producer(h, h.base_offset);
+    pub fn restore_producer(&mut self, b: &ProducerBatch) {
+        self.record_producer(b);
     }
 
-    fn record_producer(&mut self, h: &BatchHeader, base_offset: Offset) {
-        if h.producer_id < 0 || h.base_sequence < 0 {
-            return;
-        }
+    /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored).
+    fn record_producer(&mut self, b: &ProducerBatch) {
         let entry = self
             .producers
-            .entry(h.producer_id)
+            .entry(b.producer_id)
             .or_insert_with(|| ProducerEntry {
-                epoch: h.producer_epoch,
+                epoch: b.producer_epoch,
                 last_sequence: -1,
                 recent: VecDeque::new(),
             });
-        if h.producer_epoch != entry.epoch {
-            entry.epoch = h.producer_epoch;
+        if b.producer_epoch != entry.epoch {
+            entry.epoch = b.producer_epoch;
             entry.recent.clear();
         }
-        entry.last_sequence = h.last_sequence();
+        entry.last_sequence = b.last_sequence;
         entry
             .recent
-            .push_back((h.base_sequence, h.last_sequence(), base_offset));
+            .push_back((b.base_sequence, b.last_sequence, b.base_offset));
         while entry.recent.len() > PRODUCER_RECENT_BATCHES {
             entry.recent.pop_front();
         }
@@ -216,7 +215,12 @@ impl PartitionLogState {
     pub fn append(&mut self, h: &BatchHeader, bytes: Bytes) -> Offset {
         let base = self.log_end_offset;
         let last = base + i64::from(h.last_offset_delta);
-        self.record_producer(h, base);
+        if let Some(b) = ProducerBatch::of(h) {
+            self.record_producer(&ProducerBatch {
+                base_offset: base,
+                ..b
+            });
+        }
         self.memory_bytes += bytes.len();
         self.unsealed_bytes += bytes.len();
         self.batches.push_back(MemBatch {

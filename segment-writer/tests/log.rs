@@ -381,6 +381,13 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
     std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
     let log = open(dir.path(), metadata.clone()).await;
     let p = log.partition(&topic, 0).await.expect("reopen");
+    assert_eq!(
+        log.metrics
+            .object_reads
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the producers' state comes from the object's producers section: no batch read back"
+    );
     let retry = log
         .append(&p, &batches[2], 1 << 20, false, Acks::All)
         .await

@@ -19,10 +19,11 @@ use super::{LogManager, Partition};
 use crate::batch;
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition::PartitionLogState;
+use crate::producer_summary::{ProducerBatch, SummaryError};
 use crate::recovery_state::RecoveryKey;
 use oxbow_metadata::{
-    ErrorKind as MetadataErrorKind, PartitionId, PartitionState, TopicId, TopicMetadata,
-    TopicPartition,
+    EntryLayout, ErrorKind as MetadataErrorKind, PartitionId, PartitionState, TopicId,
+    TopicMetadata, TopicPartition,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,8 @@ use tokio::sync::watch;
 /// producer retries only its last few in-flight batches.
 const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
 const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
+/// Catalog entries looked up at a time while rebuilding producer state (from memory).
+const PRODUCER_STATE_ENTRIES_PER_READ: usize = 64;
 
 /// How often recording a new epoch's start retries a compare-and-swap lost to another
 /// change of the partition's state (a transfer request, say) that left the leader alone.
@@ -83,7 +86,13 @@ impl LogManager {
         if !recovering {
             self.recovery.check_open(topic, partition)?;
         }
+        let started = self.clock.now();
         let _opening = self.open_shard(tp).lock().await;
+        let step = |what: &'static str| {
+            tracing::debug!(partition = %format!("{}-{partition}", topic.name),
+                elapsed_ms = (self.clock.now() - started).as_millis() as u64, "open: {what}");
+        };
+        step("shard lock held");
         if let Some(p) = self.get(&tp) {
             if !p.epoch_begun() && begin {
                 // An earlier open recovered a tail into `p` and may have failed to clear
@@ -130,7 +139,9 @@ impl LogManager {
         };
         // Synced: the previous leader's last commits may not have reached this broker's
         // in-memory catalogue yet, and the log must continue exactly where they end.
+        step("state read");
         let log_end = self.synced_catalog_end(tp, state.log_start_offset).await?;
+        step("catalogue synced");
         let opened = Arc::new(Partition {
             topic_partition: tp,
             topic_name: topic.name.clone(),
@@ -165,6 +176,7 @@ impl LogManager {
                 return Err(e);
             }
         }
+        step("producer state restored");
         if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
             // This broker forgot the partition with unsealed data (fenced, or a lost lease)
             // and leads it again: its own WAL still holds that data.
@@ -197,8 +209,10 @@ impl LogManager {
                 Err(e) => return Err(self.recovery.failed(key, source, named, &e)),
             };
             self.recovery.done(key);
+            step("tail fetched");
             let log_end = opened.offsets()?.2;
             self.append_recovered(&opened, &tail, log_end).await?;
+            step("tail appended");
             // In the map before `recover_from` is cleared: if clearing fails — or succeeds
             // with its answer lost — the recovered batches stay in this partition's log
             // (sealed, or held if it is forgotten) and the next open finishes the job,
@@ -207,8 +221,10 @@ impl LogManager {
             latest = self
                 .clear_recover_from(topic.topic_id, state.clone())
                 .await?;
+            step("recover_from cleared");
             if begin {
                 self.begin_epoch(&inserted, Some(latest)).await?;
+                step("epoch begun");
             }
             return Ok(inserted);
         }
@@ -310,27 +326,83 @@ impl LogManager {
             .ok_or_else(|| Error::UnknownPartition(format!("{}-{}", p.topic_name, tp.partition)))
     }
 
-    /// Rebuilds idempotent-producer state from the end of the stored log (the last
-    /// [`PRODUCER_STATE_WINDOW_RECORDS`] records, at most [`PRODUCER_STATE_WINDOW_BYTES`]), so
-    /// a producer retrying a batch the previous leader stored gets the original offset
-    /// instead of a duplicate.
+    /// Rebuilds idempotent-producer state from the end of the stored log (the entries
+    /// holding its last [`PRODUCER_STATE_WINDOW_RECORDS`] records), so a producer retrying a
+    /// batch the previous leader stored gets the original offset instead of a duplicate.
+    /// A sealed object's entry is taken from the object's producers section, fetched once
+    /// for every partition opened meanwhile ([`crate::producer_summary`]); an entry without
+    /// one (a segment, an object of format version 1, or one whose section cannot be read)
+    /// has its batches read, at most [`PRODUCER_STATE_WINDOW_BYTES`] of them in all.
     async fn restore_producers(&self, partition: &Partition) -> Result<()> {
+        let tp = partition.topic_partition;
         let (log_start, _, log_end) = partition.offsets()?;
         let mut next = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
         let mut bytes = 0usize;
-        while next < log_end && bytes < PRODUCER_STATE_WINDOW_BYTES {
-            let r = self.read(partition, next, 1 << 20, true).await?;
-            if r.batches.is_empty() {
-                break;
-            }
-            let mut s = partition.lock()?;
-            for b in &r.batches {
-                let Some(h) = batch::peek_header(b)? else {
+        while next < log_end {
+            let entries = self
+                .metadata
+                .catalog_entries(
+                    tp.topic_id,
+                    tp.partition,
+                    next,
+                    PRODUCER_STATE_ENTRIES_PER_READ,
+                )
+                .await?;
+            let before = next;
+            for entry in &entries {
+                if entry.last_offset < next {
                     continue;
+                }
+                let summary = match entry.layout {
+                    EntryLayout::Batches => self
+                        .producer_summaries
+                        .of(&self.objects, &entry.object_key)
+                        .await
+                        .map_err(|e| {
+                            if !matches!(e, SummaryError::Absent) {
+                                tracing::debug!(error = %e, object = %entry.object_key,
+                                    "no producer summary; reading the batches");
+                            }
+                        })
+                        .ok(),
+                    EntryLayout::SegmentIndex => None,
                 };
-                bytes += b.len();
-                next = h.last_offset() + 1;
-                s.restore_producer(&h);
+                if let Some(summary) = summary {
+                    let mut s = partition.lock()?;
+                    for b in summary.of(&tp) {
+                        // A clipped entry serves only up to its last offset.
+                        if b.base_offset >= entry.base_offset && b.base_offset <= entry.last_offset
+                        {
+                            s.restore_producer(b);
+                        }
+                    }
+                    next = entry.last_offset + 1;
+                    continue;
+                }
+                while next <= entry.last_offset && bytes < PRODUCER_STATE_WINDOW_BYTES {
+                    let r = self.read(partition, next, 1 << 20, true).await?;
+                    let read_from = next;
+                    let mut s = partition.lock()?;
+                    for b in &r.batches {
+                        let Some(h) = batch::peek_header(b)? else {
+                            continue;
+                        };
+                        bytes += b.len();
+                        next = h.last_offset() + 1;
+                        if let Some(p) = ProducerBatch::of(&h) {
+                            s.restore_producer(&p);
+                        }
+                    }
+                    if next <= read_from {
+                        return Ok(());
+                    }
+                }
+                if bytes >= PRODUCER_STATE_WINDOW_BYTES {
+                    return Ok(());
+                }
+            }
+            if next <= before {
+                break;
             }
         }
         Ok(())
