@@ -186,6 +186,18 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// (a retry whose first attempt landed), it succeeds. At most 64 new entries (etcd's 128
     /// operations per transaction); `old` may be any length.
     async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()>;
+    /// [`Self::replace_catalog_entries`] for several runs (of one or many partitions), each
+    /// atomic and checked on its own, its outcome at its index: one partition's conflict or
+    /// fence fails only its own replace. Backends combine them into few transactions (a
+    /// compaction round that rewrites thousands of partitions costs tens of metadata writes,
+    /// not thousands); this default runs them one by one.
+    async fn replace_catalog_entries_many(&self, replaces: Vec<CatalogReplace>) -> Vec<Result<()>> {
+        let mut out = Vec::with_capacity(replaces.len());
+        for r in replaces {
+            out.push(self.replace_catalog_entries(r).await);
+        }
+        out
+    }
 
     // ---- consumer groups ----
 

@@ -685,6 +685,7 @@ async fn embedded_in_memory() {
     let store = EmbeddedStore::in_memory().expect("open");
     run_all(&store).await;
     wide_commit_is_one_revision(&store, 4000).await;
+    catalog_replace_many(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,6 +746,7 @@ async fn etcd_single_member() {
     let store = etcd_store(&etcd, "conformance").await;
     run_all(&store).await;
     wide_commit_is_one_revision(&store, 4000).await;
+    catalog_replace_many(&store).await;
     // Another cluster name shares the etcd but sees nothing of this one.
     let other = etcd_store(&etcd, "other").await;
     assert!(other.list_topics().await.expect("list").is_empty());

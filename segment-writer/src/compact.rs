@@ -10,8 +10,10 @@
 //! ([`crate::compact_state::plan`]), and for each run: fetch the old ranges (CRC-checked,
 //! bypassing the read-cache insert so a compaction scan does not evict what readers use),
 //! build the segment in memory, PUT it create-only, then swap it in with
-//! [`oxbow_metadata::MetadataStore::replace_catalog_entries`], fenced by the partition's
-//! current leader epoch. Then it collects garbage
+//! [`oxbow_metadata::MetadataStore::replace_catalog_entries_many`], fenced by the
+//! partition's current leader epoch — [`SWAPS_PER_COMMIT`] partitions' swaps in one
+//! request, each settled on its own, so a round costs tens of metadata writes however many
+//! partitions it rewrites. Then it collects garbage
 //! ([`crate::compact_state::DeletionLedger`]). On shutdown it stops between runs and
 //! deletes only what is already due: nothing waits.
 //!
@@ -151,8 +153,29 @@ pub struct Compactor {
     /// Partitions whose replace was fenced, with the epoch this broker held: skipped until
     /// the broker reopens them at another epoch (the sealer deals with a deposed leader).
     fenced: HashMap<TopicPartition, LeaderEpoch>,
+    /// Segments written whose catalog swaps wait to be committed together
+    /// ([`Compactor::commit_swaps`]): at most [`SWAPS_PER_COMMIT`].
+    pending: Vec<Swap>,
     pub metrics: Arc<CompactMetrics>,
 }
+
+/// A segment written (PUT) whose catalog swap is not committed yet.
+struct Swap {
+    tp: TopicPartition,
+    /// The epoch this broker leads the partition at: the swap's fence.
+    leader_epoch: LeaderEpoch,
+    old: Vec<CatalogEntry>,
+    /// The segment's catalog entry.
+    entry: CatalogEntry,
+    size: u64,
+    /// The segment's index, cached once the swap lands (the first reader fetches it).
+    index: Bytes,
+}
+
+/// Swaps committed together: one metadata request for up to this many partitions' swaps
+/// (the store splits it into transactions within its limits), so a round rewriting
+/// thousands of partitions costs tens of metadata writes, not thousands.
+pub const SWAPS_PER_COMMIT: usize = 24;
 
 /// Entries looked at from an object's offset when asking whether the object is still
 /// served (an object entry is outranked at its front by at most a few others).
@@ -209,6 +232,7 @@ impl Compactor {
             frozen: BTreeSet::new(),
             cursors: HashMap::new(),
             fenced: HashMap::new(),
+            pending: Vec::new(),
             metrics,
         }
     }
@@ -247,13 +271,16 @@ impl Compactor {
                 tracing::warn!(partition = %p.topic_partition, error = %e, "compaction of a partition failed; retried next round");
             }
         }
+        // Also when stopping: the segments are written, and one request commits them.
+        self.commit_swaps(&mut stats).await;
         stats.objects_deleted = self.collect_garbage(now, stop).await?;
         Ok(stats)
     }
 
     fn has_budget(&self, stats: &RoundStats) -> bool {
         stats.bytes_read < self.settings.round_bytes_max
-            && (stats.segments_written as usize) < self.settings.round_segments_max
+            && (stats.segments_written as usize) + self.pending.len()
+                < self.settings.round_segments_max
     }
 
     /// The partition's entries from its cursor up to `sealed_end`.
@@ -337,13 +364,14 @@ impl Compactor {
                 break;
             }
             let old = &entries[run];
-            match self.compact_run(tp, leader_epoch, old, stats).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == crate::ErrorKind::NotLeader => {
-                    // Fenced: another broker leads the partition now; leave it to it.
-                    self.fenced.insert(tp, leader_epoch);
-                    return Err(e);
+            match self.write_segment(tp, leader_epoch, old, stats).await {
+                Ok(Some(swap)) => {
+                    self.pending.push(swap);
+                    if self.pending.len() >= SWAPS_PER_COMMIT {
+                        self.commit_swaps(stats).await;
+                    }
                 }
+                Ok(None) => {}
                 Err(e) => {
                     self.metrics.failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(partition = %tp, base_offset = old[0].base_offset, error = %e, "compacting a run failed; retried next round");
@@ -353,16 +381,17 @@ impl Compactor {
         Ok(())
     }
 
-    /// Rewrites `old` (contiguous entries of one epoch) into one segment and swaps it in.
-    async fn compact_run(
+    /// Rewrites `old` (contiguous entries of one epoch) into one segment and PUTs it; its
+    /// swap into the catalog is committed with others ([`Self::commit_swaps`]).
+    async fn write_segment(
         &mut self,
         tp: TopicPartition,
         leader_epoch: i32,
         old: &[CatalogEntry],
         stats: &mut RoundStats,
-    ) -> Result<()> {
+    ) -> Result<Option<Swap>> {
         let (Some(first), Some(last)) = (old.first(), old.last()) else {
-            return Ok(());
+            return Ok(None);
         };
         let bytes: u64 = old.iter().map(segment::data_bytes).sum();
         let mut builder = SegmentBuilder::new(
@@ -428,25 +457,61 @@ impl Compactor {
             self.note_superseded(built.key.clone(), Some(vec![new_ref]), false);
             return Err(Error::ObjectStore(format!("PUT {}: {e}", built.key)));
         }
-        let replace = CatalogReplace {
-            fence: EpochFence {
-                topic_partition: tp,
-                leader_epoch,
-            },
+        // The index is what the first reader of the segment fetches.
+        let index_range = built.entry.byte_start as usize
+            ..(built.entry.byte_start + built.entry.byte_len) as usize;
+        Ok(Some(Swap {
+            tp,
+            leader_epoch,
             old: old.to_vec(),
-            new: vec![built.entry.clone()],
-        };
-        match self.log.metadata.replace_catalog_entries(replace).await {
-            Ok(()) => {}
-            Err(e) => {
+            // A copy: a slice would keep the whole segment's body alive while it waits.
+            index: Bytes::copy_from_slice(&built.body[index_range]),
+            entry: built.entry,
+            size,
+        }))
+    }
+
+    /// Commits the pending swaps in one request ([`oxbow_metadata::MetadataStore::replace_catalog_entries_many`]),
+    /// each fenced by its partition's leader epoch and settled on its own.
+    async fn commit_swaps(&mut self, stats: &mut RoundStats) {
+        let swaps = std::mem::take(&mut self.pending);
+        if swaps.is_empty() {
+            return;
+        }
+        let replaces = swaps
+            .iter()
+            .map(|s| CatalogReplace {
+                fence: EpochFence {
+                    topic_partition: s.tp,
+                    leader_epoch: s.leader_epoch,
+                },
+                old: s.old.clone(),
+                new: vec![s.entry.clone()],
+            })
+            .collect();
+        let outcomes = self
+            .log
+            .metadata
+            .replace_catalog_entries_many(replaces)
+            .await;
+        for (swap, outcome) in swaps.into_iter().zip(outcomes) {
+            let tp = swap.tp;
+            let key = swap.entry.object_key.clone();
+            let new_ref = ObjectRef {
+                topic_partition: tp,
+                offset: swap.entry.base_offset,
+            };
+            if let Err(e) = outcome {
                 let kind = e.kind();
                 // Whatever happened, the new segment is deleted if (and only if) the catalog
                 // ends up not referencing it. If the outcome is unknown, the replace may
                 // have landed: the old objects are candidates too (gated the same way).
-                self.note_superseded(built.key.clone(), Some(vec![new_ref]), true);
+                self.note_superseded(key, Some(vec![new_ref]), true);
                 match kind {
                     MetadataErrorKind::Fenced => {
                         self.metrics.replace_fenced.fetch_add(1, Ordering::Relaxed);
+                        // Another broker leads the partition now; leave it to it.
+                        self.fenced.insert(tp, swap.leader_epoch);
                     }
                     MetadataErrorKind::Conflict
                     | MetadataErrorKind::NotFound
@@ -458,34 +523,30 @@ impl Compactor {
                     MetadataErrorKind::Unavailable
                     | MetadataErrorKind::AlreadyExists
                     | MetadataErrorKind::Data
-                    | MetadataErrorKind::Internal => self.note_old_objects(tp, old),
+                    | MetadataErrorKind::Internal => self.note_old_objects(tp, &swap.old),
                 }
-                return Err(Error::Metadata(e));
+                self.metrics.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(partition = %tp, base_offset = swap.entry.base_offset, error = %e,
+                    "compaction's catalog swap failed; retried next round");
+                continue;
             }
+            self.log
+                .cache
+                .insert(&key, swap.entry.byte_start, swap.entry.byte_len, swap.index);
+            self.note_old_objects(tp, &swap.old);
+            stats.segments_written += 1;
+            stats.entries_replaced += swap.old.len() as u64;
+            self.metrics
+                .segments_written
+                .fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .segment_bytes_written
+                .fetch_add(swap.size, Ordering::Relaxed);
+            self.metrics
+                .entries_replaced
+                .fetch_add(swap.old.len() as u64, Ordering::Relaxed);
+            tracing::debug!(partition = %tp, %key, bytes = swap.size, replaced = swap.old.len(), "compacted");
         }
-        // The index is what the first reader of the segment fetches.
-        let index_range = built.entry.byte_start as usize
-            ..(built.entry.byte_start + built.entry.byte_len) as usize;
-        self.log.cache.insert(
-            &built.key,
-            built.entry.byte_start,
-            built.entry.byte_len,
-            built.body.slice(index_range),
-        );
-        self.note_old_objects(tp, old);
-        stats.segments_written += 1;
-        stats.entries_replaced += old.len() as u64;
-        self.metrics
-            .segments_written
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .segment_bytes_written
-            .fetch_add(size, Ordering::Relaxed);
-        self.metrics
-            .entries_replaced
-            .fetch_add(old.len() as u64, Ordering::Relaxed);
-        tracing::debug!(partition = %tp, key = %built.key, bytes = size, replaced = old.len(), "compacted");
-        Ok(())
     }
 
     /// Appends the batches of one old entry to `builder`, checking that they are exactly

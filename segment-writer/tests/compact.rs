@@ -681,3 +681,85 @@ async fn a_reader_whose_object_was_compacted_away_looks_the_catalog_up_again() {
         "the reader did hit the deleted object"
     );
 }
+
+/// A round that rewrites many partitions commits their swaps together: a few metadata
+/// writes, not one per partition; every partition reads back identical.
+#[tokio::test]
+async fn a_round_over_many_partitions_costs_few_metadata_writes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let metadata: Arc<dyn MetadataStore> = store.clone();
+    let partitions = 100;
+    let topic = metadata
+        .create_topic(
+            TopicSpec {
+                name: "wide".into(),
+                partitions,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            },
+            1,
+        )
+        .await
+        .expect("topic");
+    let log = open(dir.path(), metadata.clone()).await;
+    for _ in 0..3 {
+        for p in 0..partitions {
+            let part = log.partition(&topic, p).await.expect("partition");
+            log.append(&part, &make_batch(2, 1000), 1 << 20, false, Acks::All)
+                .await
+                .expect("append");
+        }
+        log.seal_once().await.expect("seal");
+    }
+    let mut before_read = Vec::new();
+    for p in 0..partitions {
+        let part = log.partition(&topic, p).await.expect("partition");
+        before_read.push(
+            log.read(&part, 0, 1 << 20, true)
+                .await
+                .expect("read")
+                .batches,
+        );
+    }
+    let revision = || async {
+        use oxbow_metadata::kv::Kv;
+        store
+            .kv()
+            .range(oxbow_metadata::kv::Get::key("/"))
+            .await
+            .expect("revision")
+            .revision
+    };
+    let before = revision().await;
+    let mut compactor = Compactor::new(log.clone(), compact_settings(Duration::from_secs(3600)));
+    let stats = compactor
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    let writes = revision().await - before;
+    assert_eq!(stats.segments_written, partitions as u64);
+    let most = (partitions as usize).div_ceil(oxbow_segment_writer::compact::SWAPS_PER_COMMIT);
+    assert!(
+        writes as usize <= most,
+        "{writes} metadata writes for {partitions} partitions' swaps (at most {most})"
+    );
+    for p in 0..partitions {
+        let entries = metadata
+            .catalog_entries(topic.topic_id, p, 0, 10)
+            .await
+            .expect("catalog");
+        assert_eq!(entries.len(), 1, "partition {p}: one segment");
+        assert_eq!(entries[0].layout, EntryLayout::SegmentIndex);
+        let part = log.partition(&topic, p).await.expect("partition");
+        let after = log
+            .read(&part, 0, 1 << 20, true)
+            .await
+            .expect("read")
+            .batches;
+        assert_eq!(
+            after, before_read[p as usize],
+            "partition {p} reads back identical"
+        );
+    }
+}

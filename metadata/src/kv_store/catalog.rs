@@ -331,28 +331,166 @@ impl<K: Kv> KvStore<K> {
     /// One replace attempt: one snapshot read, checks, then one transaction. `Ok(false)`:
     /// the transaction's compares failed (something changed since the read); read again.
     pub(super) async fn try_replace_catalog(&self, r: &CatalogReplace) -> Result<bool> {
+        let read = self.kv.txn(Txn::new().then(self.replace_reads(r))).await?;
+        let planned = self.plan_replace(r, &read, 0).await?;
+        let Planned::Write(w) = planned else {
+            return Ok(true);
+        };
+        let resp = self
+            .kv
+            .txn(Txn::new().when(w.compares.clone()).then(w.ops.clone()))
+            .await?;
+        if resp.succeeded {
+            self.applied(&[w], resp.revision).await?;
+        }
+        Ok(resp.succeeded)
+    }
+
+    /// Several partitions' replaces in as few transactions as etcd's limits allow
+    /// ([`REPLACES_PER_TXN`] each: one read of all, one write of all). A replace that fails
+    /// its own checks gets its error alone; if a combined write loses a compare, its
+    /// replaces are retried one by one ([`Self::try_replace_catalog`]'s rules), so one
+    /// partition's change never fails another's replace.
+    pub(super) async fn replace_catalog_many(
+        &self,
+        replaces: &[CatalogReplace],
+    ) -> Vec<Result<()>> {
+        let mut out: Vec<Option<Result<()>>> = replaces
+            .iter()
+            .map(|r| r.validate().err().map(Err))
+            .collect();
+        // Greedy chunks within etcd's limits: five compares per replace, two operations per
+        // new entry.
+        let mut chunks: Vec<Vec<usize>> = Vec::new();
+        let mut ops = 0;
+        for i in (0..replaces.len()).filter(|i| out[*i].is_none()) {
+            let need = 2 * replaces[i].new.len();
+            match chunks.last_mut() {
+                Some(c) if c.len() < REPLACES_PER_TXN && ops + need <= TXN_OPS_MAX => {
+                    c.push(i);
+                    ops += need;
+                }
+                _ => {
+                    chunks.push(vec![i]);
+                    ops = need;
+                }
+            }
+        }
+        for chunk in &chunks {
+            let mut retry_alone = Vec::new();
+            // Lost a compare, or failed as a whole (the store unavailable): each on its own.
+            if !matches!(
+                self.try_replace_chunk(replaces, chunk, &mut out).await,
+                Ok(true)
+            ) {
+                retry_alone.extend(chunk.iter().copied().filter(|i| out[*i].is_none()));
+            }
+            for i in retry_alone {
+                out[i] = Some(self.replace_catalog_alone(&replaces[i]).await);
+            }
+        }
+        out.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::Storage("catalog replace not attempted".into())))
+            })
+            .collect()
+    }
+
+    /// One replace with its compare-and-swap retries ([`crate::MetadataStore::replace_catalog_entries`]).
+    pub(super) async fn replace_catalog_alone(&self, r: &CatalogReplace) -> Result<()> {
+        r.validate()?;
+        for _ in 0..super::CAS_ATTEMPTS {
+            if self.try_replace_catalog(r).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::Conflict(
+            "catalog replace kept losing to concurrent changes".into(),
+        ))
+    }
+
+    /// One read and one write for the replaces `chunk` (indices into `replaces`); fills
+    /// `out` for those settled. `Ok(false)`: the write lost a compare (nothing written; the
+    /// unsettled ones are left for the caller to retry).
+    async fn try_replace_chunk(
+        &self,
+        replaces: &[CatalogReplace],
+        chunk: &[usize],
+        out: &mut [Option<Result<()>>],
+    ) -> Result<bool> {
+        let reads: Vec<Op> = chunk
+            .iter()
+            .flat_map(|i| self.replace_reads(&replaces[*i]))
+            .collect();
+        let read = self.kv.txn(Txn::new().then(reads)).await?;
+        let mut writes = Vec::new();
+        for (n, i) in chunk.iter().enumerate() {
+            match self
+                .plan_replace(&replaces[*i], &read, n * READS_PER_REPLACE)
+                .await
+            {
+                Ok(Planned::Landed) => out[*i] = Some(Ok(())),
+                Ok(Planned::Write(w)) => writes.push((*i, w)),
+                Err(e) => out[*i] = Some(Err(e)),
+            }
+        }
+        if writes.is_empty() {
+            return Ok(true);
+        }
+        let compares: Vec<Compare> = writes
+            .iter()
+            .flat_map(|(_, w)| w.compares.clone())
+            .collect();
+        let ops: Vec<Op> = writes.iter().flat_map(|(_, w)| w.ops.clone()).collect();
+        if compares.len() > TXN_OPS_MAX || ops.len() > TXN_OPS_MAX {
+            return Ok(false);
+        }
+        let resp = self.kv.txn(Txn::new().when(compares).then(ops)).await?;
+        if !resp.succeeded {
+            return Ok(false);
+        }
+        let planned: Vec<PlannedWrite> = writes.iter().map(|(_, w)| w.clone()).collect();
+        self.applied(&planned, resp.revision).await?;
+        for (i, _) in writes {
+            out[i] = Some(Ok(()));
+        }
+        Ok(true)
+    }
+
+    /// The reads a replace is planned from ([`READS_PER_REPLACE`] gets): the topic's id key,
+    /// the partition's state, and the stored keys of the run (one more than either side
+    /// holds, so an extra stored key shows).
+    fn replace_reads(&self, r: &CatalogReplace) -> Vec<Op> {
+        let root = &self.root;
+        let tp = r.fence.topic_partition;
+        let limit = r.old.len().max(r.new.len()) + 1;
+        vec![
+            Op::Get(Get::key(keys::topic_id::ser_key(root, tp.topic_id))),
+            Op::Get(Get::key(keys::partition::ser_key(
+                root,
+                tp.topic_id,
+                tp.partition,
+            ))),
+            Op::Get(Get::new(run_range(root, r)).limit(limit)),
+        ]
+    }
+
+    /// Checks a replace against what `read` (from [`Self::replace_reads`], at `at`) holds
+    /// and what readers are served, and plans its write.
+    async fn plan_replace(
+        &self,
+        r: &CatalogReplace,
+        read: &crate::kv::TxnResponse,
+        at: usize,
+    ) -> Result<Planned> {
         let root = &self.root;
         let index = self.catalog_index().await?;
         let tp = r.fence.topic_partition;
         let id_key = keys::topic_id::ser_key(root, tp.topic_id);
         let part_key = keys::partition::ser_key(root, tp.topic_id, tp.partition);
-        // Every per-partition key of the run (old or new) lies in [base, last].
-        let run_range = KeyRange::through(
-            keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.base_offset()),
-            keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.last_offset()),
-        );
-        // One more than either side holds, so an extra stored key shows.
-        let limit = r.old.len().max(r.new.len()) + 1;
-        let read = self
-            .kv
-            .txn(Txn::new().then([
-                Op::Get(Get::key(id_key.clone())),
-                Op::Get(Get::key(part_key.clone())),
-                Op::Get(Get::new(run_range.clone()).limit(limit)),
-            ]))
-            .await?;
+        let run_range = run_range(root, r);
         let revision = read.revision;
-        let (id, part, run) = (read.get(0)?, read.get(1)?, read.get(2)?);
+        let (id, part, run) = (read.get(at)?, read.get(at + 1)?, read.get(at + 2)?);
         let Some(id_kv) = first(id) else {
             return Err(Error::UnknownTopic(tp.topic_id.to_string()));
         };
@@ -375,7 +513,7 @@ impl<K: Kv> KvStore<K> {
             for kv in &run.kvs {
                 index.lock().put(root, kv)?;
             }
-            return Ok(true);
+            return Ok(Planned::Landed);
         }
         // The run must be exactly what readers see over its offsets now (the compactor
         // planned it from the same view). Keys of the run that only the index knows of yet
@@ -448,28 +586,71 @@ impl<K: Kv> KvStore<K> {
             ops.push(Op::put(key, value));
             ops.push(Op::delete(KeyRange::between(after, gap_end)));
         }
-        let resp = self.kv.txn(Txn::new().when(compares).then(ops)).await?;
-        if resp.succeeded {
-            let mut state = index.lock();
-            for kv in &run.kvs {
-                state.delete(root, &kv.key, resp.revision);
+        Ok(Planned::Write(PlannedWrite {
+            compares,
+            ops,
+            run_keys: run.kvs.iter().map(|kv| kv.key.clone()).collect(),
+            written,
+        }))
+    }
+
+    /// Brings the in-memory index up to a landed write of `planned` at `revision`.
+    async fn applied(&self, planned: &[PlannedWrite], revision: i64) -> Result<()> {
+        let root = &self.root;
+        let index = self.catalog_index().await?;
+        let mut state = index.lock();
+        for w in planned {
+            for key in &w.run_keys {
+                state.delete(root, key, revision);
             }
-            for (key, value) in written {
+            for (key, value) in &w.written {
                 state.put(
                     root,
                     &KeyValue {
-                        key: key.into_bytes(),
-                        value,
-                        create_revision: resp.revision,
-                        mod_revision: resp.revision,
+                        key: key.clone().into_bytes(),
+                        value: value.clone(),
+                        create_revision: revision,
+                        mod_revision: revision,
                         version: 1,
                         lease: 0,
                     },
                 )?;
             }
         }
-        Ok(resp.succeeded)
+        Ok(())
     }
+}
+
+/// Gets per replace in a batched read ([`KvStore::replace_reads`]).
+const READS_PER_REPLACE: usize = 3;
+/// Most replaces per combined transaction: each compares at most five keys (within etcd's
+/// 128 compares); their new entries, two operations each, are kept within 128 too.
+pub const REPLACES_PER_TXN: usize = 24;
+
+/// Every per-partition key of a replace's run (old or new) lies in [base, last].
+fn run_range(root: &keys::Root, r: &CatalogReplace) -> KeyRange {
+    let tp = r.fence.topic_partition;
+    KeyRange::through(
+        keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.base_offset()),
+        keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.last_offset()),
+    )
+}
+
+/// What a replace needs written, once checked.
+enum Planned {
+    /// The stored run already is the new one (a retry whose first attempt landed).
+    Landed,
+    Write(PlannedWrite),
+}
+
+#[derive(Clone)]
+struct PlannedWrite {
+    compares: Vec<Compare>,
+    ops: Vec<Op>,
+    /// Keys of the run as read (deleted from the index once the write lands).
+    run_keys: Vec<Vec<u8>>,
+    /// (key, value) put.
+    written: Vec<(String, Vec<u8>)>,
 }
 
 /// Most superseded objects' keys deleted per transaction (a compare and a delete each).

@@ -384,15 +384,11 @@ impl<K: Kv> MetadataStore for KvStore<K> {
     async fn replace_catalog_entries(&self, replace: CatalogReplace) -> Result<()> {
         // Validation caps the new entries at REPLACE_NEW_ENTRIES_MAX: each is one put plus
         // one range delete (see `try_replace_catalog`), within TXN_OPS_MAX.
-        replace.validate()?;
-        for _ in 0..CAS_ATTEMPTS {
-            if self.try_replace_catalog(&replace).await? {
-                return Ok(());
-            }
-        }
-        Err(Error::Conflict(
-            "catalog replace kept losing to concurrent changes".into(),
-        ))
+        self.replace_catalog_alone(&replace).await
+    }
+
+    async fn replace_catalog_entries_many(&self, replaces: Vec<CatalogReplace>) -> Vec<Result<()>> {
+        self.replace_catalog_many(&replaces).await
     }
 
     async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {

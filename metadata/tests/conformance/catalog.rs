@@ -588,3 +588,97 @@ pub(super) async fn catalog_replace(store: &dyn MetadataStore) {
 }
 
 // ---- end of catalog replace ----
+
+/// Many partitions' replaces at once: each settles on its own (an invalid, a fenced and a
+/// stale one fail alone), the rest land, and they cost a few revisions, not one each.
+pub(super) async fn catalog_replace_many<K: Kv>(store: &KvStore<K>) {
+    let partitions = 60;
+    let t = store
+        .create_topic(spec("compact-many", partitions), 1)
+        .await
+        .expect("create");
+    let tp = |p| TopicPartition::new(t.topic_id, p);
+    let fence = |p, leader_epoch| EpochFence {
+        topic_partition: tp(p),
+        leader_epoch,
+    };
+    for round in 0..3i64 {
+        store
+            .commit_catalog(CatalogCommit {
+                entries: (0..partitions)
+                    .map(|p| CatalogEntry {
+                        object_key: format!("data/b1/{round}.oxb"),
+                        byte_start: 100 * p as u64,
+                        byte_len: 100,
+                        ..entry(tp(p), round * 10, round * 10 + 9, round, 0)
+                    })
+                    .collect(),
+                fences: (0..partitions).map(|p| fence(p, 0)).collect(),
+                writer: None,
+            })
+            .await
+            .expect("commit");
+    }
+    let mut replaces = Vec::new();
+    for p in 0..partitions {
+        let old = store
+            .catalog_entries(t.topic_id, p, 0, 10)
+            .await
+            .expect("read");
+        assert_eq!(old.len(), 3);
+        replaces.push(CatalogReplace {
+            fence: fence(p, 0),
+            old,
+            new: vec![segment_entry(tp(p), 0, 29, 2)],
+        });
+    }
+    replaces[7].old.clear(); // invalid
+    replaces[20].fence.leader_epoch = 3; // fenced
+    replaces[41].old[0].crc32c ^= 1; // not the stored run
+    let revision = |resp: oxbow_metadata::kv::RangeResponse| resp.revision;
+    let before = revision(store.kv().range(Get::key("/")).await.expect("rev"));
+    let outcomes = store.replace_catalog_entries_many(replaces.clone()).await;
+    let after = revision(store.kv().range(Get::key("/")).await.expect("rev"));
+    assert_eq!(outcomes.len(), replaces.len());
+    for (p, outcome) in outcomes.iter().enumerate() {
+        let p = p as i32;
+        let served = store
+            .catalog_entries(t.topic_id, p, 0, 10)
+            .await
+            .expect("read");
+        match p {
+            7 => assert_eq!(
+                outcome.as_ref().map_err(|e| e.kind()),
+                Err(ErrorKind::Invalid)
+            ),
+            20 => assert!(
+                matches!(outcome, Err(oxbow_metadata::Error::Fenced { .. })),
+                "{outcome:?}"
+            ),
+            41 => assert_eq!(
+                outcome.as_ref().map_err(|e| e.kind()),
+                Err(ErrorKind::Conflict)
+            ),
+            _ => {
+                outcome.as_ref().expect("replaced");
+                assert_eq!(
+                    served,
+                    vec![segment_entry(tp(p), 0, 29, 2)],
+                    "partition {p}"
+                );
+                continue;
+            }
+        }
+        assert_eq!(served.len(), 3, "partition {p} keeps its entries");
+    }
+    // 57 replaces of one new entry each: 24 per transaction, so 3 writes.
+    assert!(
+        after - before <= 3,
+        "{} revisions for 57 replaces",
+        after - before
+    );
+    // Retried whole (an unknown outcome): the landed ones are no-ops, the rest fail again.
+    let again = store.replace_catalog_entries_many(replaces).await;
+    assert_eq!(again.iter().filter(|r| r.is_ok()).count(), 57);
+    store.delete_topic("compact-many").await.expect("cleanup");
+}
