@@ -47,10 +47,10 @@ pub use append::{Acks, Appended, PendingAppend};
 pub use partition_handle::Partition;
 use recovery::LogRecovery;
 
-/// Partition opens that may run at once (see `LogManager::open_shards`): each costs a
+/// Partition opens that may run at once (see `LogManager::open_permits`): each costs a
 /// few metadata round trips, so a broker taking over thousands of partitions opens them in
 /// parallel, yet never floods the metadata service.
-const OPEN_SHARDS: usize = 32;
+const OPENS_AT_ONCE: usize = 64;
 
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]
@@ -131,10 +131,13 @@ pub struct LogManager {
     /// Serializes the opens that append this broker's own earlier entries (held ones, or
     /// a previous incarnation's tail).
     open_lock: tokio::sync::Mutex<()>,
-    /// Serializes opens of one partition (sharded by partition, so at most
-    /// [`OPEN_SHARDS`] plain opens run at once — a broker taking thousands of partitions
-    /// opens them side by side, within a bound on the metadata requests in flight).
-    open_shards: Vec<tokio::sync::Mutex<()>>,
+    /// Serializes opens of one partition: the lock of each partition being opened (an
+    /// open never waits for another partition's).
+    opening: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+    /// At most [`OPENS_AT_ONCE`] opens do their I/O at once: a broker taking thousands of
+    /// partitions opens them side by side, within a bound on the metadata requests in
+    /// flight.
+    open_permits: tokio::sync::Semaphore,
     /// Forgotten partitions whose unsealed entries the WAL must keep: lowest sequence each.
     held: Mutex<HashMap<TopicPartition, u64>>,
     /// Serializes seals: two seals of the same unsealed batches would race to catalogue
@@ -271,9 +274,8 @@ impl LogManager {
             commit,
             replicator,
             open_lock: tokio::sync::Mutex::new(()),
-            open_shards: (0..OPEN_SHARDS)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            opening: Mutex::new(HashMap::new()),
+            open_permits: tokio::sync::Semaphore::new(OPENS_AT_ONCE),
             held: Mutex::new(HashMap::new()),
             seal_lock: tokio::sync::Mutex::new(()),
             recovery,

@@ -1,19 +1,22 @@
 //! Opening a partition this broker leads: [`LogManager::partition`], the only way a
 //! [`Partition`] comes to be served.
 //!
-//! Lifecycle of an open (serialized by the log's open lock): refused at once while a
-//! recovery it needs backs off (`recovery.rs`); checked against the partition's state as
-//! the metadata service holds it now (this broker leads it; the partition opens at the
-//! stored leader epoch, at the catalog's end); idempotent-producer state rebuilt from the
-//! end of the stored log; then every tail it is owed appended to this broker's WAL and
-//! committed — the entries its own WAL held while the partition was forgotten, this
-//! broker's own lost tail, and the `recover_from` broker's tail (after which
-//! `recover_from` is cleared by compare-and-swap). The partition enters the log's map
-//! before `recover_from` is cleared and its epoch recorded, so what was appended is sealed
-//! even if a later step fails; the next open finds it there and finishes those steps.
-//! Last, its leader epoch's start is recorded in the stored epoch history (`begin_epoch`,
-//! ARCHITECTURE decision 19); nothing is appended or answered at the epoch before. WAL
-//! replay opens partitions without that last step, which their first use then takes.
+//! Lifecycle of an open (serialized per partition, never behind another partition's; at
+//! most `OPENS_AT_ONCE` doing I/O at once, so a takeover's opens run side by side within a
+//! bound on metadata requests in flight): refused at once while a recovery it needs backs
+//! off (`recovery.rs`); checked against the partition's state as the metadata service
+//! holds it now (this broker leads it; the partition opens at the stored leader epoch, at
+//! the catalog's end); idempotent-producer state rebuilt from the end of the stored log
+//! (from sealed objects' producer sections); then every tail it is owed appended to this
+//! broker's WAL and committed — the entries its own WAL held while the partition was
+//! forgotten, this broker's own lost tail, and the `recover_from` broker's tail. The
+//! partition enters the log's map before `recover_from` is cleared and its epoch recorded,
+//! so what was appended is sealed even if a later step fails; the next open finds it there
+//! and finishes those steps. Last, one compare-and-swap clears `recover_from` and records
+//! its leader epoch's start in the stored epoch history (`begin_epoch`, ARCHITECTURE
+//! decision 19); nothing is appended or answered at the epoch before. WAL replay opens
+//! partitions without that last step (clearing `recover_from` alone), which their first
+//! use then takes.
 
 use super::{LogManager, Partition};
 use crate::batch;
@@ -56,18 +59,14 @@ impl LogManager {
     /// newly opened partition is left for its first use to record its epoch's start.
     /// `recovering`: called by the recovery driver, which may attempt a recovery that is
     /// backing off (clients are answered at once instead).
-    /// The lock serializing opens of `tp` (one of [`super::OPEN_SHARDS`], by partition).
-    fn open_shard(&self, tp: TopicPartition) -> &tokio::sync::Mutex<()> {
-        // Deterministic (the simulation replays a seed): the topic id's bytes and the
-        // partition, not a randomly keyed hash.
-        let h = tp
-            .topic_id
-            .as_bytes()
-            .iter()
-            .fold(tp.partition as u64, |h, b| {
-                h.wrapping_mul(31).wrapping_add(*b as u64)
-            });
-        &self.open_shards[(h % self.open_shards.len() as u64) as usize]
+    /// The lock serializing opens of `tp`, shared by every open of it under way (dropped
+    /// from the map by the last, [`OpeningGuard`]).
+    fn opening_lock(&self, tp: TopicPartition) -> Result<Arc<tokio::sync::Mutex<()>>> {
+        let mut opening = self
+            .opening
+            .lock()
+            .map_err(|_| Error::Internal("opening map lock poisoned".into()))?;
+        Ok(opening.entry(tp).or_default().clone())
     }
 
     pub(super) async fn open_partition(
@@ -87,29 +86,33 @@ impl LogManager {
             self.recovery.check_open(topic, partition)?;
         }
         let started = self.clock.now();
-        let _opening = self.open_shard(tp).lock().await;
+        let opening = OpeningGuard {
+            log: self,
+            tp,
+            lock: self.opening_lock(tp)?,
+        };
+        let _opening = opening.lock.lock().await;
         let step = |what: &'static str| {
             tracing::debug!(partition = %format!("{}-{partition}", topic.name),
                 elapsed_ms = (self.clock.now() - started).as_millis() as u64, "open: {what}");
         };
-        step("shard lock held");
+        step("partition lock held");
         if let Some(p) = self.get(&tp) {
             if !p.epoch_begun() && begin {
                 // An earlier open recovered a tail into `p` and may have failed to clear
-                // `recover_from`: clear it first (nothing is served before).
+                // `recover_from`: cleared with the epoch's start (nothing is served before).
                 let stored = self.stored_state(&p).await?;
-                let known = if stored.recover_from.is_some()
-                    && stored.leader == self.settings.broker_id
-                    && stored.leader_epoch == p.leader_epoch()?
-                {
-                    self.clear_recover_from(tp.topic_id, stored).await?
-                } else {
-                    stored
-                };
-                self.begin_epoch(&p, Some(known)).await?;
+                let clear = stored.recover_from.is_some();
+                self.begin_epoch(&p, Some(stored), clear).await?;
             }
             return Ok(p);
         }
+        let _permit = self
+            .open_permits
+            .acquire()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        step("permit held");
         // The caller's topic may come from a cache; a partition must open at the epoch the
         // metadata service holds now (it moves when a lease is lost, see `fence.rs`), or its
         // first seal is fenced.
@@ -199,7 +202,7 @@ impl LogManager {
             let tail = self.recovery.tail_of(me, Some(&previous), skip).await?;
             self.append_recovered(&opened, &tail, log_end).await?;
         }
-        let mut latest = state.clone();
+        let latest = state.clone();
         if let Some(source) = state.recover_from {
             let key = RecoveryKey::Partition(tp);
             let named = Some((topic.topic_id, topic.name.clone()));
@@ -218,13 +221,15 @@ impl LogManager {
             // (sealed, or held if it is forgotten) and the next open finishes the job,
             // instead of opening a fresh log without them (found by the simulation, seed 8).
             let inserted = self.insert_opened(tp, opened)?;
-            latest = self
-                .clear_recover_from(topic.topic_id, state.clone())
-                .await?;
-            step("recover_from cleared");
             if begin {
-                self.begin_epoch(&inserted, Some(latest)).await?;
-                step("epoch begun");
+                // One compare-and-swap for both: `recover_from` cleared, the epoch begun.
+                self.begin_epoch(&inserted, Some(state.clone()), true)
+                    .await?;
+                step("recover_from cleared, epoch begun");
+            } else {
+                self.clear_recover_from(topic.topic_id, state.clone())
+                    .await?;
+                step("recover_from cleared");
             }
             return Ok(inserted);
         }
@@ -233,7 +238,7 @@ impl LogManager {
         // `recover_from` is already cleared. A later use retries the recording.
         let opened = self.insert_opened(tp, opened)?;
         if begin {
-            self.begin_epoch(&opened, Some(latest)).await?;
+            self.begin_epoch(&opened, Some(latest), false).await?;
         }
         Ok(opened)
     }
@@ -268,7 +273,14 @@ impl LogManager {
     /// (whose batches keep their older epoch) and WAL replay, before anything is appended or
     /// answered at this epoch. Fails with [`Error::NotLeader`] if leadership or the epoch
     /// moved meanwhile.
-    async fn begin_epoch(&self, p: &Partition, known: Option<PartitionState>) -> Result<()> {
+    /// With `clear_recover_from`, the same swap clears the partition's `recover_from` (its
+    /// recovered tail is in this broker's WAL): one metadata write instead of two.
+    async fn begin_epoch(
+        &self,
+        p: &Partition,
+        known: Option<PartitionState>,
+        clear_recover_from: bool,
+    ) -> Result<()> {
         let tp = p.topic_partition;
         let me = self.settings.broker_id;
         let epoch = p.leader_epoch()?;
@@ -285,7 +297,8 @@ impl LogManager {
             }
             let log_end = p.offsets()?.2;
             let mut next = state.clone();
-            if !next.leader_epochs.assign(epoch, log_end) {
+            let clearing = clear_recover_from && next.recover_from.take().is_some();
+            if !next.leader_epochs.assign(epoch, log_end) && !clearing {
                 p.lock()?.leader_epochs = next.leader_epochs;
                 p.epoch_begun.store(true, Ordering::Release);
                 return Ok(());
@@ -406,5 +419,24 @@ impl LogManager {
             }
         }
         Ok(())
+    }
+}
+
+/// Holds one open's share of its partition's lock; the last one drops the lock from the
+/// map (under the map's mutex, so a newcomer either shares it or makes a new one).
+struct OpeningGuard<'a> {
+    log: &'a LogManager,
+    tp: TopicPartition,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for OpeningGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut opening) = self.log.opening.lock() {
+            // The map's and this guard's: nobody else waits.
+            if Arc::strong_count(&self.lock) <= 2 {
+                opening.remove(&self.tp);
+            }
+        }
     }
 }
