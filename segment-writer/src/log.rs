@@ -50,7 +50,7 @@ use recovery::LogRecovery;
 /// Partition opens that may run at once (see `LogManager::open_permits`): each costs a
 /// few metadata round trips, so a broker taking over thousands of partitions opens them in
 /// parallel, yet never floods the metadata service.
-const OPENS_AT_ONCE: usize = 64;
+const OPENS_AT_ONCE: usize = 128;
 
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]

@@ -3,6 +3,8 @@
 - One broker, hundreds of partitions all receiving data: every seal commits (the old
   catalogue refused any seal of more than ~60 partitions, etcd allowing 128 operations per
   transaction), and etcd's revisions grow with the seals, not with the partitions.
+- A broker opens the partitions it is given before their first request: a new topic's
+  partitions are all open (their leader epoch recorded) with nothing produced.
 - A deposed leader (SIGSTOP past its lease, then SIGCONT) leading many partitions with
   unsealed data: none of its late data becomes visible; what the new leaders acknowledged
   is read back at the offsets they gave, once, densely.
@@ -77,6 +79,31 @@ def test_one_broker_seals_hundreds_of_partitions_one_metadata_write_each(cluster
     records = read_all(c.bootstrap, topic, WIDE, timeout=120)
     read = sum(len(v) for v in records.values())
     assert read == sent, f"read {read} of {sent} acknowledged records"
+
+
+def open_partitions(broker, topic: str) -> int:
+    """How many partitions of `topic` the broker has open (its per-partition gauges)."""
+    text = requests.get(f"{broker.http}/metrics", timeout=5).text
+    return sum(
+        1 for line in text.splitlines() if line.startswith("oxbow_partition_high_watermark{") and f'topic="{topic}"' in line
+    )
+
+
+def test_partitions_are_opened_before_their_first_request(cluster):
+    c = cluster(2)
+    topic = create_topic(c.bootstrap, unique("eager"), 60)
+    # Nothing is produced: each broker opens what it leads on its own.
+    wait_until(
+        lambda: sum(open_partitions(b, topic) for b in c.brokers) == 60,
+        timeout=60,
+        what="every partition open on its leader",
+    )
+    assert all(open_partitions(b, topic) > 0 for b in c.brokers), "placement used one broker only"
+    # And the first produce to each is answered by an open partition.
+    p = producer(c.bootstrap, linger_ms=5)
+    sent = produce_everywhere(p, topic, 60, 1, "first")
+    records = read_all(c.bootstrap, topic, 60, timeout=60)
+    assert sum(len(v) for v in records.values()) == sent
 
 
 def test_deposed_leader_late_seal_is_never_visible(cluster):

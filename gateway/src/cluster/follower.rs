@@ -9,11 +9,13 @@
 //! - [`run_topic_follower`]: topics and partition states → the broker's topic cache. A
 //!   partition this broker has open but no longer leads (another leader, or a newer epoch)
 //!   is forgotten at once, so it answers NOT_LEADER_OR_FOLLOWER; a transfer request
-//!   (`transfer_to`) on a partition it leads goes to the handoff worker.
+//!   (`transfer_to`) on a partition it leads goes to the handoff worker; a partition it
+//!   leads but has not opened is opened in the background ([`Opens`]).
 
 use super::handoff::Handoff;
 use crate::broker::Broker;
 use oxbow_metadata::{BrokerEvent, PartitionState, TopicEvent, TopicId, TopicPartition};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -21,6 +23,64 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use super::controller::RECONCILE_EVERY;
+
+/// Opens of the partitions this broker is given, in the background: a partition is ready
+/// before its first request (a new topic's thousands of partitions, a dead broker's), not
+/// opened by it. The log bounds how many do their I/O at once; this keeps one per
+/// partition under way (the follower sees a partition again at every relist).
+struct Opens {
+    tasks: TaskTracker,
+    in_flight: Arc<std::sync::Mutex<HashSet<TopicPartition>>>,
+    shutdown: CancellationToken,
+}
+
+impl Opens {
+    /// Opens `tp` unless an open of it is under way. `recovering` (its `recover_from` is
+    /// set): finished even on shutdown, so the recovered tail is not left half appended;
+    /// a plain open stops at shutdown.
+    fn open(&self, broker: &Arc<Broker>, tp: TopicPartition, recovering: bool) {
+        let Some(topic) = broker.topic_by_id(tp.topic_id.0) else {
+            return;
+        };
+        let fresh = self
+            .in_flight
+            .lock()
+            .map(|mut in_flight| in_flight.insert(tp))
+            .unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        let broker = broker.clone();
+        let in_flight = self.in_flight.clone();
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            let partition = tp.partition;
+            let open = broker.log.partition(&topic, partition);
+            let outcome = if recovering {
+                Some(open.await)
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => None,
+                    r = open => Some(r),
+                }
+            };
+            if let Some(Err(e)) = outcome {
+                let name = format!("{}-{partition}", topic.name);
+                if recovering {
+                    tracing::warn!(error = %e, partition = %name,
+                        "recovering a moved partition failed; retried on first use");
+                } else {
+                    tracing::debug!(error = %e, partition = %name,
+                        "opening a partition led here failed; retried on first use");
+                }
+            }
+            if let Ok(mut in_flight) = in_flight.lock() {
+                in_flight.remove(&tp);
+            }
+        });
+    }
+}
 
 /// Pause before subscribing again after the metadata service failed.
 const RETRY: Duration = Duration::from_millis(500);
@@ -101,18 +161,21 @@ pub async fn run_topic_follower(
     shutdown: CancellationToken,
 ) {
     let metadata = broker.metadata.clone();
-    // Recoveries of partitions this broker was given with `recover_from` set.
-    let recoveries = TaskTracker::new();
-    run_topic_watch(&broker, &handoffs, &recoveries, &shutdown).await;
-    recoveries.close();
-    recoveries.wait().await;
+    let opens = Opens {
+        tasks: TaskTracker::new(),
+        in_flight: Arc::default(),
+        shutdown: shutdown.clone(),
+    };
+    run_topic_watch(&broker, &handoffs, &opens, &shutdown).await;
+    opens.tasks.close();
+    opens.tasks.wait().await;
     drop(metadata);
 }
 
 async fn run_topic_watch(
     broker: &Arc<Broker>,
     handoffs: &mpsc::Sender<Handoff>,
-    recoveries: &TaskTracker,
+    opens: &Opens,
     shutdown: &CancellationToken,
 ) {
     let metadata = broker.metadata.clone();
@@ -130,7 +193,7 @@ async fn run_topic_watch(
                 let (kept, missing) = broker.replace_topics(list);
                 for t in kept {
                     for p in &t.partitions {
-                        follow(broker, t.topic_id, p, handoffs, recoveries);
+                        follow(broker, t.topic_id, p, handoffs, opens);
                     }
                 }
                 // Missing from the list: gone, or created while it was read. Ask.
@@ -164,7 +227,7 @@ async fn run_topic_watch(
                             None => break,
                         }
                     }
-                    apply_burst(broker, burst, handoffs, recoveries);
+                    apply_burst(broker, burst, handoffs, opens);
                 }
             }
         }
@@ -180,7 +243,7 @@ fn apply_burst(
     broker: &Arc<Broker>,
     burst: Vec<TopicEvent>,
     handoffs: &mpsc::Sender<Handoff>,
-    recoveries: &TaskTracker,
+    opens: &Opens,
 ) {
     let mut run: Option<(TopicId, Vec<PartitionState>)> = None;
     let flush = |run: &mut Option<(TopicId, Vec<PartitionState>)>| {
@@ -191,7 +254,7 @@ fn apply_burst(
         if let Some(t) = broker.apply_partitions(topic_id, states) {
             for i in partitions {
                 if let Some(p) = t.partition(i) {
-                    follow(broker, topic_id, p, handoffs, recoveries);
+                    follow(broker, topic_id, p, handoffs, opens);
                 }
             }
         }
@@ -209,7 +272,7 @@ fn apply_burst(
                 flush(&mut run);
                 let t = broker.apply_topic(t);
                 for p in &t.partitions {
-                    follow(broker, t.topic_id, p, handoffs, recoveries);
+                    follow(broker, t.topic_id, p, handoffs, opens);
                 }
             }
             TopicEvent::Deleted { topic_id, .. } => {
@@ -228,24 +291,19 @@ fn follow(
     topic_id: TopicId,
     state: &PartitionState,
     handoffs: &mpsc::Sender<Handoff>,
-    recoveries: &TaskTracker,
+    opens: &Opens,
 ) {
     let me = broker.settings.broker_id;
     let tp = TopicPartition::new(topic_id, state.partition);
     broker.leadership.follow_state(topic_id, state);
-    if state.leader == me && state.recover_from.is_some() && broker.log.get(&tp).is_none() {
-        // Given a possibly dead broker's partition: recover its tail now, not at the first
-        // client request, so the dead broker's replicas can let go of it and the partition
-        // is ready when clients come back.
-        if let Some(topic) = broker.topic_by_id(topic_id.0) {
-            let broker = broker.clone();
-            let partition = state.partition;
-            recoveries.spawn(async move {
-                if let Err(e) = broker.log.partition(&topic, partition).await {
-                    tracing::warn!(error = %e, partition = %format!("{}-{partition}", topic.name),
-                        "recovering a moved partition failed; retried on first use");
-                }
-            });
+    if state.leader == me && broker.log.get(&tp).is_none() {
+        if state.recover_from.is_some() {
+            // Given a possibly dead broker's partition: recover its tail now, so the dead
+            // broker's replicas can let go of it and the partition is ready when clients
+            // come back.
+            opens.open(broker, tp, true);
+        } else if state.transfer_to.is_none() {
+            opens.open(broker, tp, false);
         }
     }
     if state.leader == me {

@@ -22,12 +22,13 @@ use super::{LogManager, Partition};
 use crate::batch;
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition::PartitionLogState;
-use crate::producer_summary::{ProducerBatch, SummaryError};
+use crate::producer_summary::{ObjectProducers, ProducerBatch, SummaryError};
 use crate::recovery_state::RecoveryKey;
 use oxbow_metadata::{
     EntryLayout, ErrorKind as MetadataErrorKind, PartitionId, PartitionState, TopicId,
     TopicMetadata, TopicPartition,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -38,6 +39,8 @@ const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
 const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 /// Catalog entries looked up at a time while rebuilding producer state (from memory).
 const PRODUCER_STATE_ENTRIES_PER_READ: usize = 64;
+/// Objects' producer sections one open fetches at once.
+const SUMMARY_FETCHES_AT_ONCE: usize = 16;
 
 /// How often recording a new epoch's start retries a compare-and-swap lost to another
 /// change of the partition's state (a transfer request, say) that left the leader alone.
@@ -362,24 +365,38 @@ impl LogManager {
                 )
                 .await?;
             let before = next;
+            // This page's objects' sections, fetched side by side (each once for all).
+            let mut keys: Vec<String> = entries
+                .iter()
+                .filter(|e| e.last_offset >= next && e.layout == EntryLayout::Batches)
+                .map(|e| e.object_key.clone())
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let mut summaries: HashMap<String, Arc<ObjectProducers>> = HashMap::new();
+            for chunk in keys.chunks(SUMMARY_FETCHES_AT_ONCE) {
+                let fetched = futures::future::join_all(
+                    chunk
+                        .iter()
+                        .map(|key| self.producer_summaries.of(&self.objects, key)),
+                )
+                .await;
+                for (key, fetched) in chunk.iter().zip(fetched) {
+                    match fetched {
+                        Ok(s) => {
+                            summaries.insert(key.clone(), s);
+                        }
+                        Err(SummaryError::Absent) => {}
+                        Err(e) => tracing::debug!(error = %e, object = %key,
+                            "no producer summary; reading the batches"),
+                    }
+                }
+            }
             for entry in &entries {
                 if entry.last_offset < next {
                     continue;
                 }
-                let summary = match entry.layout {
-                    EntryLayout::Batches => self
-                        .producer_summaries
-                        .of(&self.objects, &entry.object_key)
-                        .await
-                        .map_err(|e| {
-                            if !matches!(e, SummaryError::Absent) {
-                                tracing::debug!(error = %e, object = %entry.object_key,
-                                    "no producer summary; reading the batches");
-                            }
-                        })
-                        .ok(),
-                    EntryLayout::SegmentIndex => None,
-                };
+                let summary = summaries.get(entry.object_key.as_str());
                 if let Some(summary) = summary {
                     let mut s = partition.lock()?;
                     for b in summary.of(&tp) {
