@@ -213,6 +213,13 @@ pub fn render(broker: &crate::broker::Broker) -> String {
     );
     write_metric(
         &mut out,
+        "oxbow_uncatalogued_objects_deleted_total",
+        "counter",
+        "Sealed objects deleted because their catalog commit failed and never landed.",
+        &one(get(&l.uncatalogued_objects_deleted)),
+    );
+    write_metric(
+        &mut out,
         "oxbow_object_reads_total",
         "counter",
         "Ranged GETs from the object store.",

@@ -142,6 +142,18 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// [`crate::ErrorKind::Conflict`] if an entry does not continue its partition's
     /// catalogue. Idempotent: a retry whose first attempt landed succeeds.
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()>;
+    /// Whether the catalog key of a sealed object (`broker_id`'s `object_key`) is stored,
+    /// read from the store itself (not an in-memory copy). A seal whose commit failed may
+    /// have landed all the same (an unknown outcome): its object is deleted only once this
+    /// says no. The default answers yes (keep the object).
+    async fn sealed_object_catalogued(
+        &self,
+        broker_id: BrokerId,
+        object_key: &str,
+    ) -> Result<bool> {
+        let _ = (broker_id, object_key);
+        Ok(true)
+    }
     /// Makes the lookups of one partition reflect everything committed before this call
     /// (lookups are served from memory, fed by watches, and may otherwise lag other brokers'
     /// commits by the watch's delivery time). For a broker taking a partition over, before it

@@ -96,6 +96,8 @@ pub struct LogMetrics {
     pub objects_uploaded: AtomicU64,
     pub object_bytes_uploaded: AtomicU64,
     pub upload_failures: AtomicU64,
+    /// Objects of failed seals deleted once their commit was sure not to have landed.
+    pub uncatalogued_objects_deleted: AtomicU64,
     pub object_reads: AtomicU64,
     pub cache_hits: AtomicU64,
     pub checksum_failures: AtomicU64,
@@ -145,6 +147,8 @@ pub struct LogManager {
     pub(crate) seal_lock: tokio::sync::Mutex<()>,
     /// The WAL tail recoveries owed before serving: their retries and fetched tails.
     recovery: LogRecovery,
+    /// Objects whose catalog commit failed, deleted once sure never to be catalogued.
+    pub(crate) uncatalogued: crate::seal::Uncatalogued,
     /// Sealed objects' producer sections, shared by the opens of a takeover (`open.rs`).
     producer_summaries: crate::producer_summary::ProducerSummaries,
     pub(crate) clock: Arc<dyn Clock>,
@@ -280,6 +284,7 @@ impl LogManager {
             seal_lock: tokio::sync::Mutex::new(()),
             recovery,
             producer_summaries: crate::producer_summary::ProducerSummaries::new(clock.clone()),
+            uncatalogued: Default::default(),
             clock,
             rng,
         });

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::log::LogManager;
 use crate::object::{self, Chunk};
 use object_store::path::Path as ObjectPath;
-use object_store::{PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use oxbow_metadata::{
     CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind, WriterFence, OBJECT_PARTITIONS_MAX,
 };
@@ -61,6 +61,7 @@ pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
         if let Err(e) = log.release_holds().await {
             tracing::warn!(error = %e, "could not check held WAL entries; keeping them");
         }
+        log.delete_uncatalogued(log.clock.now()).await;
     }
     // Drain: everything durable goes to the object store before the broker exits.
     for attempt in 1..=3 {
@@ -187,8 +188,14 @@ impl LogManager {
                     lease_id,
                 }),
         };
+        // The broker the catalog key is filed under (0 without a writer fence).
+        let filed_under = commit.writer.map_or(0, |w| w.broker_id);
         if let Err(e) = self.metadata.commit_catalog(commit).await {
             self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+            // The next seal puts these batches in a new object: this one is deleted unless
+            // the commit landed after all (`delete_uncatalogued`).
+            self.uncatalogued
+                .note(self.clock.now(), filed_under, sealed.key.clone());
             if e.kind() == MetadataErrorKind::Fenced {
                 // Another broker leads one of these partitions now: stop serving them all;
                 // the new leader recovers their tail.
@@ -255,6 +262,116 @@ impl LogManager {
         // before this point holds everything still unsealed.
         self.replicator.set_sealed_floor(keep_from);
         Ok(())
+    }
+}
+
+/// How long the object of a failed seal is kept before it is checked and deleted: an
+/// unknown outcome (a commit that timed out) has long settled by then.
+pub const UNCATALOGUED_DELETE_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
+/// Most objects of failed seals remembered (past it, the oldest are left behind, logged).
+const UNCATALOGUED_MAX: usize = 10_000;
+/// Most of them checked and deleted per tick.
+const UNCATALOGUED_PER_TICK: usize = 64;
+
+/// The objects of seals whose catalog commit failed, oldest first. Each failed attempt
+/// PUT its object and the next seals the same batches in a new one, so without this an
+/// outage of the metadata service (or a fenced broker) leaves an object per tick behind.
+#[derive(Default)]
+pub struct Uncatalogued {
+    objects: std::sync::Mutex<std::collections::VecDeque<(tokio::time::Instant, Uncommitted)>>,
+}
+
+/// An object whose commit failed, and the broker its catalog key would be filed under.
+#[derive(Clone, Debug)]
+struct Uncommitted {
+    broker_id: oxbow_metadata::BrokerId,
+    key: String,
+}
+
+impl Uncatalogued {
+    fn note(&self, at: tokio::time::Instant, broker_id: oxbow_metadata::BrokerId, key: String) {
+        let Ok(mut objects) = self.objects.lock() else {
+            return;
+        };
+        if objects.len() >= UNCATALOGUED_MAX {
+            if let Some((_, dropped)) = objects.pop_front() {
+                tracing::warn!(object = %dropped.key, "too many objects of failed seals; leaving one behind");
+            }
+        }
+        objects.push_back((at, Uncommitted { broker_id, key }));
+    }
+
+    /// Takes up to `n` objects noted before `before`.
+    fn due(&self, before: tokio::time::Instant, n: usize) -> Vec<Uncommitted> {
+        let Ok(mut objects) = self.objects.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while out.len() < n && objects.front().is_some_and(|(at, _)| *at <= before) {
+            if let Some((_, key)) = objects.pop_front() {
+                out.push(key);
+            }
+        }
+        out
+    }
+
+    /// Puts back objects that could not be settled (checked again next tick).
+    fn retry(&self, keys: Vec<Uncommitted>, at: tokio::time::Instant) {
+        if let Ok(mut objects) = self.objects.lock() {
+            for key in keys.into_iter().rev() {
+                objects.push_front((at, key));
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.lock().map_or(0, |o| o.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl LogManager {
+    /// Deletes the objects of seals that failed at least [`UNCATALOGUED_DELETE_DELAY`]
+    /// before `now` and whose catalog key is not stored (checked in the metadata service
+    /// itself). One whose key is there was catalogued after all and stays (the catalogue's
+    /// own sweep and compaction look after it). Run by the sealer every tick; tests pass the
+    /// time.
+    pub async fn delete_uncatalogued(&self, now: tokio::time::Instant) {
+        let Some(before) = now.checked_sub(UNCATALOGUED_DELETE_DELAY) else {
+            return;
+        };
+        let due = self.uncatalogued.due(before, UNCATALOGUED_PER_TICK);
+        let mut unsettled = Vec::new();
+        for object in due {
+            let key = object.key.as_str();
+            match self
+                .metadata
+                .sealed_object_catalogued(object.broker_id, key)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => match self.objects.delete(&ObjectPath::from(key)).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                        self.metrics
+                            .uncatalogued_objects_deleted
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(object = %key, "deleted the object of a failed seal");
+                    }
+                    Err(e) => {
+                        tracing::debug!(object = %key, error = %e, "could not delete the object of a failed seal; retrying");
+                        unsettled.push(object.clone());
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(object = %key, error = %e, "could not check the object of a failed seal; retrying");
+                    unsettled.push(object.clone());
+                }
+            }
+        }
+        self.uncatalogued.retry(unsettled, before);
     }
 }
 

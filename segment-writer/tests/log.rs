@@ -282,6 +282,30 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
     );
     let err = old.partition(&topic, 0).await.err().expect("not leader");
     assert_eq!(err.kind(), oxbow_segment_writer::ErrorKind::NotLeader);
+    // The fenced seal's object was PUT but is catalogued nowhere: deleted once the delay
+    // has passed (a commit that timed out could have landed until then), not before; the
+    // catalogued objects stay.
+    let data = dir.path().join("b1").join("objects").join("data");
+    let count = || walk_files(&data);
+    assert_eq!(
+        count(),
+        3,
+        "epoch 0's, epoch 1's and the fenced seal's objects"
+    );
+    let now = tokio::time::Instant::now();
+    old.delete_uncatalogued(now).await;
+    assert_eq!(count(), 3, "kept during the delay");
+    old.delete_uncatalogued(now + oxbow_segment_writer::seal::UNCATALOGUED_DELETE_DELAY)
+        .await;
+    assert_eq!(count(), 2, "the fenced seal's object is deleted");
+    assert_eq!(
+        old.metrics
+            .uncatalogued_objects_deleted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let read = new.read(&p_new, 0, 1 << 20, true).await.expect("read");
+    assert_eq!(read.batches.len(), 2, "both catalogued batches still read");
     // Only the current epoch's data is in the catalog.
     let last = metadata
         .catalog_last(topic.topic_id, 0)
@@ -505,4 +529,21 @@ async fn refused_batches_store_nothing_and_max_timestamp_is_the_records() {
     let read = log.read(&p, 0, 1 << 20, true).await.expect("read");
     let stored = batch::validate_produced(&read.batches[0], 1 << 20).expect("CRC still valid");
     assert_eq!(stored.max_timestamp, 1002);
+}
+
+/// Files under `dir`, recursively.
+fn walk_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                walk_files(&path)
+            } else {
+                1
+            }
+        })
+        .sum()
 }

@@ -348,6 +348,16 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         ))
     }
 
+    async fn sealed_object_catalogued(
+        &self,
+        broker_id: BrokerId,
+        object_key: &str,
+    ) -> Result<bool> {
+        let key = keys::object_index::ser_key(&self.root, broker_id, object_key);
+        let resp = self.kv.range(Get::key(key).keys_only()).await?;
+        Ok(!resp.kvs.is_empty())
+    }
+
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
         self.sync_partition(crate::types::TopicPartition::new(topic_id, partition))
             .await

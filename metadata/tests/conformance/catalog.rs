@@ -682,3 +682,48 @@ pub(super) async fn catalog_replace_many<K: Kv>(store: &KvStore<K>) {
     assert_eq!(again.iter().filter(|r| r.is_ok()).count(), 57);
     store.delete_topic("compact-many").await.expect("cleanup");
 }
+
+/// Whether a sealed object's key is stored, as the sealer asks before deleting the object
+/// of a commit that failed.
+pub(super) async fn sealed_object_lookup(store: &dyn MetadataStore) {
+    let t = store
+        .create_topic(spec("sealed-lookup", 1), 1)
+        .await
+        .expect("create");
+    let tp = TopicPartition::new(t.topic_id, 0);
+    let e = CatalogEntry {
+        object_key: "data/b0/looked-up.oxb".into(),
+        ..entry(tp, 0, 4, 1, 0)
+    };
+    assert!(!store
+        .sealed_object_catalogued(0, &e.object_key)
+        .await
+        .expect("lookup"));
+    store
+        .commit_catalog(CatalogCommit {
+            entries: vec![e.clone()],
+            fences: vec![EpochFence {
+                topic_partition: tp,
+                leader_epoch: 0,
+            }],
+            writer: None,
+        })
+        .await
+        .expect("commit");
+    assert!(store
+        .sealed_object_catalogued(0, &e.object_key)
+        .await
+        .expect("lookup"));
+    assert!(
+        !store
+            .sealed_object_catalogued(7, &e.object_key)
+            .await
+            .expect("lookup"),
+        "filed under the writer's broker id"
+    );
+    assert!(!store
+        .sealed_object_catalogued(0, "data/b0/never.oxb")
+        .await
+        .expect("lookup"));
+    store.delete_topic("sealed-lookup").await.expect("cleanup");
+}

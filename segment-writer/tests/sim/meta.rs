@@ -207,6 +207,16 @@ impl MetadataStore for FaultyMetadata {
         }
         self.after_write(r)
     }
+    async fn sealed_object_catalogued(
+        &self,
+        broker_id: BrokerId,
+        object_key: &str,
+    ) -> Result<bool> {
+        self.read()?;
+        self.inner
+            .sealed_object_catalogued(broker_id, object_key)
+            .await
+    }
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
         self.read()?;
         self.inner.sync_catalog(topic_id, partition).await
