@@ -86,7 +86,12 @@ ETCD_COUNTERS = {
     "client_tx_bytes": "etcd_network_client_grpc_sent_bytes_total",
 }
 # Broker gauges read at the end of the measurement (counters are all `oxbow_*_total`).
-BROKER_GAUGES = ("oxbow_unsealed_bytes", "oxbow_wal_bytes")
+BROKER_GAUGES = (
+    "oxbow_unsealed_bytes",
+    "oxbow_wal_bytes",
+    "oxbow_catalog_memory_bytes",
+    "oxbow_catalog_entries",
+)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -772,6 +777,14 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
         result["unsealed_bytes_end"] = sum(
             g.get("oxbow_unsealed_bytes", 0.0) for g in result["broker_gauges_end"].values()
         )
+        # Every broker holds the whole cluster's catalogue: per partition is one broker's
+        # (the largest) over all partitions.
+        result["catalog_bytes_per_partition"] = (
+            max(g.get("oxbow_catalog_memory_bytes", 0.0) for g in result["broker_gauges_end"].values()) / partitions
+        )
+        result["catalog_entries_per_partition"] = (
+            max(g.get("oxbow_catalog_entries", 0.0) for g in result["broker_gauges_end"].values()) / partitions
+        )
         progress(t0, "etcd history read")
         result["metadata_ms"] = metadata_latency_ms(c.bootstrap, topic, partitions)
         progress(t0, "Metadata latency measured")
@@ -895,6 +908,7 @@ def report(results: list[dict], args) -> str:
                 "unsealed MiB at end",
                 "RSS MiB idle → end",
                 "RSS growth KiB per partition",
+                "catalogue KiB (entries) per partition, estimated",
                 "broker stop",
             ],
             [
@@ -912,6 +926,7 @@ def report(results: list[dict], args) -> str:
                         for i in sorted(r["rss_bytes_end"])
                     ),
                     fmt((r["rss_growth_bytes_per_partition"] or 0) / 1024),
+                    f"{fmt(r.get('catalog_bytes_per_partition', 0) / 1024)} ({fmt(r.get('catalog_entries_per_partition', 0))})",
                     "; ".join(f"b{i}: {s}" for i, s in r.get("broker_stop", {}).items()),
                 ]
                 for r in ok

@@ -334,6 +334,36 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "Bytes durable in the WAL, not yet in the object store.",
         &one(broker.log.unsealed_bytes() as f64),
     );
+    if let Some(c) = broker.metadata.catalog_footprint() {
+        write_metric(
+            &mut out,
+            "oxbow_catalog_partitions",
+            "gauge",
+            "Partitions in this broker's in-memory catalogue.",
+            &one(c.partitions as f64),
+        );
+        write_metric(
+            &mut out,
+            "oxbow_catalog_entries",
+            "gauge",
+            "Entries held by the in-memory catalogue (stored entries and resolved views).",
+            &one(c.entries as f64),
+        );
+        write_metric(
+            &mut out,
+            "oxbow_catalog_objects",
+            "gauge",
+            "Sealed objects' catalog keys held by the in-memory catalogue.",
+            &one(c.objects as f64),
+        );
+        write_metric(
+            &mut out,
+            "oxbow_catalog_memory_bytes",
+            "gauge",
+            "Heap held by the in-memory catalogue, estimated from its counts.",
+            &one(c.approx_bytes as f64),
+        );
+    }
     write_metric(
         &mut out,
         "oxbow_read_cache_bytes",

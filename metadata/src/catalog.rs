@@ -90,6 +90,19 @@ pub struct WriterFence {
     pub lease_id: crate::store::LeaseId,
 }
 
+/// How much a store's in-memory catalogue holds ([`crate::MetadataStore::catalog_footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CatalogFootprint {
+    /// Partitions with anything catalogued.
+    pub partitions: usize,
+    /// Entries held: stored ones (sealed objects' and segments') and resolved views.
+    pub entries: usize,
+    /// Sealed objects' keys held.
+    pub objects: usize,
+    /// Heap bytes, estimated from the counts (entry, key and map-node sizes), not measured.
+    pub approx_bytes: usize,
+}
+
 /// One atomic catalog update: the entries of sealed objects, every partition of each
 /// (ARCHITECTURE decision 23).
 ///

@@ -68,8 +68,8 @@ pub mod wal_replicas;
 pub mod watch;
 
 pub use catalog::{
-    CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, WriterFence,
-    OBJECT_INDEX_BYTES_MAX, OBJECT_PARTITIONS_MAX, REPLACE_NEW_ENTRIES_MAX,
+    CatalogCommit, CatalogEntry, CatalogFootprint, CatalogReplace, EntryLayout, EpochFence,
+    WriterFence, OBJECT_INDEX_BYTES_MAX, OBJECT_PARTITIONS_MAX, REPLACE_NEW_ENTRIES_MAX,
 };
 pub use clock::{Clock, OsRng, Rng, SeededRng, SimClock, SystemClock};
 pub use connect::{open_store, MetadataLocation};

@@ -1,7 +1,7 @@
 //! The [`MetadataStore`] trait: the seam between brokers and whatever holds cluster state
 //! (the embedded `redb` file on one node; etcd in a cluster).
 
-use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
+use crate::catalog::{CatalogCommit, CatalogEntry, CatalogFootprint, CatalogReplace};
 use crate::error::Result;
 use crate::group::{CommittedOffset, GroupRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
@@ -142,6 +142,11 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// [`crate::ErrorKind::Conflict`] if an entry does not continue its partition's
     /// catalogue. Idempotent: a retry whose first attempt landed succeeds.
     async fn commit_catalog(&self, commit: CatalogCommit) -> Result<()>;
+    /// What the in-memory catalogue holds now, if this store keeps one (cheap: counts, no
+    /// walk over entries).
+    fn catalog_footprint(&self) -> Option<CatalogFootprint> {
+        None
+    }
     /// Whether the catalog key of a sealed object (`broker_id`'s `object_key`) is stored,
     /// read from the store itself (not an in-memory copy). A seal whose commit failed may
     /// have landed all the same (an unknown outcome): its object is deleted only once this

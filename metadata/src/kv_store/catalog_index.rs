@@ -89,7 +89,40 @@ pub(super) struct IndexState {
     deleted_topics: BTreeSet<TopicId>,
 }
 
+/// Typical length of an object key (`data/b{broker}/{sequence:020}-{uuid}.oxb`, a segment's
+/// about the same), for [`IndexState::footprint`].
+const KEY_BYTES: usize = 64;
+
 impl IndexState {
+    /// Counts and an estimate of the heap held, from the maps' lengths (one pass over the
+    /// partitions and objects, none over entries): an entry and its key's string, plus a
+    /// third for map nodes.
+    pub(super) fn footprint(&self) -> crate::catalog::CatalogFootprint {
+        use std::mem::size_of;
+        let entry = size_of::<CatalogEntry>() + KEY_BYTES;
+        let (mut entries, mut bytes) = (0, 0);
+        for p in self.partitions.values() {
+            let views = p.view.as_ref().map_or(0, |v| v.len());
+            entries += p.keyed.len() + p.objects.len() + views;
+            bytes += p.keyed.len() * (entry + 2 * size_of::<Offset>())
+                + p.objects.len() * (entry + size_of::<Offset>() + size_of::<String>() + KEY_BYTES)
+                + views * entry
+                + size_of::<PartitionIndex>()
+                + p.epochs.entries().len() * size_of::<crate::EpochStart>();
+        }
+        for o in self.objects.values() {
+            bytes += size_of::<ObjectRecord>()
+                + 2 * KEY_BYTES
+                + o.entries.len() * size_of::<(TopicPartition, Offset)>();
+        }
+        crate::catalog::CatalogFootprint {
+            partitions: self.partitions.len(),
+            entries,
+            objects: self.objects.len(),
+            approx_bytes: bytes + bytes / 3,
+        }
+    }
+
     fn partition(&mut self, tp: TopicPartition) -> &mut PartitionIndex {
         self.partitions.entry(tp).or_default()
     }

@@ -348,6 +348,13 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         ))
     }
 
+    fn catalog_footprint(&self) -> Option<crate::catalog::CatalogFootprint> {
+        self.index
+            .started
+            .initialized()
+            .then(|| self.index.lock().footprint())
+    }
+
     async fn sealed_object_catalogued(
         &self,
         broker_id: BrokerId,

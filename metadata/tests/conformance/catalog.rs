@@ -311,6 +311,18 @@ pub(super) async fn wide_commit_is_one_revision<K: Kv>(store: &KvStore<K>, parti
         .expect("one commit of every partition");
     let after = revision(store.kv().range(Get::key("/")).await.expect("rev"));
     assert_eq!(after - before, 1, "{partitions} partitions in one revision");
+    let footprint = store
+        .catalog_footprint()
+        .expect("the store keeps a catalogue");
+    assert!(footprint.partitions >= partitions as usize, "{footprint:?}");
+    assert!(
+        footprint.objects >= 1 && footprint.entries >= partitions as usize,
+        "{footprint:?}"
+    );
+    assert!(
+        footprint.approx_bytes >= footprint.entries * std::mem::size_of::<CatalogEntry>(),
+        "{footprint:?}"
+    );
     for p in [0, partitions / 2, partitions - 1] {
         let last = store
             .catalog_last(t.topic_id, p)
