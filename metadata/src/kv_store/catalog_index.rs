@@ -108,7 +108,7 @@ impl IndexState {
                 + p.objects.len() * (entry + size_of::<Offset>() + size_of::<String>() + KEY_BYTES)
                 + views * entry
                 + size_of::<PartitionIndex>()
-                + p.epochs.entries().len() * size_of::<crate::EpochStart>();
+                + std::mem::size_of_val(p.epochs.entries());
         }
         for o in self.objects.values() {
             bytes += size_of::<ObjectRecord>()
