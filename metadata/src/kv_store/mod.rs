@@ -82,6 +82,19 @@ impl<K: Kv> KvStore<K> {
         }
     }
 
+    /// Another store over the same key-value store with its own in-memory catalogue, fed
+    /// by watches like any other process's (what a second broker has): its view of other
+    /// stores' commits lags until their events arrive or it syncs.
+    pub fn with_own_catalogue(&self) -> Self {
+        KvStore {
+            kv: self.kv.clone(),
+            root: self.root.clone(),
+            clock: self.clock.clone(),
+            rng: self.rng.clone(),
+            index: Arc::default(),
+        }
+    }
+
     /// The same store reading "now" (topic creation times) from `clock`.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
