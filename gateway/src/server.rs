@@ -125,6 +125,17 @@ pub struct ServeArgs {
     /// makes slow readers look the catalog up again.
     #[arg(long, env = "OXBOW_COMPACTION_DELETE_DELAY", default_value = "5m", value_parser = humantime::parse_duration)]
     pub compaction_delete_delay: Duration,
+    /// Retention by age for topics that set no `retention.ms` (Kafka's `log.retention.ms`):
+    /// sealed data whose newest record is older leaves the log, a sealed object or segment
+    /// at a time, checked every compaction round. `-1` keeps data forever.
+    #[arg(long, env = "OXBOW_LOG_RETENTION_MS", default_value_t = 604_800_000,
+        allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub log_retention_ms: i64,
+    /// Retention by size per partition for topics that set no `retention.bytes` (Kafka's
+    /// `log.retention.bytes`). `-1` keeps any size.
+    #[arg(long, env = "OXBOW_LOG_RETENTION_BYTES", default_value_t = -1,
+        allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub log_retention_bytes: i64,
     /// Log line format.
     #[arg(long, env = "OXBOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -423,6 +434,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.compaction_interval,
             args.compaction_delete_delay,
         ),
+        Some(Arc::new(crate::retention::TopicRetention {
+            broker: Arc::downgrade(&broker),
+            defaults: oxbow_segment_writer::Retention {
+                ms: args.log_retention_ms,
+                bytes: args.log_retention_bytes,
+            },
+        })),
         stop_sealing.clone(),
     ));
     // WAL replication: this broker's WAL to its replicas, other brokers' WALs to this one.

@@ -118,7 +118,9 @@ pub trait MetadataStore: Send + Sync + 'static {
         leaders: &[BrokerId],
     ) -> Result<TopicMetadata>;
     /// Compare-and-swap of one partition's state: succeeds only if the stored version equals
-    /// `expected_version`; the stored version becomes `expected_version + 1`.
+    /// `expected_version`; the stored version becomes `expected_version + 1`. The log start
+    /// offset never decreases (a lower one is stored as the current one); catalog lookups
+    /// serve nothing wholly below it, and its keys are deleted in the background.
     async fn update_partition(
         &self,
         topic_id: TopicId,

@@ -42,6 +42,7 @@ mod append;
 mod open;
 mod partition_handle;
 mod recovery;
+mod retention;
 
 pub use append::{Acks, Appended, PendingAppend};
 pub use partition_handle::Partition;

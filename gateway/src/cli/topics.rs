@@ -1,4 +1,5 @@
-//! `oxbow topics create|list|describe|delete`, after Kafka's `kafka-topics.sh`.
+//! `oxbow topics create|list|describe|delete|delete-records`, after Kafka's `kafka-topics.sh`
+//! (and `kafka-delete-records.sh`).
 //!
 //! Output follows kafka-topics.sh so scripts written against Kafka keep working:
 //! `Created topic NAME.` on create, one name per line on list, and tab-separated
@@ -35,6 +36,9 @@ pub enum TopicsCommand {
     Describe(DescribeArgs),
     /// Delete a topic.
     Delete(DeleteArgs),
+    /// Delete the records of partitions below an offset (as `kafka-delete-records.sh`):
+    /// their log start offset moves up, and consumers below it reset.
+    DeleteRecords(DeleteRecordsArgs),
 }
 
 /// `oxbow topics create NAME`
@@ -80,6 +84,22 @@ pub struct DescribeArgs {
 pub struct DeleteArgs {
     /// Name of the topic to delete.
     pub name: String,
+}
+
+/// `oxbow topics delete-records NAME --offset N [--partition P]...`
+#[derive(Debug, clap::Args)]
+pub struct DeleteRecordsArgs {
+    /// Topic whose records to delete.
+    pub name: String,
+
+    /// Partition to delete records of; repeatable [default: every partition].
+    #[arg(long = "partition", value_parser = clap::value_parser!(i32).range(0..))]
+    pub partitions: Vec<i32>,
+
+    /// Delete every record below this offset; `-1` means up to the high watermark (all
+    /// records written so far).
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub offset: i64,
 }
 
 /// Parses `key=value` for `--config`.
@@ -145,6 +165,23 @@ pub async fn run(args: TopicsArgs) -> anyhow::Result<()> {
         }
         TopicsCommand::Delete(delete) => {
             client.delete_topic(&delete.name).await?;
+        }
+        TopicsCommand::DeleteRecords(del) => {
+            let partitions = if del.partitions.is_empty() {
+                let topic = client.topic_metadata(&del.name).await?;
+                topic.partitions.iter().map(|p| p.partition).collect()
+            } else {
+                del.partitions.clone()
+            };
+            // Kafka's tool prints one line per partition after a header.
+            writeln!(out, "Records delete operation completed:")?;
+            for p in partitions {
+                let low = client
+                    .delete_records(&del.name, p, del.offset)
+                    .await
+                    .with_context(|| format!("deleting records of {}-{p}", del.name))?;
+                writeln!(out, "partition: {}-{p}\tlow_watermark: {low}", del.name)?;
+            }
         }
     }
     out.flush()?;
