@@ -210,9 +210,9 @@ pub struct ServeArgs {
     /// How much of the metadata service's revision history to keep (`0s`: never compact;
     /// then run etcd with `--auto-compaction-*`, or its database grows until its quota
     /// stops every write). The controller compacts older revisions; a reader whose watch
-    /// falls further behind re-reads instead of resuming. Longer costs etcd space (at
-    /// ~10 MB/s, about 60 KiB per second of history kept); shorter makes slow readers
-    /// re-read more often.
+    /// falls further behind re-reads instead of resuming. Longer costs etcd space (every
+    /// superseded value and deleted key of that long is kept); shorter makes readers that
+    /// stall re-read more often.
     #[arg(long, env = "OXBOW_METADATA_HISTORY_RETENTION", default_value = "5m", value_parser = humantime::parse_duration)]
     pub metadata_history_retention: Duration,
 }
