@@ -218,6 +218,14 @@ pub struct ServeArgs {
     /// hands its partitions to healthy brokers sooner.
     #[arg(long, env = "OXBOW_STORAGE_FAILURE_EXIT_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
     pub storage_failure_exit_delay: Duration,
+    /// How much of the metadata service's revision history to keep (`0s`: never compact;
+    /// then run etcd with `--auto-compaction-*`, or its database grows until its quota
+    /// stops every write). The controller compacts older revisions; a reader whose watch
+    /// falls further behind re-reads instead of resuming. Longer costs etcd space (every
+    /// superseded value and deleted key of that long is kept); shorter makes readers that
+    /// stall re-read more often.
+    #[arg(long, env = "OXBOW_METADATA_HISTORY_RETENTION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub metadata_history_retention: Duration,
 }
 
 /// Exit code of a broker whose WAL failed (EX_IOERR): restart it once the disk takes writes.
@@ -501,6 +509,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.cluster.clone(),
         cluster::controller_state::ControllerSettings::default(),
         stop_controller.clone(),
+    ));
+    // The metadata service's history stays bounded; its footprint goes to /metrics.
+    background.spawn(cluster::history::run_history(
+        broker.clone(),
+        args.metadata_history_retention,
+        stop_serving.clone(),
     ));
     background.spawn(kafka::serve(
         kafka_listener,

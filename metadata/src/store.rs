@@ -276,4 +276,43 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn controller(&self) -> Result<Option<BrokerId>>;
     /// The controller now (first event), then every change.
     async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>>;
+
+    // ---- history and footprint (issue 14) ----
+
+    /// The metadata service's current revision, read linearizably; `None` for a backend
+    /// without revisions (the default).
+    async fn metadata_revision(&self) -> Result<Option<i64>> {
+        Ok(None)
+    }
+    /// Discards the metadata service's history before `revision` (etcd's compaction, see
+    /// [`crate::kv::Kv::compact`]): watches from an earlier revision end and their readers
+    /// re-read; nothing current changes. At or below what is compacted already it is
+    /// success, so two brokers compacting is harmless. The default has nothing to discard.
+    async fn compact_history(&self, revision: i64) -> Result<()> {
+        let _ = revision;
+        Ok(())
+    }
+    /// How big the metadata service is: its database, revisions and this cluster's keys.
+    /// One status call and one count-only range of the cluster's keys (the count costs the
+    /// service a walk of its key index: sample it, do not call it per scrape). `None` for
+    /// a backend that keeps no such figures (the default).
+    async fn metadata_footprint(&self) -> Result<Option<MetadataFootprint>> {
+        Ok(None)
+    }
+}
+
+/// The metadata service's size ([`MetadataStore::metadata_footprint`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataFootprint {
+    /// The current revision.
+    pub revision: i64,
+    /// History before it is gone (`None`: the backend does not say; etcd does not).
+    pub compacted_revision: Option<i64>,
+    /// Bytes of the database file (etcd: of the member that answered; its quota applies
+    /// to this). 0 in memory.
+    pub db_bytes: u64,
+    /// Bytes of it holding live data, what a defragmentation would leave (`None`: unknown).
+    pub db_bytes_in_use: Option<u64>,
+    /// Keys under this cluster's root.
+    pub keys: u64,
 }

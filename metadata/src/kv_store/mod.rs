@@ -663,6 +663,31 @@ impl<K: Kv> MetadataStore for KvStore<K> {
     async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>> {
         self.subscribe_controller().await
     }
+
+    async fn metadata_revision(&self) -> Result<Option<i64>> {
+        // A read of one small key: its header carries the store's revision.
+        let get = Get::key(keys::controller::ser_key(&self.root)).keys_only();
+        Ok(Some(self.kv.range(get).await?.revision))
+    }
+
+    async fn compact_history(&self, revision: i64) -> Result<()> {
+        self.kv.compact(revision).await
+    }
+
+    async fn metadata_footprint(&self) -> Result<Option<crate::store::MetadataFootprint>> {
+        let (status, keys) = futures::future::try_join(
+            self.kv.status(),
+            self.kv.count(KeyRange::prefix(self.root.as_str())),
+        )
+        .await?;
+        Ok(Some(crate::store::MetadataFootprint {
+            revision: status.revision,
+            compacted_revision: status.compacted_revision,
+            db_bytes: status.db_bytes,
+            db_bytes_in_use: status.db_bytes_in_use,
+            keys,
+        }))
+    }
 }
 
 impl<K: Kv> KvStore<K> {
