@@ -32,6 +32,8 @@ pub struct Metrics {
     /// History compactions this broker ran, and those that failed.
     pub metadata_compactions: AtomicU64,
     pub metadata_compaction_failures: AtomicU64,
+    /// Objects the controller's sweep deleted because no catalog key named them.
+    pub orphan_objects_deleted: AtomicU64,
     /// The last sampled footprint (`None` until sampled, or for a backend without one).
     metadata_footprint: Mutex<Option<MetadataFootprint>>,
 }
@@ -56,6 +58,7 @@ impl Default for Metrics {
             metadata_compacted_revision: AtomicU64::new(0),
             metadata_compactions: AtomicU64::new(0),
             metadata_compaction_failures: AtomicU64::new(0),
+            orphan_objects_deleted: AtomicU64::new(0),
             metadata_footprint: Mutex::new(None),
         }
     }
@@ -458,6 +461,14 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "counter",
         "History compactions that failed or timed out (retried at the next sample).",
         &one(get(&m.metadata_compaction_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_orphan_objects_deleted_total",
+        "counter",
+        "Objects the controller's sweep deleted because no catalog key named them and they \
+         were older than --orphan-grace (leaked by a crash, or of deleted topics).",
+        &one(get(&m.orphan_objects_deleted)),
     );
     write_metric(
         &mut out,

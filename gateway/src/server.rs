@@ -226,6 +226,18 @@ pub struct ServeArgs {
     /// stall re-read more often.
     #[arg(long, env = "OXBOW_METADATA_HISTORY_RETENTION", default_value = "5m", value_parser = humantime::parse_duration)]
     pub metadata_history_retention: Duration,
+    /// How often the controller sweeps the object store for objects no catalog key names
+    /// (leaked by a crash between a PUT and its commit, or of deleted topics) and deletes
+    /// those older than --orphan-grace (`0s` disables). Each sweep lists a bounded page
+    /// (50,000 objects), resuming where the last stopped.
+    #[arg(long, env = "OXBOW_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub orphan_sweep_interval: Duration,
+    /// How old an unreferenced object must be before the sweep deletes it. Must stay well
+    /// above the time from an object's PUT to its catalog commit (seconds for a seal, at
+    /// most 10 minutes for a compaction swap): shorter risks deleting an object a commit
+    /// still in flight is about to name.
+    #[arg(long, env = "OXBOW_ORPHAN_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub orphan_grace: Duration,
 }
 
 /// Exit code of a broker whose WAL failed (EX_IOERR): restart it once the disk takes writes.
@@ -509,6 +521,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.cluster.clone(),
         cluster::controller_state::ControllerSettings::default(),
         stop_controller.clone(),
+    ));
+    // Objects nothing names any more (leaked, or of deleted topics) are swept away.
+    background.spawn(cluster::reclaim::run_orphan_sweep(
+        broker.clone(),
+        args.orphan_sweep_interval,
+        args.orphan_grace,
+        stop_serving.clone(),
     ));
     // The metadata service's history stays bounded; its footprint goes to /metrics.
     background.spawn(cluster::history::run_history(

@@ -161,6 +161,15 @@ pub trait MetadataStore: Send + Sync + 'static {
         let _ = (broker_id, object_key);
         Ok(true)
     }
+    /// The object keys among `candidates` that no catalog key names (neither a sealed
+    /// object's catalog key nor any per-partition entry), checked against the in-memory
+    /// catalogue and, for what it does not know, the store itself; a name of a shape Oxbow
+    /// does not write is never returned. For the sweep that deletes leaked objects (only
+    /// objects older than its grace period are candidates). The default returns none.
+    async fn unreferenced_objects(&self, candidates: Vec<String>) -> Result<Vec<String>> {
+        let _ = candidates;
+        Ok(Vec::new())
+    }
     /// Makes the lookups of one partition reflect everything committed before this call
     /// (lookups are served from memory, fed by watches, and may otherwise lag other brokers'
     /// commits by the watch's delivery time). For a broker taking a partition over, before it

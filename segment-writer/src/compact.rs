@@ -177,7 +177,15 @@ struct Swap {
     size: u64,
     /// The segment's index, cached once the swap lands (the first reader fetches it).
     index: Bytes,
+    /// When its PUT completed: a swap older than [`SWAP_AGE_MAX`] is not committed.
+    written_at: tokio::time::Instant,
 }
+
+/// Oldest segment a swap commits: the orphan sweep ([`crate::orphans`]) deletes objects
+/// no catalog key names once older than its grace period (an hour by default), so a swap
+/// must never make an object that old referenced. A round commits its swaps within
+/// minutes; one that waited longer gives its segment up (deleted like a failed swap's).
+pub const SWAP_AGE_MAX: Duration = Duration::from_secs(600);
 
 /// Swaps committed together: one metadata request for up to this many partitions' swaps
 /// (the store splits it into transactions within its limits), so a round rewriting
@@ -532,13 +540,25 @@ impl Compactor {
             index: Bytes::copy_from_slice(&built.body[index_range]),
             entry: built.entry,
             size,
+            written_at: tokio::time::Instant::now(),
         }))
     }
 
     /// Commits the pending swaps in one request ([`oxbow_metadata::MetadataStore::replace_catalog_entries_many`]),
     /// each fenced by its partition's leader epoch and settled on its own.
     async fn commit_swaps(&mut self, stats: &mut RoundStats) {
-        let swaps = std::mem::take(&mut self.pending);
+        let (swaps, stale): (Vec<Swap>, Vec<Swap>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|s| s.written_at.elapsed() <= SWAP_AGE_MAX);
+        for s in stale {
+            tracing::warn!(partition = %s.tp, key = %s.entry.object_key,
+                "a compacted segment waited too long for its catalog swap; giving it up");
+            let r = ObjectRef {
+                topic_partition: s.tp,
+                offset: s.entry.base_offset,
+            };
+            self.note_superseded(s.entry.object_key, Some(vec![r]), false);
+        }
         if swaps.is_empty() {
             return;
         }

@@ -48,6 +48,7 @@ pub mod leadership_state;
 pub mod log;
 pub mod object;
 pub mod objects;
+pub mod orphans;
 pub mod partition;
 pub mod producer_summary;
 pub mod read;

@@ -521,6 +521,12 @@ impl LogManager {
         self.unsealed_bytes.load(Ordering::Acquire)
     }
 
+    /// The object store this broker seals into (for the controller's sweep of leaked
+    /// objects, [`crate::orphans`]).
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.objects
+    }
+
     /// Every open partition.
     pub fn open_partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions

@@ -892,3 +892,98 @@ async fn retention_by_size_and_time_moves_the_log_start_and_deletes_what_left() 
         .expect("append");
     assert_eq!(appended.base_offset, end);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_deletes_only_old_objects_nothing_names() {
+    use object_store::ObjectStoreExt;
+    use oxbow_segment_writer::orphans::OrphanSweeper;
+    use std::time::SystemTime;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let topic = topic(&metadata).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    produce(&log, &topic, 0, 3).await;
+    // One round of compaction: segments, and the sealed objects they replaced still there.
+    let mut compactor = Compactor::new(log.clone(), compact_settings(Duration::from_secs(3600)));
+    compactor
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    let before = read_all(&log, &topic).await;
+    // Leaked objects: a sealed object and a segment no catalog key names, and a file of a
+    // shape Oxbow does not write.
+    let store = log.object_store().clone();
+    let leaked = [
+        "data/b1/00000000000000099999-0123456789abcdef0123456789abcdef.oxb".to_string(),
+        format!(
+            "segments/{}/0/00000000000000000000-0-0123456789abcdef0123456789abcdef.oxs",
+            topic.topic_id
+        ),
+    ];
+    for key in leaked
+        .iter()
+        .chain(["data/b1/notes.txt".to_string()].iter())
+    {
+        store
+            .put(
+                &object_store::path::Path::from(key.as_str()),
+                Bytes::from_static(b"leaked").into(),
+            )
+            .await
+            .expect("put");
+    }
+    // A grace of an hour: everything is younger, nothing goes.
+    let mut sweeper = OrphanSweeper::new(Duration::from_secs(3600));
+    let stats = sweeper
+        .sweep(store.as_ref(), metadata.as_ref(), SystemTime::now())
+        .await
+        .expect("sweep");
+    assert_eq!((stats.candidates, stats.deleted), (0, 0));
+    // Seen two hours later: the leaked two go, and so do the sealed objects compaction
+    // replaced (the replace removed their catalog keys; the compactor's ledger would have
+    // deleted them after its delay); the segments the catalogue names and the foreign file
+    // stay.
+    let later = SystemTime::now() + Duration::from_secs(7200);
+    let mut deleted = 0;
+    for _ in 0..2 {
+        deleted += sweeper
+            .sweep(store.as_ref(), metadata.as_ref(), later)
+            .await
+            .expect("sweep")
+            .deleted;
+    }
+    assert_eq!(deleted, 2 + 3);
+    let left = objects_in(dir.path());
+    for key in &leaked {
+        assert!(!left.iter().any(|p| p.ends_with(key)), "{key} deleted");
+    }
+    assert_eq!(count_under(&left, "segments/"), PARTITIONS as usize);
+    assert_eq!(
+        count_under(&left, "data/"),
+        1,
+        "the foreign file stays: {left:?}"
+    );
+    assert_eq!(
+        read_all(&log, &topic).await,
+        before,
+        "every record still reads"
+    );
+    // A deleted topic: its catalogue goes, and then its objects with the next sweeps.
+    metadata.delete_topic("c").await.expect("delete");
+    let mut deleted = 0;
+    for _ in 0..2 {
+        deleted += sweeper
+            .sweep(store.as_ref(), metadata.as_ref(), later)
+            .await
+            .expect("sweep")
+            .deleted;
+    }
+    assert!(deleted > 0);
+    let left = objects_in(dir.path());
+    assert_eq!(
+        count_under(&left, "data/") + count_under(&left, "segments/"),
+        1,
+        "only the foreign file is left: {left:?}"
+    );
+}

@@ -36,6 +36,7 @@ pub mod handoff;
 pub mod history;
 pub mod history_state;
 pub mod placement;
+pub mod reclaim;
 
 use oxbow_metadata::{BrokerId, BrokerRegistration};
 use std::collections::BTreeMap;

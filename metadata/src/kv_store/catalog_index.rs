@@ -351,6 +351,19 @@ impl IndexState {
         out
     }
 
+    /// Object keys every per-partition entry names (segments; entries of the first layout).
+    pub(super) fn keyed_object_keys(&self) -> std::collections::HashSet<&str> {
+        self.partitions
+            .values()
+            .flat_map(|p| p.keyed.values().map(|(e, _)| e.object_key.as_str()))
+            .collect()
+    }
+
+    /// Whether a sealed object's catalog key (`key`) is held.
+    pub(super) fn has_object_record(&self, key: &[u8]) -> bool {
+        self.objects.contains_key(key)
+    }
+
     /// Sealed objects' keys whose every entry is served by nothing any more (superseded by
     /// segments or other entries, cut by a later epoch, or of deleted topics), with their
     /// mod revisions: safe to delete. One pass over every partition's resolved view.

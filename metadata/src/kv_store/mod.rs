@@ -19,6 +19,7 @@
 
 mod catalog;
 mod catalog_index;
+mod reclaim;
 mod topics;
 mod watch;
 
@@ -376,6 +377,10 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         let key = keys::object_index::ser_key(&self.root, broker_id, object_key);
         let resp = self.kv.range(Get::key(key).keys_only()).await?;
         Ok(!resp.kvs.is_empty())
+    }
+
+    async fn unreferenced_objects(&self, candidates: Vec<String>) -> Result<Vec<String>> {
+        self.unreferenced(candidates).await
     }
 
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
