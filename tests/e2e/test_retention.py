@@ -250,3 +250,65 @@ def test_retention_by_time_and_size_on_a_live_topic(broker_factory):
         return sum(p.stat().st_size for p in objects.rglob("*") if p.is_file())
 
     wait_until(lambda: stored_bytes() < 6 * 20 * 100 + 20_000, timeout=30, what="expired objects deleted")
+
+
+@pytest.mark.oxbow_only
+@pytest.mark.timeout(240)
+def test_kill9_during_retention_compaction_and_topic_deletion_loses_nothing_and_leaks_nothing(broker_factory):
+    """kill -9 while retention and compaction delete, and right after a topic deletion: what
+    is above the log start survives, nothing below it comes back, and once every topic is
+    deleted the orphan sweep leaves no object behind."""
+    busy = ["--compaction-interval", "1s", "--compaction-delete-delay", "1s", "--orphan-sweep-interval", "0s"]
+    b = broker_factory(flush_interval="50ms", extra_args=busy)
+    bootstrap = b.bootstrap
+    retained = create_topic(bootstrap, unique("k9-ret"), 2, config={"retention.bytes": "4096"})
+    dropped = create_topic(bootstrap, unique("k9-drop"), 2)
+    for wave in range(8):
+        for topic in (retained, dropped):
+            fill(bootstrap, topic, 2, per_partition=15, value=b"y" * 120)
+        time.sleep(0.1)
+        if wave == 5:
+            # Mid-stream: retention and compaction are running every second.
+            time.sleep(1.2)
+            b.kill9()
+            b.start()
+    wait_until(lambda: watermarks(bootstrap, retained, 0)[0] > 0, timeout=30, what="retention moved the log start")
+    starts = {p: watermarks(bootstrap, retained, p)[0] for p in range(2)}
+    time.sleep(1.5)  # a round deleting what left
+    b.kill9()
+    b.start()
+    for p in range(2):
+        low, high = watermarks(bootstrap, retained, p)
+        assert low >= starts[p], f"p{p}: the log start went back from {starts[p]} to {low}"
+        assert high == 8 * 15
+        got = consume_partitions(bootstrap, retained, [p])[p]
+        assert [r.offset for r in got] == list(range(low, high)), f"p{p}: a record above the start is missing"
+        assert all(r.value == b"y" * 120 for r in got)
+    dropped_all = consume_partitions(bootstrap, dropped, [0, 1])
+    assert all(len(v) == 8 * 15 for v in dropped_all.values()), "the topic without retention keeps everything"
+
+    # Delete both topics, kill -9 at once, and sweep with a short grace (compaction off, so
+    # no swap is in flight): nothing is left in the object store.
+    a = admin(bootstrap)
+    for f in a.delete_topics([retained, dropped], operation_timeout=30).values():
+        f.result(timeout=60)
+    b.kill9()
+    b.options["extra_args"] = [
+        "--compaction-interval",
+        "0s",
+        "--orphan-sweep-interval",
+        "1s",
+        "--orphan-grace",
+        "2s",
+    ]
+    b.start()
+    objects = b.data_dir / "objects"
+
+    def left() -> list[str]:
+        return sorted(
+            str(p.relative_to(objects))
+            for p in objects.rglob("*")
+            if p.is_file() and p.suffix in (".oxb", ".oxs")
+        )
+
+    wait_until(lambda: not left(), timeout=60, what=f"every object of the deleted topics swept: {left()[:5]}")
