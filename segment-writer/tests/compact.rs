@@ -987,3 +987,62 @@ async fn the_orphan_sweep_deletes_only_old_objects_nothing_names() {
         "only the foreign file is left: {left:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_the_log_start_is_fenced_by_leadership() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let topic = topic(&metadata).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    produce(&log, &topic, 0, 3).await;
+    let part = log.partition(&topic, 0).await.expect("partition");
+    let (_, _, end) = part.offsets().expect("offsets");
+    // Another change of the partition's state that keeps the leader (a version bump) is
+    // raced and retried, not refused.
+    let (_, state) = metadata
+        .partition_state(topic.topic_id, 0)
+        .await
+        .expect("state")
+        .expect("some");
+    let bumped = metadata
+        .update_partition(topic.topic_id, state.version, state.clone())
+        .await
+        .expect("bump");
+    assert_eq!(log.advance_log_start(&part, 2).await.expect("advance"), 2);
+    // Past the sealed end: refused (a new leader's recovery must start at a batch).
+    assert_eq!(
+        log.advance_log_start(&part, end + 1)
+            .await
+            .expect_err("past the sealed end")
+            .kind(),
+        ErrorKind::OffsetOutOfRange
+    );
+    // Leadership moves (the controller's failover: broker 2 at the next epoch) while this
+    // broker still holds the partition open: its step is fenced, and nothing changes.
+    let (_, state) = metadata
+        .partition_state(topic.topic_id, 0)
+        .await
+        .expect("state")
+        .expect("some");
+    assert!(state.version > bumped.version);
+    let mut moved = state.clone();
+    moved.leader = 2;
+    moved.leader_epoch += 1;
+    metadata
+        .update_partition(topic.topic_id, state.version, moved)
+        .await
+        .expect("move");
+    let refused = log.advance_log_start(&part, 5).await;
+    assert_eq!(
+        refused.expect_err("a deposed leader").kind(),
+        ErrorKind::NotLeader
+    );
+    let (_, after) = metadata
+        .partition_state(topic.topic_id, 0)
+        .await
+        .expect("state")
+        .expect("some");
+    assert_eq!(after.log_start_offset, 2, "the deposed leader's step changed nothing");
+    assert_eq!(after.leader, 2);
+}
