@@ -361,6 +361,11 @@ pub fn render(broker: &crate::broker::Broker) -> String {
             &cm.objects_deleted,
         ),
         (
+            "oxbow_retention_entries_expired_total",
+            "Catalog entries that left partitions by retention (retention.ms / retention.bytes).",
+            &cm.entries_expired,
+        ),
+        (
             "oxbow_compaction_failures_total",
             "Compaction steps that failed (retried next round).",
             &cm.failures,
@@ -479,6 +484,8 @@ pub fn render(broker: &crate::broker::Broker) -> String {
     );
     let mut hw = Vec::new();
     let mut log_start = Vec::new();
+    let mut stored_bytes = Vec::new();
+    let mut stored_entries = Vec::new();
     for p in broker.log.open_partitions() {
         if let Ok((start, high, _)) = p.offsets() {
             let labels = format!(
@@ -486,10 +493,29 @@ pub fn render(broker: &crate::broker::Broker) -> String {
                 escape(&p.topic_name),
                 p.topic_partition.partition
             );
+            let (bytes, entries) = p.stored();
             hw.push((labels.clone(), high as f64));
-            log_start.push((labels, start as f64));
+            log_start.push((labels.clone(), start as f64));
+            stored_bytes.push((labels.clone(), bytes as f64));
+            stored_entries.push((labels, entries as f64));
         }
     }
+    write_metric(
+        &mut out,
+        "oxbow_partition_stored_bytes",
+        "gauge",
+        "Record-batch bytes the object store holds of each partition led here, from its log \
+         start (counted every compaction round).",
+        &stored_bytes,
+    );
+    write_metric(
+        &mut out,
+        "oxbow_partition_stored_entries",
+        "gauge",
+        "Catalog entries (sealed objects' ranges and segments) of each partition led here, \
+         from its log start (counted every compaction round).",
+        &stored_entries,
+    );
     write_metric(
         &mut out,
         "oxbow_partition_high_watermark",

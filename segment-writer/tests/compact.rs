@@ -1043,6 +1043,9 @@ async fn moving_the_log_start_is_fenced_by_leadership() {
         .await
         .expect("state")
         .expect("some");
-    assert_eq!(after.log_start_offset, 2, "the deposed leader's step changed nothing");
+    assert_eq!(
+        after.log_start_offset, 2,
+        "the deposed leader's step changed nothing"
+    );
     assert_eq!(after.leader, 2);
 }

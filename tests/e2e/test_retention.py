@@ -10,6 +10,7 @@ import json
 import shutil
 import struct
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -250,6 +251,21 @@ def test_retention_by_time_and_size_on_a_live_topic(broker_factory):
         return sum(p.stat().st_size for p in objects.rglob("*") if p.is_file())
 
     wait_until(lambda: stored_bytes() < 6 * 20 * 100 + 20_000, timeout=30, what="expired objects deleted")
+
+    # /metrics: what left, and what each partition still holds.
+    def metric(name: str, labels: str = "") -> float | None:
+        text = urllib.request.urlopen(f"{b.http}/metrics", timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name) and labels in line:
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    assert (metric("oxbow_retention_entries_expired_total") or 0) > 0
+    wait_until(
+        lambda: (metric("oxbow_partition_stored_bytes", f'topic="{sized}"') or 0) >= 2048,
+        timeout=15,
+        what="the stored bytes of the sized topic on /metrics",
+    )
 
 
 @pytest.mark.oxbow_only

@@ -170,6 +170,8 @@ impl LogManager {
             timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
             timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
             compacted: fresh.configs.compacted(),
+            stored_bytes: Default::default(),
+            stored_entries: Default::default(),
         });
         opened.lock()?.leader_epochs = state.leader_epochs.clone();
         if self.wal.is_none() {

@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use crate::partition::PartitionLogState;
 use oxbow_metadata::{LeaderEpoch, Offset, TopicPartition};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tokio::sync::watch;
 
@@ -37,6 +37,10 @@ pub struct Partition {
     pub(super) timestamp_after_max_ms: i64,
     /// The topic's `cleanup.policy` includes `compact` (every record needs a key).
     pub(super) compacted: bool,
+    /// What the catalogue holds of it from its log start, as last counted by a compaction
+    /// round's retention pass: record-batch bytes and entries (for `/metrics`).
+    pub(super) stored_bytes: AtomicU64,
+    pub(super) stored_entries: AtomicU64,
 }
 
 impl Partition {
@@ -49,6 +53,15 @@ impl Partition {
     /// Watches the high watermark (changes when new data becomes visible).
     pub fn subscribe(&self) -> watch::Receiver<Offset> {
         self.high_watermark_tx.subscribe()
+    }
+
+    /// Catalogued record-batch bytes and catalog entries from the log start, as counted by
+    /// the last compaction round (0 before one ran).
+    pub fn stored(&self) -> (u64, u64) {
+        (
+            self.stored_bytes.load(Ordering::Relaxed),
+            self.stored_entries.load(Ordering::Relaxed),
+        )
     }
 
     /// (log start offset, high watermark, log end offset).

@@ -12,6 +12,7 @@ use super::{LogManager, Partition};
 use crate::error::{Error, Result};
 use crate::retention::{expired_prefix_end, RetainedEntry, Retention};
 use oxbow_metadata::{CatalogEntry, ErrorKind as MetadataErrorKind, Offset};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Compare-and-swap attempts when another change of the partition's state races.
@@ -107,16 +108,14 @@ impl LogManager {
 
     /// Applies `retention` to `p` (led here) at `now_ms`: advances its log start past the
     /// expired prefix of its catalogued entries. Returns the entries that left (their
-    /// objects may be deleted once nothing references them).
+    /// objects may be deleted once nothing references them). Also counts what the
+    /// catalogue holds of `p` ([`Partition::stored`]).
     pub async fn apply_retention(
         &self,
         p: &Partition,
         retention: Retention,
         now_ms: i64,
     ) -> Result<Vec<CatalogEntry>> {
-        if retention.keeps_everything() {
-            return Ok(Vec::new());
-        }
         let tp = p.topic_partition;
         let (log_start, sealed_end, unsealed) = {
             let s = p.lock()?;
@@ -141,6 +140,13 @@ impl LogManager {
                 bytes: crate::segment::data_bytes(e),
             })
             .collect();
+        p.stored_bytes
+            .store(summary.iter().map(|e| e.bytes).sum(), Ordering::Relaxed);
+        p.stored_entries
+            .store(summary.len() as u64, Ordering::Relaxed);
+        if retention.keeps_everything() {
+            return Ok(Vec::new());
+        }
         let Some(end) = expired_prefix_end(&summary, unsealed, now_ms, retention) else {
             return Ok(Vec::new());
         };
