@@ -61,6 +61,9 @@ pub struct History {
     pub fault_kinds: BTreeSet<&'static str>,
     /// Faults injected.
     pub faults: u64,
+    /// The highest log start each partition was given (DeleteRecords): a consumer may skip
+    /// forward to at most this.
+    pub log_starts: BTreeMap<i32, i64>,
 }
 
 impl History {
@@ -69,17 +72,34 @@ impl History {
             .push(format!("[{:>4}.{:03}] {line}", t_ms / 1000, t_ms % 1000));
     }
 
+    pub fn set_log_start(&mut self, partition: i32, start: i64) {
+        let s = self.log_starts.entry(partition).or_default();
+        *s = (*s).max(start);
+    }
+
     pub fn violation(&mut self, t_ms: u64, line: String) {
         self.event(t_ms, format!("VIOLATION {line}"));
         self.violations.push(line);
     }
 }
 
-/// Checks the history against the final logs (partition → batches from offset 0).
-pub fn check(h: &History, logs: &BTreeMap<i32, Vec<StoredBatch>>) -> Vec<String> {
+/// Checks the history against the final logs (partition → batches from its log start,
+/// the first one holding it) and the final log starts.
+pub fn check(
+    h: &History,
+    logs: &BTreeMap<i32, Vec<StoredBatch>>,
+    starts: &BTreeMap<i32, i64>,
+) -> Vec<String> {
     let mut out = h.violations.clone();
+    let start_of = |p: i32| starts.get(&p).copied().unwrap_or(0);
     for (p, batches) in logs {
-        let mut next = 0i64;
+        let mut next = batches.first().map_or(0, |b| b.base_offset);
+        if next > start_of(*p) {
+            out.push(format!(
+                "p{p}: the log begins at {next}, past its log start {}",
+                start_of(*p)
+            ));
+        }
         let mut epoch = i32::MIN;
         let mut seen = BTreeSet::new();
         for b in batches {
@@ -112,6 +132,10 @@ pub fn check(h: &History, logs: &BTreeMap<i32, Vec<StoredBatch>>) -> Vec<String>
         }
     }
     for a in &h.acks {
+        // Wholly below the log start: deleted, as asked (rule 1 is about the rest).
+        if a.base_offset + i64::from(a.count) <= start_of(a.partition) {
+            continue;
+        }
         let found = logs
             .get(&a.partition)
             .and_then(|bs| bs.iter().find(|b| b.base_offset == a.base_offset));
@@ -161,8 +185,12 @@ pub fn check(h: &History, logs: &BTreeMap<i32, Vec<StoredBatch>>) -> Vec<String>
             })
             .unwrap_or_default();
         let mut expect = 0i64;
+        // A consumer below the log start resets to it (auto.offset.reset): a skip forward to
+        // at most the highest log start set, or the final one, is that reset.
+        let reset_to = h.log_starts.get(p).copied().unwrap_or(0).max(start_of(*p));
         for &(offset, pid, seq) in records {
-            if offset != expect {
+            let reset = offset > expect && offset <= reset_to;
+            if offset != expect && !reset {
                 out.push(format!(
                     "p{p}: the consumer read offset {offset} after {} (a {})",
                     expect - 1,
@@ -170,6 +198,10 @@ pub fn check(h: &History, logs: &BTreeMap<i32, Vec<StoredBatch>>) -> Vec<String>
                 ));
             }
             expect = offset + 1;
+            // Below the final log start: deleted since it was read.
+            if offset < start_of(*p) {
+                continue;
+            }
             if stored.get(&offset) != Some(&(pid, seq)) {
                 out.push(format!(
                     "p{p}: the consumer read producer {pid} sequence {seq} at offset {offset}, which the final log does not hold there ({:?})",
@@ -217,26 +249,69 @@ mod tests {
             ..History::default()
         };
         h.consumed.insert(0, vec![(0, 7, 0), (1, 7, 1), (2, 7, 2)]);
-        assert!(check(&h, &good).is_empty(), "{:?}", check(&h, &good));
+        let none = BTreeMap::new();
+        assert!(
+            check(&h, &good, &none).is_empty(),
+            "{:?}",
+            check(&h, &good, &none)
+        );
 
         let gap = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(3, 3, 1, 7, 2)])]);
-        assert!(check(&h, &gap).iter().any(|v| v.contains("not dense")));
+        assert!(check(&h, &gap, &none)
+            .iter()
+            .any(|v| v.contains("not dense")));
         let lost = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0)])]);
-        assert!(check(&h, &lost).iter().any(|v| v.contains("lost")));
+        assert!(check(&h, &lost, &none).iter().any(|v| v.contains("lost")));
         let dup = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 3, 1, 7, 0)])]);
-        assert!(check(&h, &dup).iter().any(|v| v.contains("twice")));
+        assert!(check(&h, &dup, &none).iter().any(|v| v.contains("twice")));
         let fenced = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 2, 2, 7, 2)])]);
-        assert!(check(&h, &fenced).iter().any(|v| v.contains("fenced")));
+        assert!(check(&h, &fenced, &none)
+            .iter()
+            .any(|v| v.contains("fenced")));
         let back = BTreeMap::from([(0, vec![batch(0, 1, 3, 7, 0), batch(2, 2, 1, 7, 2)])]);
-        assert!(check(&h, &back).iter().any(|v| v.contains("went back")));
+        assert!(check(&h, &back, &none)
+            .iter()
+            .any(|v| v.contains("went back")));
 
         let mut rewind = History::default();
         rewind
             .consumed
             .insert(0, vec![(0, 7, 0), (1, 7, 1), (0, 7, 0)]);
-        assert!(check(&rewind, &good).iter().any(|v| v.contains("rewind")));
+        assert!(check(&rewind, &good, &none)
+            .iter()
+            .any(|v| v.contains("rewind")));
         let mut skip = History::default();
         skip.consumed.insert(0, vec![(0, 7, 0), (2, 7, 2)]);
-        assert!(check(&skip, &good).iter().any(|v| v.contains("skip")));
+        assert!(check(&skip, &good, &none)
+            .iter()
+            .any(|v| v.contains("skip")));
+
+        // DeleteRecords below 2: the first batch is gone, its ack and reads are exempt, and
+        // a consumer's skip to the log start is its reset; a skip past it is not.
+        let trimmed = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
+        let starts = BTreeMap::from([(0, 2)]);
+        assert!(
+            check(&h, &trimmed, &starts).is_empty(),
+            "{:?}",
+            check(&h, &trimmed, &starts)
+        );
+        let mut reset = History {
+            acks: h.acks.clone(),
+            ..History::default()
+        };
+        reset.set_log_start(0, 2);
+        reset.consumed.insert(0, vec![(2, 7, 2)]);
+        assert!(check(&reset, &trimmed, &starts).is_empty());
+        let mut past = History::default();
+        past.consumed.insert(0, vec![(0, 7, 0), (3, 7, 3)]);
+        let longer = BTreeMap::from([(0, vec![batch(2, 3, 1, 7, 2)])]);
+        assert!(check(&past, &longer, &starts)
+            .iter()
+            .any(|v| v.contains("skip")));
+        // A log that begins past its log start lost what was between.
+        let begins_late = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
+        assert!(check(&History::default(), &begins_late, &none)
+            .iter()
+            .any(|v| v.contains("past its log start")));
     }
 }

@@ -103,6 +103,12 @@ async fn simulate(seed: u64) -> Outcome {
     ));
     let move_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0x00AB_5EED);
     tokio::spawn(schedule::moves(c.clone(), move_rng, faults_stop.clone()));
+    let delete_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0x00DE_1E7E);
+    tokio::spawn(schedule::deletions(
+        c.clone(),
+        delete_rng,
+        faults_stop.clone(),
+    ));
     let zombie_rng: Arc<dyn Rng> = SeededRng::new(seed ^ 0x0020_3B1E);
     tokio::spawn(schedule::zombies(
         c.clone(),
@@ -151,7 +157,7 @@ async fn simulate(seed: u64) -> Outcome {
         _ = drained.cancelled() => {}
         _ = drain => c.violation("the consumer did not catch up within 30 s".into()),
     }
-    let logs = match workload::final_logs(&c).await {
+    let (logs, starts) = match workload::final_logs(&c).await {
         Ok(l) => l,
         Err(why) => {
             c.violation(format!("final read: {why}"));
@@ -163,7 +169,7 @@ async fn simulate(seed: u64) -> Outcome {
     c.stop_all().await;
     let sim_ms = c.now_ms();
     let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
-    let mut violations = history::check(&h, &logs);
+    let mut violations = history::check(&h, &logs, &starts);
     violations.extend(catalog);
     PANICS.with(|p| {
         for m in p.borrow_mut().drain(..) {

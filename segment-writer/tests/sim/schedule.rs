@@ -261,6 +261,58 @@ async fn move_one(cluster: &Cluster, rng: &dyn Rng) {
     });
 }
 
+/// DeleteRecords (and retention, which takes the same step): the leader of a partition
+/// raises its log start to an offset up to its high watermark, every so often. Its own
+/// stream, like graceful moves, so the other draws stay as they were for each seed. The
+/// checker then exempts what lies below the final log start from rules 1 and 6, and allows
+/// a consumer to skip forward only to a log start that was set (ARCHITECTURE decision 25).
+pub const DELETE_KIND: &str = "delete-records";
+
+pub async fn deletions(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationToken) {
+    loop {
+        let wait = between(&*rng, 500, 3000);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = cluster.clock.sleep(wait) => {}
+        }
+        let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
+        let draw = rng.next_u64();
+        let Some(topic) = cluster.topic().await else {
+            continue;
+        };
+        let Some(state) = topic.partition(partition) else {
+            continue;
+        };
+        let leader = state.leader;
+        let Some(broker) = cluster.broker(leader) else {
+            continue;
+        };
+        let tp = oxbow_metadata::TopicPartition::new(topic.topic_id, partition);
+        let Some(p) = broker.log.get(&tp) else {
+            continue;
+        };
+        let Ok((start, high, _)) = p.offsets() else {
+            continue;
+        };
+        // Up to the high watermark, rarely past what is sealed (refused then).
+        let span = u64::try_from((high - start).max(0)).unwrap_or(0);
+        let to = start + i64::try_from(draw % (span / 2 + 1)).unwrap_or(0);
+        cluster.fault(DELETE_KIND, format!("p{partition} below {to} on b{leader}"));
+        match broker.log.advance_log_start(&p, to).await {
+            Ok(now) => {
+                cluster
+                    .history
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .set_log_start(partition, now);
+                cluster.event(format!("p{partition}: log start {now} (b{leader})"));
+            }
+            Err(e) => cluster.event(format!("p{partition}: delete-records refused: {e}")),
+        }
+    }
+}
+
 /// A zombie's late commit: the catalog entries of a seal the service refused as fenced
 /// (a deposed leader's, its object already in the store) land anyway, written straight
 /// into the key-value store past every check of the commit — the worst a deposed leader
