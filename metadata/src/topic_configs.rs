@@ -79,7 +79,10 @@ pub struct ConfigDef {
     /// Kafka's default, as DescribeConfigs reports it.
     pub default: &'static str,
     valid: Valid,
-    /// The broker-level config that supplies the default (DescribeConfigs' synonym).
+    /// The broker-level config whose default this is (DescribeConfigs' default synonym);
+    /// `None` where Kafka lists none: no such config, or one without a default of its own
+    /// (`log.retention.ms`, `log.roll.ms`, `log.roll.jitter.ms` and `log.flush.interval.ms`
+    /// fall back to other keys).
     pub broker_name: Option<&'static str>,
     pub oxbow: Use,
 }
@@ -140,7 +143,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         Stored("objects are deleted after the broker's `--compaction-delete-delay`")),
     def("flush.messages", T::Long, LONG_MAX, Valid::AtLeast(1),
         Some("log.flush.interval.messages"), Stored("every acknowledged write is fsynced")),
-    def("flush.ms", T::Long, LONG_MAX, Valid::AtLeast(0), Some("log.flush.interval.ms"),
+    def("flush.ms", T::Long, LONG_MAX, Valid::AtLeast(0), None,
         Stored("every acknowledged write is fsynced")),
     def("follower.replication.throttled.replicas", T::List, "", Valid::ThrottledReplicas, None,
         Stored("no follower replication")),
@@ -180,16 +183,16 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         Stored("`true` is refused, as by a Kafka broker without tiered storage")),
     def("retention.bytes", T::Long, "-1", Valid::Any, Some("log.retention.bytes"),
         Honoured("retention by size, per partition (`-1`: none)")),
-    def("retention.ms", T::Long, "604800000", Valid::AtLeast(-1), Some("log.retention.ms"),
+    def("retention.ms", T::Long, "604800000", Valid::AtLeast(-1), None,
         Honoured("retention by time (`-1`: none)")),
     def("segment.bytes", T::Int, "1073741824", Valid::AtLeast(1_048_576),
         Some("log.segment.bytes"),
         Honoured("used by retention: when data becomes eligible for retention and compaction")),
     def("segment.index.bytes", T::Int, "10485760", Valid::AtLeast(4),
         Some("log.index.size.max.bytes"), Stored("")),
-    def("segment.jitter.ms", T::Long, "0", Valid::AtLeast(0), Some("log.roll.jitter.ms"),
+    def("segment.jitter.ms", T::Long, "0", Valid::AtLeast(0), None,
         Stored("")),
-    def("segment.ms", T::Long, "604800000", Valid::AtLeast(1), Some("log.roll.ms"),
+    def("segment.ms", T::Long, "604800000", Valid::AtLeast(1), None,
         Honoured("used by retention: when data becomes eligible for retention and compaction")),
     def("unclean.leader.election.enable", T::Boolean, "false", Valid::Any,
         Some("unclean.leader.election.enable"),

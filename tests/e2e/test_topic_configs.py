@@ -3,7 +3,8 @@ accepted, validated and described; IncrementalAlterConfigs (44) and AlterConfigs
 change a live topic, through confluent-kafka, kafka-python, Kafka's own `kafka-configs`
 (`kafka.admin.ConfigCommand`) and raw requests for what clients refuse to send; ListOffsets
 MAX_TIMESTAMP. The same assertions hold against Apache Kafka (`OXBOW_E2E_TARGET=kafka`),
-except the tests marked `oxbow_only` (CLI, HTTP)."""
+except the tests marked `oxbow_only` (CLI, HTTP, a two-broker cluster on etcd and moto
+whose second broker learns a change through its topic watch)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from confluent_kafka.admin import (
 )
 
 import kafka_wire as w
+from cluster import cluster, etcd_server, moto_server  # noqa: F401
 from brokers import KAFKA_LIBS, TARGET, oxbow_bin
 from helpers import admin, create_topic, produce_all, producer, run, unique, wait_until
 
@@ -100,6 +102,13 @@ def test_every_kafka_topic_config_is_accepted_and_described(shared_broker):
         assert got[k].value == v, (k, got[k])
         assert got[k].source == ConfigSource.DEFAULT_CONFIG.value, (k, got[k])
     assert not got["segment.ms"].is_default and got["segment.index.bytes"].is_default
+    # Synonyms as Kafka lists them: the broker-level default, none where Kafka has none.
+    syn = {k: [(s.name, s.value, s.source) for s in c.synonyms.values()] for k, c in got.items()}
+    default = ConfigSource.DEFAULT_CONFIG.value
+    assert syn["segment.index.bytes"] == [("log.index.size.max.bytes", "10485760", default)], syn
+    assert syn["max.message.bytes"] == [("message.max.bytes", "1048588", default)], syn
+    assert syn["retention.ms"] == [] and syn["follower.replication.throttled.replicas"] == [], syn
+    assert syn["segment.ms"] == [("segment.ms", "3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)], syn
 
 
 @pytest.mark.parametrize(
@@ -326,6 +335,12 @@ def test_kafka_configs_tool_alters_a_live_topic(shared_broker, java):
     desc = java(*entity, "--describe").stdout
     assert "retention.ms=120000" in desc and "cleanup.policy=compact,delete" in desc, desc
     assert "segment.ms" not in desc, desc
+    # With synonyms: the override, then the broker-level default where Kafka has one.
+    assert "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=120000}" in desc, desc
+    assert (
+        "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}"
+        in desc
+    ), desc
     every = java(*entity, "--describe", "--all").stdout
     assert "segment.ms=604800000" in every and "delete.retention.ms=86400000" in every, every
 
@@ -392,9 +407,9 @@ def test_cli_alter_config(shared_broker):
 @pytest.mark.oxbow_only
 def test_http_v3_topic_configs(shared_broker):
     base = shared_broker.http
-    cluster = requests.get(f"{base}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
+    cluster_id = requests.get(f"{base}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
     topic = create_topic(shared_broker.bootstrap, unique("httpcfg"))
-    configs = f"{base}/v3/clusters/{cluster}/topics/{topic}/configs"
+    configs = f"{base}/v3/clusters/{cluster_id}/topics/{topic}/configs"
     hdr = {"Content-Type": "application/json"}
 
     listed = requests.get(configs, timeout=10).json()
@@ -417,7 +432,7 @@ def test_http_v3_topic_configs(shared_broker):
     unknown = requests.get(f"{configs}/no.such.config", timeout=10)
     assert unknown.status_code == 404 and unknown.json()["error_code"] == 40405, unknown.text
     missing = requests.put(
-        f"{base}/v3/clusters/{cluster}/topics/missing-{topic}/configs/retention.ms",
+        f"{base}/v3/clusters/{cluster_id}/topics/missing-{topic}/configs/retention.ms",
         data=json.dumps({"value": "1"}),
         headers=hdr,
         timeout=10,
@@ -426,3 +441,32 @@ def test_http_v3_topic_configs(shared_broker):
     shape = requests.post(f"{configs}:alter", data=json.dumps({"data": [{"name": "x", "operation": "APPEND"}]}),
                           headers=hdr, timeout=10)
     assert 400 <= shape.status_code < 500 and "APPEND" in shape.json()["message"], shape.text
+
+
+@pytest.mark.oxbow_only
+def test_a_change_reaches_every_broker_through_the_topic_watch(cluster):
+    c = cluster(2, flush_interval="100ms")
+    topic = create_topic(c.bootstrap, unique("watched"), 4)
+    leaders = c.leaders(topic)
+    assert set(leaders.values()) == {1, 2}, leaders
+    one, two = c.broker(1).bootstrap, c.broker(2).bootstrap
+    # Sent to broker 1 alone (an admin client may pick any broker): broker 2 learns of it
+    # from the metadata service.
+    with w.KafkaConn(one) as conn:
+        body = _incremental_body([(topic, [("max.message.bytes", OP_SET, "1000")])])
+        assert _responses(conn.call(API_INCREMENTAL_ALTER_CONFIGS, 0, body)) == [(0, None, topic)]
+    wait_until(
+        lambda: describe(two, topic)["max.message.bytes"].value == "1000",
+        timeout=15,
+        what="broker 2 describing the new max.message.bytes",
+    )
+    part = min(p for p, b in leaders.items() if b == 2)
+    p = producer(two, **{"enable.idempotence": False, "retries": 0, "linger.ms": 0})
+
+    def refused() -> bool:
+        errors = []
+        p.produce(topic, b"z" * 4000, partition=part, on_delivery=lambda e, m: errors.append(e))
+        p.flush(15)
+        return bool(errors) and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    wait_until(refused, timeout=15, what="broker 2 refusing a 4 KB record")

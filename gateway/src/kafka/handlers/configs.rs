@@ -57,7 +57,8 @@ fn entry(
 }
 
 /// DescribeConfigs' synonyms of a topic config, most specific first (as Kafka lists them):
-/// the topic's override, then the broker-level default it falls back to.
+/// the topic's override, then the broker-level config whose default applies (none for a
+/// config without one, as in Kafka).
 fn synonyms(c: &ConfigValue) -> Vec<DescribeConfigsSynonym> {
     let synonym = |name: &str, value: &str, source: i8| {
         DescribeConfigsSynonym::default()
@@ -69,11 +70,9 @@ fn synonyms(c: &ConfigValue) -> Vec<DescribeConfigsSynonym> {
     if !c.is_default {
         out.push(synonym(c.name, &c.value, SOURCE_TOPIC_OVERRIDE));
     }
-    out.push(synonym(
-        c.def.broker_name.unwrap_or(c.name),
-        c.def.default,
-        SOURCE_DEFAULT,
-    ));
+    if let Some(broker_name) = c.def.broker_name {
+        out.push(synonym(broker_name, c.def.default, SOURCE_DEFAULT));
+    }
     out
 }
 
