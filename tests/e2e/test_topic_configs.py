@@ -31,6 +31,7 @@ from brokers import KAFKA_LIBS, TARGET, oxbow_bin
 from helpers import admin, create_topic, produce_all, producer, run, unique, wait_until
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+GET_OFFSET_SHELL = "org.apache.kafka.tools.GetOffsetShell"
 API_INCREMENTAL_ALTER_CONFIGS = 44
 API_ALTER_CONFIGS = 33
 ERR_INVALID_REQUEST = 42
@@ -316,9 +317,9 @@ def java(tmp_path_factory):
         "appender.err.layout.pattern = %p %m%n\nrootLogger.level = WARN\nrootLogger.appenderRef.err.ref = STDERR\n"
     )
 
-    def run_java(*args: str, check: bool = True):
+    def run_java(*args: str, check: bool = True, main: str = CONFIG_COMMAND):
         cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={log4j}"]
-        return run([*cmd, "-cp", f"{KAFKA_LIBS}/*", CONFIG_COMMAND, *args], timeout=120, check=check)
+        return run([*cmd, "-cp", f"{KAFKA_LIBS}/*", main, *args], timeout=120, check=check)
 
     return run_java
 
@@ -378,6 +379,22 @@ def test_list_offsets_max_timestamp(shared_broker):
     assert (got.offset, got.timestamp) == (3, now - 5_000), got
     assert listed(OffsetSpec.latest()).offset == 5
     assert listed(OffsetSpec.earliest()).offset == 0
+
+
+def test_get_offset_shell_every_sentinel(shared_broker, java):
+    """kafka-get-offsets.sh (the Java client, ListOffsets v10): -1 latest, -2 earliest, -3
+    max timestamp, -4 earliest-local (the log start here), -5 latest-tiered (no tiered
+    storage: offset -1, which the tool leaves out)."""
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("gos"))
+    now = int(time.time() * 1000)
+    records = [{"value": b"a", "timestamp": now - 5000}, {"value": b"b", "timestamp": now - 1000},
+               {"value": b"c", "timestamp": now - 3000}]  # fmt: skip
+    produce_all(producer(b), topic, records)
+    want = {"-1": f"{topic}:0:3", "-2": f"{topic}:0:0", "-3": f"{topic}:0:1", "-4": f"{topic}:0:0", "-5": ""}
+    for time_arg, line in want.items():
+        out = java("--bootstrap-server", b, "--topic", topic, "--time", time_arg, main=GET_OFFSET_SHELL).stdout
+        assert out.strip() == line, (time_arg, out)
 
 
 # -- Oxbow's own surfaces -----------------------------------------------------------------------
