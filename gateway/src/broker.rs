@@ -713,8 +713,13 @@ impl Broker {
         alteration: oxbow_metadata::ConfigAlteration,
         validate_only: bool,
     ) -> Result<Arc<TopicMetadata>> {
-        let Some(topic) = self.topic(name) else {
-            return Err(BrokerError::UnknownTopic(name.to_string()));
+        // Created on another broker a moment ago: not in this cache yet, but real.
+        let topic = match self.topic(name) {
+            Some(t) => t,
+            None => self
+                .refresh_topic(name)
+                .await?
+                .ok_or_else(|| BrokerError::UnknownTopic(name.to_string()))?,
         };
         if validate_only {
             topic.configs.altered(&alteration)?;

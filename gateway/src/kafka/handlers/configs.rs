@@ -313,3 +313,22 @@ pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfi
     }
     AlterConfigsResponse::default().with_responses(responses)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_named_twice_is_refused() {
+        let names: Vec<StrBytes> = ["retention.ms", "segment.ms", "retention.ms"]
+            .iter()
+            .map(|n| str_bytes(n))
+            .collect();
+        let e = unique_keys(names.iter()).expect_err("duplicate");
+        assert!(e.contains("duplicate config keys: retention.ms"), "{e}");
+        assert_eq!(
+            unique_keys(names[..2].iter()),
+            Ok(vec!["retention.ms".to_string(), "segment.ms".to_string()])
+        );
+    }
+}
