@@ -743,6 +743,7 @@ def run_one(args, partitions: int, workdir: Path) -> dict:
                     k[4:]: v / dt for k, v in sorted(etcd.items()) if k.startswith("rpc_") and v > 0
                 },
                 "etcd_db_size_end": b["etcd_status"]["db_size"],
+                "etcd_db_in_use_end": b["etcd_status"]["db_size_in_use"],
                 "etcd_db_growth_bytes_per_s": (b["etcd_status"]["db_size"] - a["etcd_status"]["db_size"]) / dt,
                 "etcd_db_growth_bytes_per_s_per_broker": (
                     (b["etcd_status"]["db_size"] - a["etcd_status"]["db_size"]) / dt / n
@@ -889,6 +890,32 @@ def report(results: list[dict], args) -> str:
                     fmt(r["upload_failures_per_s"], 2),
                     fmt(r["compaction_segments_per_s"], 2),
                     fmt(int(r["orphaned_objects"])),
+                ]
+                for r in ok
+            ],
+        )
+    )
+    # Issue 14: is etcd's footprint bounded? Growth per hour of the file and of its live
+    # part (what `etcdctl defrag` would leave), at the measured rate.
+    out.append("\n**etcd footprint** (per hour at the measured rate; in use = what defrag leaves)\n")
+    out.append(
+        table(
+            [
+                "partitions",
+                "etcd rev/s",
+                "db size end MiB",
+                "db in use end MiB",
+                "db growth MiB/h",
+                "db in-use growth MiB/h",
+            ],
+            [
+                [
+                    fmt(r["partitions"]),
+                    fmt(r["etcd_revisions_per_s"]),
+                    fmt(r["etcd_db_size_end"] / 2**20),
+                    fmt(r["etcd_db_in_use_end"] / 2**20),
+                    fmt(r["etcd_db_growth_bytes_per_s"] * 3600 / 2**20),
+                    fmt(r["etcd_db_in_use_growth_bytes_per_s"] * 3600 / 2**20),
                 ]
                 for r in ok
             ],

@@ -25,4 +25,5 @@ pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod records;
+pub mod retention;
 pub mod server;

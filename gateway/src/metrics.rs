@@ -1,7 +1,9 @@
 //! Counters exported on `/metrics` in the Prometheus text format.
 
+use oxbow_metadata::MetadataFootprint;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Number of Kafka API keys tracked (keys above are counted as the last slot).
 const API_KEYS: usize = 100;
@@ -22,6 +24,18 @@ pub struct Metrics {
     pub http_connections_open: AtomicU64,
     pub http_connections_idle_closed: AtomicU64,
     pub http_connections_read_timed_out: AtomicU64,
+    /// The metadata service's revision, as last sampled (`cluster::history`).
+    pub metadata_revision: AtomicU64,
+    /// The highest revision its history is known to be compacted to (by this broker, or
+    /// as the backend reports).
+    pub metadata_compacted_revision: AtomicU64,
+    /// History compactions this broker ran, and those that failed.
+    pub metadata_compactions: AtomicU64,
+    pub metadata_compaction_failures: AtomicU64,
+    /// Objects the controller's sweep deleted because no catalog key named them.
+    pub orphan_objects_deleted: AtomicU64,
+    /// The last sampled footprint (`None` until sampled, or for a backend without one).
+    metadata_footprint: Mutex<Option<MetadataFootprint>>,
 }
 
 impl Default for Metrics {
@@ -40,6 +54,12 @@ impl Default for Metrics {
             http_connections_open: AtomicU64::new(0),
             http_connections_idle_closed: AtomicU64::new(0),
             http_connections_read_timed_out: AtomicU64::new(0),
+            metadata_revision: AtomicU64::new(0),
+            metadata_compacted_revision: AtomicU64::new(0),
+            metadata_compactions: AtomicU64::new(0),
+            metadata_compaction_failures: AtomicU64::new(0),
+            orphan_objects_deleted: AtomicU64::new(0),
+            metadata_footprint: Mutex::new(None),
         }
     }
 }
@@ -48,6 +68,27 @@ impl Metrics {
     pub fn count_request(&self, api_key: i16) {
         let slot = usize::try_from(api_key).unwrap_or(0).min(API_KEYS - 1);
         self.requests[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a sampled footprint of the metadata service.
+    pub fn set_metadata_footprint(&self, f: MetadataFootprint) {
+        self.metadata_revision
+            .store(f.revision.max(0) as u64, Ordering::Relaxed);
+        if let Some(c) = f.compacted_revision {
+            self.metadata_compacted_revision
+                .fetch_max(c.max(0) as u64, Ordering::Relaxed);
+        }
+        *self
+            .metadata_footprint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(f);
+    }
+
+    fn metadata_footprint(&self) -> Option<MetadataFootprint> {
+        self.metadata_footprint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -364,6 +405,71 @@ pub fn render(broker: &crate::broker::Broker) -> String {
             &one(c.approx_bytes as f64),
         );
     }
+    if let Some(f) = m.metadata_footprint() {
+        write_metric(
+            &mut out,
+            "oxbow_metadata_db_bytes",
+            "gauge",
+            "Size of the metadata service's database file (etcd: of the member that answered; \
+             its --quota-backend-bytes applies to it), sampled every 30 s.",
+            &one(f.db_bytes as f64),
+        );
+        if let Some(in_use) = f.db_bytes_in_use {
+            write_metric(
+                &mut out,
+                "oxbow_metadata_db_in_use_bytes",
+                "gauge",
+                "Bytes of the metadata database holding live data: what a defragmentation \
+                 would leave, sampled every 30 s.",
+                &one(in_use as f64),
+            );
+        }
+        write_metric(
+            &mut out,
+            "oxbow_metadata_keys",
+            "gauge",
+            "Keys under this cluster's root in the metadata service, sampled every 30 s.",
+            &one(f.keys as f64),
+        );
+    }
+    write_metric(
+        &mut out,
+        "oxbow_metadata_revision",
+        "gauge",
+        "The metadata service's current revision, as last sampled.",
+        &one(get(&m.metadata_revision)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_metadata_compacted_revision",
+        "gauge",
+        "The revision the metadata service's history is known compacted to (by this broker \
+         while it is the controller, or as the embedded store reports); 0: not known.",
+        &one(get(&m.metadata_compacted_revision)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_metadata_compactions_total",
+        "counter",
+        "History compactions of the metadata service run by this broker \
+         (--metadata-history-retention).",
+        &one(get(&m.metadata_compactions)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_metadata_compaction_failures_total",
+        "counter",
+        "History compactions that failed or timed out (retried at the next sample).",
+        &one(get(&m.metadata_compaction_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_orphan_objects_deleted_total",
+        "counter",
+        "Objects the controller's sweep deleted because no catalog key named them and they \
+         were older than --orphan-grace (leaked by a crash, or of deleted topics).",
+        &one(get(&m.orphan_objects_deleted)),
+    );
     write_metric(
         &mut out,
         "oxbow_read_cache_bytes",

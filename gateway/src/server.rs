@@ -125,6 +125,17 @@ pub struct ServeArgs {
     /// makes slow readers look the catalog up again.
     #[arg(long, env = "OXBOW_COMPACTION_DELETE_DELAY", default_value = "5m", value_parser = humantime::parse_duration)]
     pub compaction_delete_delay: Duration,
+    /// Retention by age for topics that set no `retention.ms` (Kafka's `log.retention.ms`):
+    /// sealed data whose newest record is older leaves the log, a sealed object or segment
+    /// at a time, checked every compaction round. `-1` keeps data forever.
+    #[arg(long, env = "OXBOW_LOG_RETENTION_MS", default_value_t = 604_800_000,
+        allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub log_retention_ms: i64,
+    /// Retention by size per partition for topics that set no `retention.bytes` (Kafka's
+    /// `log.retention.bytes`). `-1` keeps any size.
+    #[arg(long, env = "OXBOW_LOG_RETENTION_BYTES", default_value_t = -1,
+        allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub log_retention_bytes: i64,
     /// Log line format.
     #[arg(long, env = "OXBOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -207,6 +218,26 @@ pub struct ServeArgs {
     /// hands its partitions to healthy brokers sooner.
     #[arg(long, env = "OXBOW_STORAGE_FAILURE_EXIT_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
     pub storage_failure_exit_delay: Duration,
+    /// How much of the metadata service's revision history to keep (`0s`: never compact;
+    /// then run etcd with `--auto-compaction-*`, or its database grows until its quota
+    /// stops every write). The controller compacts older revisions; a reader whose watch
+    /// falls further behind re-reads instead of resuming. Longer costs etcd space (every
+    /// superseded value and deleted key of that long is kept); shorter makes readers that
+    /// stall re-read more often.
+    #[arg(long, env = "OXBOW_METADATA_HISTORY_RETENTION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub metadata_history_retention: Duration,
+    /// How often the controller sweeps the object store for objects no catalog key names
+    /// (leaked by a crash between a PUT and its commit, or of deleted topics) and deletes
+    /// those older than --orphan-grace (`0s` disables). Each sweep lists a bounded page
+    /// (50,000 objects), resuming where the last stopped.
+    #[arg(long, env = "OXBOW_ORPHAN_SWEEP_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub orphan_sweep_interval: Duration,
+    /// How old an unreferenced object must be before the sweep deletes it. Must stay well
+    /// above the time from an object's PUT to its catalog commit (seconds for a seal, at
+    /// most 10 minutes for a compaction swap): shorter risks deleting an object a commit
+    /// still in flight is about to name.
+    #[arg(long, env = "OXBOW_ORPHAN_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub orphan_grace: Duration,
 }
 
 /// Exit code of a broker whose WAL failed (EX_IOERR): restart it once the disk takes writes.
@@ -423,6 +454,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.compaction_interval,
             args.compaction_delete_delay,
         ),
+        Some(Arc::new(crate::retention::TopicRetention {
+            broker: Arc::downgrade(&broker),
+            defaults: oxbow_segment_writer::Retention {
+                ms: args.log_retention_ms,
+                bytes: args.log_retention_bytes,
+            },
+        })),
         stop_sealing.clone(),
     ));
     // WAL replication: this broker's WAL to its replicas, other brokers' WALs to this one.
@@ -483,6 +521,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.cluster.clone(),
         cluster::controller_state::ControllerSettings::default(),
         stop_controller.clone(),
+    ));
+    // Objects nothing names any more (leaked, or of deleted topics) are swept away.
+    background.spawn(cluster::reclaim::run_orphan_sweep(
+        broker.clone(),
+        args.orphan_sweep_interval,
+        args.orphan_grace,
+        stop_serving.clone(),
+    ));
+    // The metadata service's history stays bounded; its footprint goes to /metrics.
+    background.spawn(cluster::history::run_history(
+        broker.clone(),
+        args.metadata_history_retention,
+        stop_serving.clone(),
     ));
     background.spawn(kafka::serve(
         kafka_listener,

@@ -600,4 +600,26 @@ async fn health_readiness_and_metrics() {
         .expect("http request counter");
     // healthz, readyz twice, and this request.
     assert_eq!(requests, 4.0);
+
+    // The metadata footprint appears once sampled (cluster::history does every 30 s).
+    s.broker
+        .metrics
+        .set_metadata_footprint(oxbow_metadata::MetadataFootprint {
+            revision: 41,
+            compacted_revision: Some(30),
+            db_bytes: 65_536,
+            db_bytes_in_use: Some(32_768),
+            keys: 7,
+        });
+    let text = String::from_utf8_lossy(&get(s.addr, "/metrics").await.body).to_string();
+    for line in [
+        "oxbow_metadata_db_bytes 65536",
+        "oxbow_metadata_db_in_use_bytes 32768",
+        "oxbow_metadata_keys 7",
+        "oxbow_metadata_revision 41",
+        "oxbow_metadata_compacted_revision 30",
+        "oxbow_metadata_compactions_total 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
 }

@@ -83,7 +83,9 @@ pub use group::{CommittedOffset, GroupRecord};
 pub use kv_store::KvStore;
 pub use leader_epochs::{EpochStart, LeaderEpochHistory, LEADER_EPOCHS_MAX};
 pub use lease::{run_lease_keeper, LeaseGuard};
-pub use store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
+pub use store::{
+    BrokerRegistration, Lease, LeaseId, MetadataFootprint, MetadataStore, LEASE_TTL_MIN,
+};
 pub use topic::{PartitionState, TopicConfigs, TopicMetadata, TopicSpec};
 pub use topic_configs::{AlterOp, ConfigAlteration, ConfigChange};
 pub use types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};

@@ -119,7 +119,9 @@ pub trait MetadataStore: Send + Sync + 'static {
         leaders: &[BrokerId],
     ) -> Result<TopicMetadata>;
     /// Compare-and-swap of one partition's state: succeeds only if the stored version equals
-    /// `expected_version`; the stored version becomes `expected_version + 1`.
+    /// `expected_version`; the stored version becomes `expected_version + 1`. The log start
+    /// offset never decreases (a lower one is stored as the current one); catalog lookups
+    /// serve nothing wholly below it, and its keys are deleted in the background.
     async fn update_partition(
         &self,
         topic_id: TopicId,
@@ -177,6 +179,15 @@ pub trait MetadataStore: Send + Sync + 'static {
     ) -> Result<bool> {
         let _ = (broker_id, object_key);
         Ok(true)
+    }
+    /// The object keys among `candidates` that no catalog key names (neither a sealed
+    /// object's catalog key nor any per-partition entry), checked against the in-memory
+    /// catalogue and, for what it does not know, the store itself; a name of a shape Oxbow
+    /// does not write is never returned. For the sweep that deletes leaked objects (only
+    /// objects older than its grace period are candidates). The default returns none.
+    async fn unreferenced_objects(&self, candidates: Vec<String>) -> Result<Vec<String>> {
+        let _ = candidates;
+        Ok(Vec::new())
     }
     /// Makes the lookups of one partition reflect everything committed before this call
     /// (lookups are served from memory, fed by watches, and may otherwise lag other brokers'
@@ -293,4 +304,43 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn controller(&self) -> Result<Option<BrokerId>>;
     /// The controller now (first event), then every change.
     async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>>;
+
+    // ---- history and footprint (issue 14) ----
+
+    /// The metadata service's current revision, read linearizably; `None` for a backend
+    /// without revisions (the default).
+    async fn metadata_revision(&self) -> Result<Option<i64>> {
+        Ok(None)
+    }
+    /// Discards the metadata service's history before `revision` (etcd's compaction, see
+    /// [`crate::kv::Kv::compact`]): watches from an earlier revision end and their readers
+    /// re-read; nothing current changes. At or below what is compacted already it is
+    /// success, so two brokers compacting is harmless. The default has nothing to discard.
+    async fn compact_history(&self, revision: i64) -> Result<()> {
+        let _ = revision;
+        Ok(())
+    }
+    /// How big the metadata service is: its database, revisions and this cluster's keys.
+    /// One status call and one count-only range of the cluster's keys (the count costs the
+    /// service a walk of its key index: sample it, do not call it per scrape). `None` for
+    /// a backend that keeps no such figures (the default).
+    async fn metadata_footprint(&self) -> Result<Option<MetadataFootprint>> {
+        Ok(None)
+    }
+}
+
+/// The metadata service's size ([`MetadataStore::metadata_footprint`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataFootprint {
+    /// The current revision.
+    pub revision: i64,
+    /// History before it is gone (`None`: the backend does not say; etcd does not).
+    pub compacted_revision: Option<i64>,
+    /// Bytes of the database file (etcd: of the member that answered; its quota applies
+    /// to this). 0 in memory.
+    pub db_bytes: u64,
+    /// Bytes of it holding live data, what a defragmentation would leave (`None`: unknown).
+    pub db_bytes_in_use: Option<u64>,
+    /// Keys under this cluster's root.
+    pub keys: u64,
 }

@@ -213,6 +213,19 @@ impl TopicConfigs {
         crate::topic_configs::list_elements(self.get("cleanup.policy")).contains(&"compact")
     }
 
+    /// Whether `cleanup.policy` includes `delete`: retention and DeleteRecords apply.
+    pub fn deletes(&self) -> bool {
+        self.get("cleanup.policy")
+            .split(',')
+            .any(|p| p.trim() == "delete")
+    }
+
+    /// Whether `retention.ms` / `retention.bytes` are set on the topic itself (otherwise
+    /// the broker's `log.retention.*` defaults apply).
+    pub fn overrides(&self, name: &str) -> bool {
+        self.overrides.contains_key(name)
+    }
+
     /// How far in the future (by the broker's clock) a `CreateTime` record may be.
     pub fn timestamp_after_max_ms(&self) -> i64 {
         self.get("message.timestamp.after.max.ms")

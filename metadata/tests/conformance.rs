@@ -780,6 +780,7 @@ async fn run_all(store: &dyn MetadataStore) {
     catalog_writer_fence_and_epoch_cut(store).await;
     catalog_replace(store).await;
     sealed_object_lookup(store).await;
+    catalog_log_start(store).await;
     topic_watch(store).await;
     topic_config_alterations(store).await;
     consumer_groups(store).await;

@@ -457,12 +457,81 @@ async fn leases(kv: &dyn Kv, p: &str) {
     kv.revoke(lease.id).await.expect("revoke twice");
 }
 
+/// History compaction: what it ends, what it keeps, and that repeating it is harmless.
+async fn compaction(kv: &dyn Kv, p: &str) {
+    let range = KeyRange::prefix(key(p, ""));
+    let r1 = put(kv, key(p, "c1"), "a").await;
+    let r2 = put(kv, key(p, "c2"), "b").await;
+    let r3 = put(kv, key(p, "c1"), "c").await;
+    // A watch that keeps up is not ended by a compaction.
+    let mut live = kv.watch(range.clone(), None).await.expect("watch now");
+    kv.compact(r2).await.expect("compact");
+    // At or below what is compacted already: success (a racing compactor, a retry).
+    kv.compact(r2).await.expect("compact again");
+    kv.compact(r1).await.expect("compact below");
+    let status = kv.status().await.expect("status");
+    assert!(status.revision >= r3, "{status:?}");
+    if let Some(c) = status.compacted_revision {
+        assert!(c >= r2, "{status:?}");
+    }
+    // From before the compacted revision: the watch ends at once.
+    let mut old = kv
+        .watch(range.clone(), Some(r1))
+        .await
+        .expect("watch from a compacted revision");
+    assert!(tokio::time::timeout(DEADLINE, old.recv())
+        .await
+        .expect("a watch from compacted history ends at once")
+        .is_none());
+    // From the compacted revision itself: every change from it on.
+    let mut from = kv.watch(range.clone(), Some(r2)).await.expect("watch");
+    let events = next_events(&mut from, 2, "from the compacted revision").await;
+    assert_eq!(
+        events.iter().map(|e| e.kv.mod_revision).collect::<Vec<_>>(),
+        vec![r2, r3]
+    );
+    // Current state is untouched.
+    let now = kv.range(Get::prefix(key(p, ""))).await.expect("read");
+    assert_eq!(
+        now.kvs
+            .iter()
+            .map(|kv| kv.value.clone())
+            .collect::<Vec<_>>(),
+        vec![b"c".to_vec(), b"b".to_vec()]
+    );
+    let r4 = put(kv, key(p, "c3"), "d").await;
+    for w in [&mut live, &mut from] {
+        assert_eq!(
+            next_events(w, 1, "after compaction").await[0]
+                .kv
+                .mod_revision,
+            r4
+        );
+    }
+    let err = kv.compact(r4 + 1000).await.expect_err("a future revision");
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    // Counting keys.
+    assert_eq!(kv.count(range).await.expect("count"), 3);
+    assert_eq!(kv.count(KeyRange::key(key(p, "c1"))).await.expect("one"), 1);
+    assert_eq!(
+        kv.count(KeyRange::key(key(p, "none"))).await.expect("none"),
+        0
+    );
+    assert_eq!(
+        kv.count(KeyRange::between(key(p, "c2"), key(p, "c1")))
+            .await
+            .expect("empty range"),
+        0
+    );
+}
+
 async fn run_all(kv: &dyn Kv, p: &str) {
     range_and_prefix(kv, &format!("{p}range/")).await;
     revisions_and_versions(kv, &format!("{p}rev/")).await;
     txn_compares(kv, &format!("{p}txn/")).await;
     watches(kv, &format!("{p}watch/")).await;
     leases(kv, &format!("{p}lease/")).await;
+    compaction(kv, &format!("{p}compact/")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,6 +587,8 @@ async fn redb_on_file_survives_reopen() {
         (r.revision, lease.id)
     };
     let kv = RedbKv::open(&path, Arc::new(SystemClock)).expect("reopen");
+    let on_disk = std::fs::metadata(&path).expect("stat").len();
+    assert_eq!(kv.status().await.expect("status").db_bytes, on_disk);
     let kept = kv.range(Get::key("/kept")).await.expect("read");
     assert_eq!(kept.first().expect("kept").value, b"yes");
     // The previous process's lease died with it, and so did its key (one more revision).
@@ -564,4 +635,10 @@ async fn etcd_single_member() {
         .await
         .expect("connect");
     run_all(&kv, "/t/").await;
+    let status = kv.status().await.expect("status");
+    assert!(status.db_bytes > 0, "{status:?}");
+    let in_use = status
+        .db_bytes_in_use
+        .expect("etcd 3.4 reports the bytes in use");
+    assert!(in_use > 0 && in_use <= status.db_bytes, "{status:?}");
 }

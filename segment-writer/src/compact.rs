@@ -38,6 +38,7 @@ use crate::compact_state::{plan, DeletionLedger, ObjectRef, PlanEntry, PlanKind,
 use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
+use crate::retention::RetentionPolicies;
 use crate::segment::{self, SegmentBuilder, SegmentIndex, INDEX_INTERVAL_BYTES};
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
@@ -125,6 +126,8 @@ pub struct CompactMetrics {
     pub segment_bytes_written: AtomicU64,
     pub entries_replaced: AtomicU64,
     pub objects_deleted: AtomicU64,
+    /// Catalog entries that left by retention.
+    pub entries_expired: AtomicU64,
     pub replace_conflicts: AtomicU64,
     pub replace_fenced: AtomicU64,
     pub checksum_failures: AtomicU64,
@@ -156,6 +159,10 @@ pub struct Compactor {
     /// Segments written whose catalog swaps wait to be committed together
     /// ([`Compactor::commit_swaps`]): at most [`SWAPS_PER_COMMIT`].
     pending: Vec<Swap>,
+    /// Each topic's retention; without it (or for a topic it does not know) nothing expires.
+    retention: Option<Arc<dyn RetentionPolicies>>,
+    /// Whether rounds rewrite entries into segments (off: retention and deletion only).
+    compacting: bool,
     pub metrics: Arc<CompactMetrics>,
 }
 
@@ -170,7 +177,15 @@ struct Swap {
     size: u64,
     /// The segment's index, cached once the swap lands (the first reader fetches it).
     index: Bytes,
+    /// When its PUT completed: a swap older than [`SWAP_AGE_MAX`] is not committed.
+    written_at: tokio::time::Instant,
 }
+
+/// Oldest segment a swap commits: the orphan sweep ([`crate::orphans`]) deletes objects
+/// no catalog key names once older than its grace period (an hour by default), so a swap
+/// must never make an object that old referenced. A round commits its swaps within
+/// minutes; one that waited longer gives its segment up (deleted like a failed swap's).
+pub const SWAP_AGE_MAX: Duration = Duration::from_secs(600);
 
 /// Swaps committed together: one metadata request for up to this many partitions' swaps
 /// (the store splits it into transactions within its limits), so a round rewriting
@@ -181,21 +196,38 @@ pub const SWAPS_PER_COMMIT: usize = 24;
 /// served (an object entry is outranked at its front by at most a few others).
 const REFERENCE_LOOKAHEAD: usize = 8;
 
-/// Runs the compactor until `shutdown` (a zero interval disables it).
+/// How often retention is applied when compaction is disabled (Kafka checks every
+/// `log.retention.check.interval.ms`, 5 minutes by default).
+const RETENTION_ONLY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Runs the compactor until `shutdown`: every round applies each topic's retention (from
+/// `retention`), then compacts; a zero interval disables compaction (retention then runs
+/// every [`RETENTION_ONLY_INTERVAL`]).
 pub async fn run_compactor(
     log: Arc<LogManager>,
     settings: CompactSettings,
+    retention: Option<Arc<dyn RetentionPolicies>>,
     shutdown: CancellationToken,
 ) {
-    if settings.interval.is_zero() {
+    let compacting = !settings.interval.is_zero();
+    let interval = if compacting {
+        settings.interval
+    } else if retention.is_some() {
+        tracing::info!("compaction disabled (--compaction-interval 0); retention is still applied every {RETENTION_ONLY_INTERVAL:?}");
+        RETENTION_ONLY_INTERVAL
+    } else {
         tracing::info!("compaction disabled (--compaction-interval 0)");
         return;
-    }
-    let mut tick = tokio::time::interval(settings.interval);
+    };
+    let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate; the first round waits one interval, after start-up.
     tick.tick().await;
     let mut compactor = Compactor::new(log, settings);
+    compactor.compacting = compacting;
+    if let Some(r) = retention {
+        compactor = compactor.with_retention(r);
+    }
     loop {
         tokio::select! {
             // Polled in order (shutdown first): tokio's random branch order would make the
@@ -233,7 +265,39 @@ impl Compactor {
             cursors: HashMap::new(),
             fenced: HashMap::new(),
             pending: Vec::new(),
+            retention: None,
+            compacting: true,
             metrics,
+        }
+    }
+
+    /// The same compactor applying each topic's retention from `policies` every round.
+    pub fn with_retention(mut self, policies: Arc<dyn RetentionPolicies>) -> Self {
+        self.retention = Some(policies);
+        self
+    }
+
+    /// Applies the retention of `p`'s topic; what left becomes deletion candidates.
+    async fn apply_retention(&mut self, p: &Partition, now_ms: i64) {
+        let tp = p.topic_partition;
+        let Some(retention) = self
+            .retention
+            .as_ref()
+            .and_then(|r| r.retention(tp.topic_id))
+        else {
+            return;
+        };
+        match self.log.apply_retention(p, retention, now_ms).await {
+            Ok(removed) if !removed.is_empty() => {
+                self.metrics
+                    .entries_expired
+                    .fetch_add(removed.len() as u64, Ordering::Relaxed);
+                self.note_old_objects(tp, &removed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(partition = %tp, error = %e, "applying retention failed; retried next round")
+            }
         }
     }
 
@@ -262,11 +326,19 @@ impl Compactor {
         let open = |tp: &TopicPartition| partitions.iter().any(|p| p.topic_partition == *tp);
         self.cursors.retain(|tp, _| open(tp));
         self.fenced.retain(|tp, _| open(tp));
-        for p in partitions {
+        let now_ms = self.log.clock.unix_ms();
+        for p in &partitions {
+            if stop.is_cancelled() {
+                break;
+            }
+            self.apply_retention(p, now_ms).await;
+        }
+        let compacting = self.compacting;
+        for p in partitions.iter().filter(|_| compacting) {
             if stop.is_cancelled() || !self.has_budget(&stats) {
                 break;
             }
-            if let Err(e) = self.compact_partition(&p, &mut stats, stop).await {
+            if let Err(e) = self.compact_partition(p, &mut stats, stop).await {
                 self.metrics.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(partition = %p.topic_partition, error = %e, "compaction of a partition failed; retried next round");
             }
@@ -468,13 +540,25 @@ impl Compactor {
             index: Bytes::copy_from_slice(&built.body[index_range]),
             entry: built.entry,
             size,
+            written_at: tokio::time::Instant::now(),
         }))
     }
 
     /// Commits the pending swaps in one request ([`oxbow_metadata::MetadataStore::replace_catalog_entries_many`]),
     /// each fenced by its partition's leader epoch and settled on its own.
     async fn commit_swaps(&mut self, stats: &mut RoundStats) {
-        let swaps = std::mem::take(&mut self.pending);
+        let (swaps, stale): (Vec<Swap>, Vec<Swap>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|s| s.written_at.elapsed() <= SWAP_AGE_MAX);
+        for s in stale {
+            tracing::warn!(partition = %s.tp, key = %s.entry.object_key,
+                "a compacted segment waited too long for its catalog swap; giving it up");
+            let r = ObjectRef {
+                topic_partition: s.tp,
+                offset: s.entry.base_offset,
+            };
+            self.note_superseded(s.entry.object_key, Some(vec![r]), false);
+        }
         if swaps.is_empty() {
             return;
         }

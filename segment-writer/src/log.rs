@@ -42,6 +42,7 @@ mod append;
 mod open;
 mod partition_handle;
 mod recovery;
+mod retention;
 
 pub use append::{Acks, Appended, PendingAppend};
 pub use partition_handle::Partition;
@@ -518,6 +519,12 @@ impl LogManager {
     /// Bytes held in memory not yet uploaded.
     pub fn unsealed_bytes(&self) -> u64 {
         self.unsealed_bytes.load(Ordering::Acquire)
+    }
+
+    /// The object store this broker seals into (for the controller's sweep of leaked
+    /// objects, [`crate::orphans`]).
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.objects
     }
 
     /// Every open partition.

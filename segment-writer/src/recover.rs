@@ -110,7 +110,9 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
 /// restarted after its partitions moved, and its restart cleared the recorded in-sync set,
 /// so without asking it a recovery could find nothing and lose what it acknowledged).
 /// `skip_incarnation` leaves out the current incarnation of a broker recovering its own
-/// lost WAL.
+/// lost WAL. Also answers whether the source was registered (alive) when asked: a tail
+/// fetched from a live source may grow, one fetched from a dead source cannot until it
+/// registers again.
 pub async fn fetch_tail(
     transport: &Arc<dyn ReplicaTransport>,
     metadata: &Arc<dyn MetadataStore>,
@@ -119,7 +121,7 @@ pub async fn fetch_tail(
     source: BrokerId,
     record: Option<&WalReplicaSet>,
     skip_incarnation: Option<u64>,
-) -> Result<Tail> {
+) -> Result<(Tail, bool)> {
     // This broker may itself be one of the source's replicas: its own copy counts.
     let own = if source == me {
         Ok(Vec::new())
@@ -130,6 +132,7 @@ pub async fn fetch_tail(
             .map_err(|e| Error::Internal(format!("replica read task: {e}")))?
     };
     let live = metadata.list_brokers().await?;
+    let source_registered = live.iter().any(|b| b.broker_id == source);
     let asks = live
         .iter()
         .filter(|b| b.broker_id != me && !b.internal_addr.is_empty())
@@ -219,7 +222,7 @@ pub async fn fetch_tail(
                 r.eligible
             )));
         }
-        return Ok(tail);
+        return Ok((tail, source_registered));
     }
     let needs_in_sync = record.is_some();
     if needs_in_sync && !answered_in_sync {
@@ -228,7 +231,7 @@ pub async fn fetch_tail(
             record.map(|r| r.isr.clone()).unwrap_or_default()
         )));
     }
-    Ok(tail)
+    Ok((tail, source_registered))
 }
 
 async fn fetch_from(

@@ -95,7 +95,7 @@ async fn connection(socket: BoxConn, me: BrokerId, store: Arc<ReplicaStore>) -> 
                 start_sequence,
                 "WAL replication stream started"
             );
-            stream(rd, wr, source, incarnation, store).await
+            stream(rd, wr, source, incarnation, start_sequence, store).await
         }
         Some(Frame::FetchTail { source }) => {
             let held = oxbow_metadata::blocking::run_blocking(move || {
@@ -138,9 +138,13 @@ async fn stream(
     mut wr: WriteHalf<BoxConn>,
     source: BrokerId,
     incarnation: u64,
+    start_sequence: u64,
     store: Arc<ReplicaStore>,
 ) -> Result<()> {
     let log = store.log(source, incarnation)?;
+    log.lock()
+        .map_err(|_| Error::Internal("replica log lock poisoned".into()))?
+        .stream_begins(start_sequence);
     let (tx, mut rx) = mpsc::channel::<Frame>(STREAM_QUEUE_FRAMES);
     let reader = async move {
         while let Some(f) = read_frame(&mut rd).await? {

@@ -33,6 +33,13 @@ pub struct ReplicaLog {
     next: u64,
     /// The store's counter of bytes written.
     written: Arc<std::sync::atomic::AtomicU64>,
+    /// The highest sequence at which a stream began past what this copy held (a first
+    /// stream into an empty copy, one after this broker lost its disk, or one the source
+    /// resumed further on): entries below it may be missing, which matters until the
+    /// source's sealed floor reaches it (see [`Self::complete`]).
+    gap_at: Option<u64>,
+    /// The highest sealed floor the source has sent (`Trim`) in this process's life.
+    floor: Option<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
@@ -86,6 +93,8 @@ impl ReplicaLog {
             current: None,
             next,
             written,
+            gap_at: None,
+            floor: None,
         })
     }
 
@@ -153,6 +162,7 @@ impl ReplicaLog {
 
     /// Deletes every file all of whose entries precede `keep_from` (never the open one).
     pub fn trim(&mut self, keep_from: u64) -> Result<()> {
+        self.floor = Some(self.floor.map_or(keep_from, |f| f.max(keep_from)));
         let mut remove = 0;
         while remove + 1 < self.files.len() && self.files[remove + 1].first_sequence <= keep_from {
             remove += 1;
@@ -161,6 +171,28 @@ impl ReplicaLog {
             std::fs::remove_file(&f.path)?;
         }
         Ok(())
+    }
+
+    /// Whether this copy holds everything the source holds unsealed: no stream began past
+    /// what it held, or the source's sealed floor has reached the last such start (what
+    /// the source itself requires of a replica it counts as in sync). An incomplete copy is
+    /// not answered for a tail: counted as the source's in-sync copy, it would end a
+    /// recovery without the entries it lacks (found by the simulation, seed 114: the only
+    /// in-sync replica lost its disk, the source streamed to it again from its current end
+    /// while its own seals failed, and the new leader recovered nothing).
+    pub fn complete(&self) -> bool {
+        self.gap_at
+            .is_none_or(|gap| self.floor.is_some_and(|floor| floor >= gap))
+    }
+
+    /// A stream (`Hello`) begins at `start_sequence`.
+    pub fn stream_begins(&mut self, start_sequence: u64) {
+        if start_sequence > self.next {
+            self.gap_at = Some(
+                self.gap_at
+                    .map_or(start_sequence, |g| g.max(start_sequence)),
+            );
+        }
     }
 
     /// Every stored entry, in file order.
@@ -248,8 +280,16 @@ impl ReplicaStore {
         let mut out = Vec::new();
         for inc in incarnations {
             let log = self.log(source, inc)?;
-            let data = lock(&log)?.read_all()?;
-            out.push((inc, Bytes::from(data)));
+            let log = lock(&log)?;
+            if !log.complete() {
+                tracing::info!(
+                    source,
+                    incarnation = inc,
+                    "not answering for a WAL copy that began after entries it lacks"
+                );
+                continue;
+            }
+            out.push((inc, Bytes::from(log.read_all()?)));
         }
         Ok(out)
     }

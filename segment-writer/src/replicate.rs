@@ -554,7 +554,11 @@ impl Replicator {
             Ok::<(), Error>(())
         };
         tokio::pin!(acks);
+        // The floor as it is now, then every change: a replica knows from the start whether
+        // its copy begins at or below it (`ReplicaLog::complete`).
         let mut floor = self.sealed_floor.subscribe();
+        let keep_from = *floor.borrow_and_update();
+        write_frame(&mut wr, &Frame::Trim { keep_from }).await?;
         loop {
             tokio::select! {
                 // Polled in order (shutdown first): tokio's random branch order would make the

@@ -202,22 +202,13 @@ impl LogManager {
                 tracing::error!(error = %e, "fenced while sealing; dropping partitions of this object");
                 self.forget_where(|tp| chunks.iter().any(|c| c.topic_partition == *tp));
             }
+            if e.kind() == MetadataErrorKind::Conflict {
+                self.reconcile_with_catalog(&chunks).await;
+            }
             return Err(Error::Metadata(e));
         }
         for c in &chunks {
-            if let Some(p) = self.get(&c.topic_partition) {
-                let mut s = p.lock()?;
-                let before = s.unsealed_bytes();
-                if s.mark_sealed(c.last_offset) {
-                    // Direct durability: sealed is durable; waiting producers and readers
-                    // learn it through the high watermark.
-                    p.high_watermark_tx.send_replace(s.high_watermark);
-                }
-                s.evict(self.settings.partition_tail_bytes);
-                let sealed_bytes = (before - s.unsealed_bytes()) as u64;
-                self.unsealed_bytes
-                    .fetch_sub(sealed_bytes, Ordering::AcqRel);
-            }
+            self.mark_chunk_sealed(c.topic_partition, c.last_offset)?;
         }
         self.metrics
             .objects_uploaded
@@ -228,6 +219,61 @@ impl LogManager {
         tracing::debug!(key = %sealed.key, bytes = size, partitions = chunks.len(), "sealed object");
         self.trim_wal(durable_sequence)?;
         Ok((size, more))
+    }
+
+    /// Marks `tp`'s batches up to `last_offset` sealed (catalogued).
+    fn mark_chunk_sealed(
+        &self,
+        tp: oxbow_metadata::TopicPartition,
+        last_offset: oxbow_metadata::Offset,
+    ) -> Result<()> {
+        if let Some(p) = self.get(&tp) {
+            let mut s = p.lock()?;
+            let before = s.unsealed_bytes();
+            if s.mark_sealed(last_offset) {
+                // Direct durability: sealed is durable; waiting producers and readers learn
+                // it through the high watermark.
+                p.high_watermark_tx.send_replace(s.high_watermark);
+            }
+            s.evict(self.settings.partition_tail_bytes);
+            let sealed_bytes = (before - s.unsealed_bytes()) as u64;
+            self.unsealed_bytes
+                .fetch_sub(sealed_bytes, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// After a commit refused because a partition's catalogue already goes past where its
+    /// chunk starts: an earlier seal of the same batches whose commit failed with an
+    /// unknown outcome landed after all (its object is kept, `delete_uncatalogued` asks the
+    /// store). Those batches are sealed, under this broker's epoch (one writer per epoch):
+    /// marked so, the next seal starts after them instead of being refused forever (found
+    /// by the simulation, seed 53).
+    async fn reconcile_with_catalog(&self, chunks: &[Chunk]) {
+        for c in chunks {
+            let tp = c.topic_partition;
+            let last = match self.metadata.sync_catalog(tp.topic_id, tp.partition).await {
+                Ok(()) => self.metadata.catalog_last(tp.topic_id, tp.partition).await,
+                Err(e) => Err(e),
+            };
+            match last {
+                Ok(Some(last))
+                    if last.next_offset() > c.base_offset
+                        && last.leader_epoch == c.leader_epoch =>
+                {
+                    let up_to = last.last_offset.min(c.last_offset);
+                    tracing::info!(partition = %tp, up_to, key = %last.object_key,
+                        "batches being sealed were catalogued by an earlier seal; marked sealed");
+                    if let Err(e) = self.mark_chunk_sealed(tp, up_to) {
+                        tracing::warn!(partition = %tp, error = %e, "marking batches sealed failed");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(partition = %tp, error = %e, "reading where the catalogue ends failed; the next seal retries")
+                }
+            }
+        }
     }
 
     /// The first WAL sequence that may not be in the object store yet.

@@ -124,9 +124,19 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let store = Arc::new(ReplicaStore::new(dir.path().join("b2/replicas"), 1 << 20));
-    // As an in-sync replica does, it holds a copy of the recorded incarnation (empty: all
-    // trimmed); a replica without one (its disk lost) would not count as in sync.
-    store.log(1, 42).expect("broker 1's copy");
+    // As an in-sync replica does, it holds a copy of the recorded incarnation, begun at or
+    // below the source's sealed floor (empty: all trimmed); a replica without one (its disk
+    // lost), or whose copy began above the floor, would not count as in sync.
+    {
+        let copy = store.log(1, 42).expect("broker 1's copy");
+        let mut copy = copy.lock().expect("lock");
+        copy.stream_begins(7);
+        assert!(!copy.complete(), "no floor known yet");
+        copy.trim(5).expect("trim");
+        assert!(!copy.complete(), "began above the floor");
+        copy.trim(7).expect("trim");
+        assert!(copy.complete());
+    }
     let server = tokio::spawn(serve_internal(
         listener,
         2,

@@ -1,5 +1,6 @@
-//! `oxbow topics create|list|describe|delete|alter-config`, after Kafka's `kafka-topics.sh`
-//! (and, for `alter-config`, `kafka-configs.sh --alter`).
+//! `oxbow topics create|list|describe|delete|alter-config|delete-records`, after Kafka's
+//! `kafka-topics.sh` (and, for `alter-config`, `kafka-configs.sh --alter`; for
+//! `delete-records`, `kafka-delete-records.sh`).
 //!
 //! Output follows kafka-topics.sh so scripts written against Kafka keep working:
 //! `Created topic NAME.` on create, one name per line on list, and tab-separated
@@ -38,6 +39,9 @@ pub enum TopicsCommand {
     Delete(DeleteArgs),
     /// Change a live topic's configs (IncrementalAlterConfigs, as `kafka-configs.sh --alter`).
     AlterConfig(AlterConfigArgs),
+    /// Delete the records of partitions below an offset (as `kafka-delete-records.sh`):
+    /// their log start offset moves up, and consumers below it reset.
+    DeleteRecords(DeleteRecordsArgs),
 }
 
 /// `oxbow topics create NAME`
@@ -165,6 +169,22 @@ pub fn parse_key(s: &str) -> Result<String, String> {
     Ok(key.to_string())
 }
 
+/// `oxbow topics delete-records NAME --offset N [--partition P]...`
+#[derive(Debug, clap::Args)]
+pub struct DeleteRecordsArgs {
+    /// Topic whose records to delete.
+    pub name: String,
+
+    /// Partition to delete records of; repeatable [default: every partition].
+    #[arg(long = "partition", value_parser = clap::value_parser!(i32).range(0..))]
+    pub partitions: Vec<i32>,
+
+    /// Delete every record below this offset; `-1` means up to the high watermark (all
+    /// records written so far).
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub offset: i64,
+}
+
 /// Parses `key=value` for `--config`.
 pub fn parse_config(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -234,6 +254,23 @@ pub async fn run(args: TopicsArgs) -> anyhow::Result<()> {
             client.alter_topic_configs(&alter.name, &changes).await?;
             // kafka-configs.sh's line.
             writeln!(out, "Completed updating config for topic {}.", alter.name)?;
+        }
+        TopicsCommand::DeleteRecords(del) => {
+            let partitions = if del.partitions.is_empty() {
+                let topic = client.topic_metadata(&del.name).await?;
+                topic.partitions.iter().map(|p| p.partition).collect()
+            } else {
+                del.partitions.clone()
+            };
+            // Kafka's tool prints one line per partition after a header.
+            writeln!(out, "Records delete operation completed:")?;
+            for p in partitions {
+                let low = client
+                    .delete_records(&del.name, p, del.offset)
+                    .await
+                    .with_context(|| format!("deleting records of {}-{p}", del.name))?;
+                writeln!(out, "partition: {}-{p}\tlow_watermark: {low}", del.name)?;
+            }
         }
     }
     out.flush()?;

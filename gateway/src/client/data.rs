@@ -314,4 +314,51 @@ impl Client {
         })?;
         Ok(part.offset)
     }
+
+    /// Deletes the records of a partition below `offset` (`-1`: below the high watermark),
+    /// as `kafka-delete-records.sh` does; returns the partition's low watermark (log start
+    /// offset) after it.
+    pub async fn delete_records(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ClientError> {
+        let mut attempt = 0;
+        loop {
+            let result = self.delete_records_once(topic, partition, offset).await;
+            match result {
+                Err(err) if self.should_retry(topic, &err, attempt).await => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn delete_records_once(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ClientError> {
+        let route = self.route(topic, partition).await?;
+        let timeout = self.options.timeout;
+        let (_, response) = self
+            .call(Target::Node(route.leader), None, Duration::ZERO, |v| {
+                requests::delete_records(v, topic, partition, offset, timeout)
+            })
+            .await?;
+        let part = response
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| ClientError::Protocol {
+                addr: format!("broker {}", route.leader),
+                detail: format!("delete records response has no entry for {topic}-{partition}"),
+            })?;
+        ClientError::check(part.error_code, None, || {
+            format!("delete records of {topic}-{partition} below offset {offset}")
+        })?;
+        Ok(part.low_watermark)
+    }
 }

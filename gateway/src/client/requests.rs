@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -20,8 +23,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest,
-    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, TopicName,
+    CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    FetchRequest, IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -223,6 +227,23 @@ pub fn list_offsets(
     }
 }
 
+/// DeleteRecords of one partition below `offset` (`-1`: the high watermark).
+pub fn delete_records(
+    _version: i16,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    timeout: Duration,
+) -> DeleteRecordsRequest {
+    DeleteRecordsRequest::default()
+        .with_timeout_ms(duration_ms(timeout))
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(partition)
+                .with_offset(offset)])])
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -272,6 +293,11 @@ pub(crate) mod tests {
         }
         for v in versions::<DescribeConfigsRequest>() {
             round_trip(&describe_configs(v, "t"), v);
+        }
+        for v in versions::<DeleteRecordsRequest>() {
+            let decoded = round_trip(&delete_records(v, "t", 2, -1, T), v);
+            assert_eq!(decoded.topics[0].partitions[0].partition_index, 2);
+            assert_eq!(decoded.topics[0].partitions[0].offset, -1);
         }
     }
 

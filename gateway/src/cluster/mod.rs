@@ -20,16 +20,23 @@
 //!   queue of `transfer_to` requests; on SIGTERM, everything led here, placed); the storage
 //!   steps (gate, durability, seal, checks, CAS at epoch + 1, forget) are segment-writer's
 //!   `Leadership::hand_off`.
+//! - [`history_state`]: pure choice of the revision the metadata service's history may be
+//!   compacted to (the newest sample at least `--metadata-history-retention` old);
+//!   [`history`]: its driver (every broker samples, the controller compacts) and the
+//!   metadata footprint on `/metrics`.
 //!
-//! Lifecycle: `server.rs` spawns the follower, the handoff worker and the controller on the
-//! broker's `TaskTracker`; the follower and handoff worker stop with the listeners, the
+//! Lifecycle: `server.rs` spawns the follower, the handoff worker, the controller and the
+//! history task on the broker's `TaskTracker`; the follower and handoff worker stop with the listeners, the
 //! controller stops (resigning the post) before the SIGTERM handoff so it does not fight it.
 
 pub mod controller;
 pub mod controller_state;
 pub mod follower;
 pub mod handoff;
+pub mod history;
+pub mod history_state;
 pub mod placement;
+pub mod reclaim;
 
 use oxbow_metadata::{BrokerId, BrokerRegistration};
 use std::collections::BTreeMap;

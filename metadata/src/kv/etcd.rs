@@ -13,13 +13,16 @@
 //! attempt; the rules above this seam make every write safe to repeat (see
 //! [`crate::kv_store`]).
 //!
+//! [`Kv::compact`] is etcd's compaction, [`Kv::status`] the maintenance status of whichever
+//! member the client reached (its database size; etcd's quota is per member).
+//!
 //! A watch is one etcd watch stream, forwarded into a bounded queue by a task owned by the
 //! returned [`Watch`] (aborted when it is dropped). A stream error, a cancellation (a
 //! compacted start revision) or a full queue ends the watch.
 
 use super::{
-    ttl_secs, CmpOp, Compare, EventKind, Get, KeyRange, KeyValue, Kv, Op, OpResult, RangeEnd,
-    RangeResponse, Revision, Target, Txn, TxnResponse, WatchEvent,
+    ttl_secs, CmpOp, Compare, EventKind, Get, KeyRange, KeyValue, Kv, KvStatus, Op, OpResult,
+    RangeEnd, RangeResponse, Revision, Target, Txn, TxnResponse, WatchEvent,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
@@ -84,6 +87,19 @@ fn is_transient(e: &etcd_client::Error) -> bool {
 /// etcd's answer for a lease that expired or never existed.
 fn is_lease_not_found(e: &etcd_client::Error) -> bool {
     e.to_string().contains("lease not found")
+}
+
+/// etcd's answer to a compaction at or below the compacted revision: that history is gone
+/// already, which is what was asked.
+fn is_compacted(e: &etcd_client::Error) -> bool {
+    e.to_string()
+        .contains("required revision has been compacted")
+}
+
+/// etcd's answer to a compaction past the current revision.
+fn is_future_revision(e: &etcd_client::Error) -> bool {
+    e.to_string()
+        .contains("required revision is a future revision")
 }
 
 /// etcd's answer for a request it refuses as malformed (a put twice in one transaction, too
@@ -428,6 +444,51 @@ impl Kv for EtcdKv {
                 Err(e) if is_lease_not_found(&e) => Ok(()),
                 Err(e) => Err(e.into()),
             }
+        })
+        .await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        // Not `physical`: etcd answers once the compaction is applied to its index and
+        // removes the old revisions from its file in the background, so a large history
+        // does not hold the call past `op_timeout`.
+        self.call("compact", |mut c| async move {
+            match c.compact(revision, None).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_compacted(&e) => Ok(()),
+                Err(e) if is_future_revision(&e) => Err(Error::InvalidRequest(format!(
+                    "cannot compact etcd at revision {revision}: it is a future revision"
+                ))
+                .into()),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    async fn count(&self, range: KeyRange) -> Result<u64> {
+        let range = &range;
+        self.call("count", |mut c| async move {
+            let mut options = GetOptions::new().with_count_only();
+            if let Some(end) = range_end(range) {
+                options = options.with_range(end);
+            }
+            let resp = c.get(range.start.clone(), Some(options)).await?;
+            Ok(resp.count().max(0) as u64)
+        })
+        .await
+    }
+
+    async fn status(&self) -> Result<KvStatus> {
+        self.call("status", |mut c| async move {
+            let s = c.status().await?;
+            Ok(KvStatus {
+                revision: s.header().map(|h| h.revision()).unwrap_or(0),
+                compacted_revision: None,
+                db_bytes: s.db_size().max(0) as u64,
+                // etcd before 3.4 leaves it 0.
+                db_bytes_in_use: (s.raft_used_db_size() > 0).then(|| s.raft_used_db_size() as u64),
+            })
         })
         .await
     }

@@ -29,6 +29,12 @@
 //!   item, not a thousand). The stream is a bounded [`Watch`]: it **ends** when its reader
 //!   falls [`crate::watch::WATCH_CAPACITY`] items behind, when the backend loses it, or at once when the start revision's history
 //!   is gone (compacted); the reader then reads the current state and watches again.
+//! - History is kept until [`Kv::compact`] discards it (etcd keeps every revision until
+//!   compacted, and refuses writes once its database reaches its quota; Oxbow compacts it
+//!   itself, keeping a retention window its watches resume within). Compaction changes no
+//!   key: it ends the watches whose next revision to deliver is below the compacted one
+//!   (one started from an older revision, or an etcd watch whose delivery lags that far),
+//!   never one that keeps up.
 
 mod etcd;
 mod redb;
@@ -422,6 +428,23 @@ pub struct WatchEvent {
     pub prev: Option<KeyValue>,
 }
 
+/// What [`Kv::status`] reports: where the store's revisions and history stand, and how big
+/// it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvStatus {
+    /// The current revision.
+    pub revision: Revision,
+    /// History before this revision is gone: a watch from an earlier one ends at once.
+    /// `None` when the backend does not say (etcd reports it to no status call).
+    pub compacted_revision: Option<Revision>,
+    /// Bytes of the database file (etcd: of the member that answered, `etcdctl endpoint
+    /// status`'s DB SIZE; the quota applies to it). 0 for a store in memory.
+    pub db_bytes: u64,
+    /// Bytes of it holding live data: what a defragmentation would leave. `None` when the
+    /// backend does not say.
+    pub db_bytes_in_use: Option<u64>,
+}
+
 /// etcd's data model: reads, transactions, watches and leases (see the module docs).
 #[async_trait::async_trait]
 pub trait Kv: Send + Sync + 'static {
@@ -443,6 +466,16 @@ pub trait Kv: Send + Sync + 'static {
     async fn keep_alive(&self, lease: LeaseId) -> Result<Duration>;
     /// Ends a lease now, deleting its keys; a lease already gone is not an error.
     async fn revoke(&self, lease: LeaseId) -> Result<()>;
+    /// Discards the history of every revision before `revision` (etcd's compaction): a
+    /// watch from an earlier revision ends at once, one from `revision` on is served;
+    /// current state is unchanged. Compacting at or below a revision already compacted is
+    /// success (two compactors racing, a retry whose first attempt landed); a revision
+    /// past the current one is [`crate::ErrorKind::Invalid`].
+    async fn compact(&self, revision: Revision) -> Result<()>;
+    /// How many keys `range` holds now (counted by the store; no key or value is sent).
+    async fn count(&self, range: KeyRange) -> Result<u64>;
+    /// The current revision, the compacted revision and the database's size.
+    async fn status(&self) -> Result<KvStatus>;
 }
 
 /// A lease TTL in whole seconds, rounded up so a lease never lives shorter than asked.

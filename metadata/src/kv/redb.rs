@@ -26,12 +26,16 @@
 //! Watch history is in memory: the last [`HISTORY_EVENTS_MAX`] events since open. A watch
 //! from an older revision (or one before this process opened the file) ends at once, as an
 //! etcd watch from a compacted revision does; its reader re-reads and watches again.
+//! [`Kv::compact`] drops the history's events before the revision it is given (etcd's rule,
+//! so a watch resumes within the same window on both backends); the file holds no history
+//! at all, only current keys, so it stays as large as the live data (redb reuses freed
+//! pages; it gives space back to the filesystem only when compacted offline).
 //!
 //! redb calls block: on a file they run on tokio's blocking pool; in memory they run inline
 //! (nothing waits on a disk), which keeps a simulated run on one thread.
 
 use super::{
-    ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, Op, OpResult, RangeEnd,
+    ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, KvStatus, Op, OpResult, RangeEnd,
     RangeResponse, Revision, Txn, TxnResponse, WatchEvent,
 };
 use crate::clock::Clock;
@@ -44,7 +48,7 @@ use redb::{
 };
 use std::collections::{HashMap, VecDeque};
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -305,6 +309,8 @@ struct State {
 
 struct Inner {
     db: Database,
+    /// The file, for its size ([`Kv::status`]); `None` in memory.
+    path: Option<PathBuf>,
     clock: Arc<dyn Clock>,
     /// Run redb calls on the blocking pool (a file) rather than inline (memory).
     blocking: bool,
@@ -341,7 +347,7 @@ impl RedbKv {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(storage)?;
-        Self::init(db, clock, false, &|_| Ok(Vec::new()))
+        Self::init(db, None, clock, false, &|_| Ok(Vec::new()))
     }
 
     pub(crate) fn open_with_upgrade(
@@ -351,11 +357,12 @@ impl RedbKv {
     ) -> Result<Self> {
         let db = Database::create(path)
             .map_err(|e| Error::Storage(format!("opening {}: {e}", path.display())))?;
-        Self::init(db, clock, true, upgrade)
+        Self::init(db, Some(path.to_path_buf()), clock, true, upgrade)
     }
 
     fn init(
         db: Database,
+        path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
         blocking: bool,
         upgrade: Upgrade<'_>,
@@ -407,6 +414,7 @@ impl RedbKv {
         txn.commit().map_err(storage)?;
         let inner = Arc::new(Inner {
             db,
+            path,
             clock,
             blocking,
             state: Mutex::new(State {
@@ -646,6 +654,29 @@ impl Inner {
 }
 
 impl State {
+    /// Forgets the history before `revision` (see [`Kv::compact`]).
+    fn compact(&mut self, revision: Revision) -> Result<()> {
+        if revision > self.revision {
+            return Err(Error::InvalidRequest(format!(
+                "cannot compact at revision {revision}: the store is at {}",
+                self.revision
+            )));
+        }
+        // Every revision from `revision` on stays whole; a watch from an earlier one ends.
+        let floor = revision - 1;
+        if floor > self.history_floor {
+            while self
+                .history
+                .front()
+                .is_some_and(|e| e.kv.mod_revision <= floor)
+            {
+                self.history.pop_front();
+            }
+            self.history_floor = floor;
+        }
+        Ok(())
+    }
+
     /// Hands a committed revision's events to the watchers (dropping those that are full or
     /// gone, which ends their watches) and to the history.
     fn publish(&mut self, events: Vec<WatchEvent>) {
@@ -778,6 +809,48 @@ impl Kv for RedbKv {
             Ok(())
         })
         .await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.run(move |_, state| state.compact(revision)).await
+    }
+
+    async fn count(&self, range: KeyRange) -> Result<u64> {
+        self.read(move |txn, _| {
+            if empty(&range) {
+                return Ok(0);
+            }
+            let table = txn.open_table(KV).map_err(storage)?;
+            let mut n = 0u64;
+            for item in table.range::<&[u8]>(bounds(&range)).map_err(storage)? {
+                item.map_err(storage)?;
+                n += 1;
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn status(&self) -> Result<KvStatus> {
+        let (revision, floor) = {
+            let state = lock(&self.inner.state);
+            (state.revision, state.history_floor)
+        };
+        let path = self.inner.path.clone();
+        let db_bytes = self
+            .dispatch(move |_| match &path {
+                Some(p) => std::fs::metadata(p).map(|m| m.len()).map_err(|e| {
+                    Error::Storage(format!("reading the size of {}: {e}", p.display()))
+                }),
+                None => Ok(0),
+            })
+            .await?;
+        Ok(KvStatus {
+            revision,
+            compacted_revision: Some(floor + 1),
+            db_bytes,
+            db_bytes_in_use: None,
+        })
     }
 }
 

@@ -691,7 +691,7 @@ async fn follow<K: Kv>(
                         let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
                             return;
                         };
-                        sweep(&*store, &index).await;
+                        sweep(&*store, &root, &index).await;
                         continue;
                     }
                 };
@@ -723,13 +723,21 @@ impl<K: Kv> KvStore<K> {
     /// deletion, so its objects' keys do not wait for the periodic sweep).
     pub(super) async fn sweep_objects(&self) {
         if self.index.started.initialized() {
-            sweep(&*self.kv, &self.index).await;
+            sweep(&*self.kv, &self.root, &self.index).await;
         }
     }
 }
 
-async fn sweep<K: Kv>(kv: &K, index: &CatalogIndex) {
-    let gone = index.lock().superseded_objects(SWEEP_BATCH);
+async fn sweep<K: Kv>(kv: &K, root: &keys::Root, index: &CatalogIndex) {
+    let (gone, trimmed) = {
+        let mut state = index.lock();
+        let gone = state.superseded_objects(SWEEP_BATCH);
+        let trimmed = state.below_log_start(root, SWEEP_BATCH - gone.len());
+        (gone, trimmed)
+    };
+    if !trimmed.is_empty() {
+        sweep_keys(kv, root, index, trimmed, "catalog keys below the log start").await;
+    }
     if gone.is_empty() {
         return;
     }
@@ -760,5 +768,39 @@ async fn sweep<K: Kv>(kv: &K, index: &CatalogIndex) {
         }
         Ok(_) => tracing::debug!("superseded objects changed under the sweep; next time"),
         Err(e) => tracing::warn!(error = %e, "deleting superseded objects' keys failed"),
+    }
+}
+
+/// Deletes per-partition keys, each compared unchanged, all or nothing; applies the
+/// deletions to the index once they land.
+async fn sweep_keys<K: Kv>(
+    kv: &K,
+    root: &keys::Root,
+    index: &CatalogIndex,
+    keys: Vec<(Vec<u8>, crate::kv::Revision)>,
+    what: &str,
+) {
+    let txn = Txn::new()
+        .when(keys.iter().map(|(k, r)| {
+            Compare::new(
+                KeyRange::key(k.clone()),
+                Target::ModRevision(*r),
+                CmpOp::Equal,
+            )
+        }))
+        .then(
+            keys.iter()
+                .map(|(k, _)| Op::delete(KeyRange::key(k.clone()))),
+        );
+    match kv.txn(txn).await {
+        Ok(resp) if resp.succeeded => {
+            let mut state = index.lock();
+            for (k, _) in &keys {
+                state.delete(root, k, resp.revision);
+            }
+            tracing::debug!(keys = keys.len(), "deleted {what}");
+        }
+        Ok(_) => tracing::debug!("{what} changed under the sweep; next time"),
+        Err(e) => tracing::warn!(error = %e, "deleting {what} failed"),
     }
 }

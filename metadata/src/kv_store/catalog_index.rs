@@ -41,6 +41,9 @@ struct PartitionIndex {
     keyed: BTreeMap<Offset, (CatalogEntry, Revision)>,
     /// Entries of sealed objects, by (base offset, object key).
     objects: BTreeMap<(Offset, String), CatalogEntry>,
+    /// The partition's log start offset (retention, DeleteRecords): entries wholly below it
+    /// are never served, and their keys are deleted by the sweep.
+    log_start: Offset,
     /// The partition's leader epoch and epoch history, and the state's mod revision.
     leader_epoch: LeaderEpoch,
     epochs: LeaderEpochHistory,
@@ -66,7 +69,11 @@ impl PartitionIndex {
                 source: Source::Object,
             }))
             .collect();
-        let v = Arc::new(catalog_view::resolve(&stored, &self.epochs));
+        let mut resolved = catalog_view::resolve(&stored, &self.epochs);
+        // Below the log start nothing is served; an entry holding it is served whole (a
+        // reader skips the records before it, as with Kafka's log start inside a batch).
+        resolved.retain(|e| e.last_offset >= self.log_start);
+        let v = Arc::new(resolved);
         self.view = Some(v.clone());
         v
     }
@@ -167,6 +174,8 @@ impl IndexState {
             }
             p.leader_epoch = state.leader_epoch;
             p.epochs = state.leader_epochs;
+            // Only forward: a state read before a retention step must not bring entries back.
+            p.log_start = p.log_start.max(state.log_start_offset);
             p.state_revision = kv.mod_revision;
             p.view = None;
         }
@@ -318,6 +327,41 @@ impl IndexState {
         self.objects
             .get(key)
             .is_some_and(|o| o.mod_revision >= mod_revision)
+    }
+
+    /// Per-partition keys (segments) wholly below their partition's log start, with their
+    /// mod revisions: never served again, safe to delete (the log start only moves forward,
+    /// by compare-and-swap of the partition's state).
+    pub(super) fn below_log_start(&self, root: &Root, limit: usize) -> Vec<(Vec<u8>, Revision)> {
+        let mut out = Vec::new();
+        for (tp, p) in &self.partitions {
+            if out.len() >= limit {
+                break;
+            }
+            for (base, (e, revision)) in p.keyed.range(..p.log_start) {
+                if out.len() >= limit {
+                    break;
+                }
+                if e.last_offset < p.log_start {
+                    let key = keys::catalog::ser_key(root, tp.topic_id, tp.partition, *base);
+                    out.push((key.into_bytes(), *revision));
+                }
+            }
+        }
+        out
+    }
+
+    /// Object keys every per-partition entry names (segments; entries of the first layout).
+    pub(super) fn keyed_object_keys(&self) -> std::collections::HashSet<&str> {
+        self.partitions
+            .values()
+            .flat_map(|p| p.keyed.values().map(|(e, _)| e.object_key.as_str()))
+            .collect()
+    }
+
+    /// Whether a sealed object's catalog key (`key`) is held.
+    pub(super) fn has_object_record(&self, key: &[u8]) -> bool {
+        self.objects.contains_key(key)
     }
 
     /// Sealed objects' keys whose every entry is served by nothing any more (superseded by

@@ -19,6 +19,7 @@
 
 mod catalog;
 mod catalog_index;
+mod reclaim;
 mod topics;
 mod watch;
 
@@ -79,6 +80,19 @@ impl<K: Kv> KvStore<K> {
             root,
             clock: Arc::new(SystemClock),
             rng: Arc::new(OsRng),
+            index: Arc::default(),
+        }
+    }
+
+    /// Another store over the same key-value store with its own in-memory catalogue, fed
+    /// by watches like any other process's (what a second broker has): its view of other
+    /// stores' commits lags until their events arrive or it syncs.
+    pub fn with_own_catalogue(&self) -> Self {
+        KvStore {
+            kv: self.kv.clone(),
+            root: self.root.clone(),
+            clock: self.clock.clone(),
+            rng: self.rng.clone(),
             index: Arc::default(),
         }
     }
@@ -374,6 +388,10 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         Ok(!resp.kvs.is_empty())
     }
 
+    async fn unreferenced_objects(&self, candidates: Vec<String>) -> Result<Vec<String>> {
+        self.unreferenced(candidates).await
+    }
+
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
         self.sync_partition(crate::types::TopicPartition::new(topic_id, partition))
             .await
@@ -658,6 +676,31 @@ impl<K: Kv> MetadataStore for KvStore<K> {
 
     async fn watch_controller(&self) -> Result<Watch<Option<BrokerId>>> {
         self.subscribe_controller().await
+    }
+
+    async fn metadata_revision(&self) -> Result<Option<i64>> {
+        // A read of one small key: its header carries the store's revision.
+        let get = Get::key(keys::controller::ser_key(&self.root)).keys_only();
+        Ok(Some(self.kv.range(get).await?.revision))
+    }
+
+    async fn compact_history(&self, revision: i64) -> Result<()> {
+        self.kv.compact(revision).await
+    }
+
+    async fn metadata_footprint(&self) -> Result<Option<crate::store::MetadataFootprint>> {
+        let (status, keys) = futures::future::try_join(
+            self.kv.status(),
+            self.kv.count(KeyRange::prefix(self.root.as_str())),
+        )
+        .await?;
+        Ok(Some(crate::store::MetadataFootprint {
+            revision: status.revision,
+            compacted_revision: status.compacted_revision,
+            db_bytes: status.db_bytes,
+            db_bytes_in_use: status.db_bytes_in_use,
+            keys,
+        }))
     }
 }
 

@@ -254,10 +254,11 @@ impl<K: Kv> KvStore<K> {
             // compare pins (absent: never changed, version 0).
             let key = keys::partition::ser_key(root, topic_id, new.partition);
             let stored = self.get(key.clone()).await?;
-            let current_version = match first(&stored) {
-                Some(kv) => keys::partition::deser_value(&kv.key, &kv.value)?.version,
-                None => 0,
+            let current = match first(&stored) {
+                Some(kv) => Some(keys::partition::deser_value(&kv.key, &kv.value)?),
+                None => None,
             };
+            let current_version = current.as_ref().map_or(0, |c| c.version);
             if current_version != expected_version {
                 return Err(Error::Conflict(format!(
                     "partition {name}-{} (version {current_version} != expected {expected_version})",
@@ -266,6 +267,11 @@ impl<K: Kv> KvStore<K> {
             }
             let updated = PartitionState {
                 version: expected_version + 1,
+                // The log start never moves back: what retention or DeleteRecords removed is
+                // gone (its catalog keys and objects may already be deleted).
+                log_start_offset: new
+                    .log_start_offset
+                    .max(current.as_ref().map_or(0, |c| c.log_start_offset)),
                 ..new.clone()
             };
             let txn = Txn::new()

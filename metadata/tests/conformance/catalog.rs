@@ -739,3 +739,94 @@ pub(super) async fn sealed_object_lookup(store: &dyn MetadataStore) {
         .expect("lookup"));
     store.delete_topic("sealed-lookup").await.expect("cleanup");
 }
+
+/// The log start offset (retention, DeleteRecords) cuts what every lookup serves: entries
+/// wholly below it are gone from lookups at once, one holding it is served whole, and a
+/// later state with a lower log start does not bring anything back.
+pub(super) async fn catalog_log_start(store: &dyn MetadataStore) {
+    let t = store
+        .create_topic(spec("retained", 1), 1)
+        .await
+        .expect("create");
+    let tp = TopicPartition::new(t.topic_id, 0);
+    let fence = EpochFence {
+        topic_partition: tp,
+        leader_epoch: 0,
+    };
+    for i in 0..3 {
+        store
+            .commit_catalog(CatalogCommit {
+                entries: vec![entry(tp, i * 10, i * 10 + 9, 100 * (i + 1), 0)],
+                fences: vec![fence],
+                writer: None,
+            })
+            .await
+            .expect("commit");
+    }
+    // The first entry compacted into a segment (a per-partition key).
+    let stored = store
+        .catalog_entries(t.topic_id, 0, 0, 10)
+        .await
+        .expect("read");
+    store
+        .replace_catalog_entries(CatalogReplace {
+            fence,
+            old: stored[..1].to_vec(),
+            new: vec![segment_entry(tp, 0, 9, 100)],
+        })
+        .await
+        .expect("replace");
+    let bases = |v: Vec<CatalogEntry>| v.iter().map(|e| e.base_offset).collect::<Vec<_>>();
+    let advance = |to: i64| async move {
+        let (_, state) = store
+            .partition_state(t.topic_id, 0)
+            .await
+            .expect("state")
+            .expect("some");
+        let mut next = state.clone();
+        next.log_start_offset = to;
+        store
+            .update_partition(t.topic_id, state.version, next)
+            .await
+            .expect("advance")
+    };
+    advance(15).await;
+    let served = store
+        .catalog_entries(t.topic_id, 0, 0, 10)
+        .await
+        .expect("read");
+    assert_eq!(
+        bases(served),
+        vec![10, 20],
+        "below the log start nothing is served"
+    );
+    let by_ts = store
+        .catalog_find_timestamp(t.topic_id, 0, 0)
+        .await
+        .expect("ts")
+        .expect("some");
+    assert_eq!(by_ts.base_offset, 10);
+    assert_eq!(
+        store
+            .catalog_last(t.topic_id, 0)
+            .await
+            .expect("last")
+            .map(|e| e.last_offset),
+        Some(29)
+    );
+    advance(30).await;
+    assert!(store
+        .catalog_entries(t.topic_id, 0, 0, 10)
+        .await
+        .expect("read")
+        .is_empty());
+    // A state written with a lower log start (a stale writer) keeps the higher one.
+    let kept = advance(5).await;
+    assert_eq!(kept.log_start_offset, 30);
+    assert!(store
+        .catalog_entries(t.topic_id, 0, 0, 10)
+        .await
+        .expect("read")
+        .is_empty());
+    store.delete_topic("retained").await.expect("cleanup");
+}

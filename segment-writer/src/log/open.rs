@@ -41,6 +41,10 @@ const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 const PRODUCER_STATE_ENTRIES_PER_READ: usize = 64;
 /// Objects' producer sections one open fetches at once.
 const SUMMARY_FETCHES_AT_ONCE: usize = 16;
+/// How long an open waits for a recovered tail to be sealed when no WAL replica is in
+/// sync ([`LogManager::recovered_tail_kept`]), and how often it looks.
+const RECOVERED_SEAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const RECOVERED_SEAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How often recording a new epoch's start retries a compare-and-swap lost to another
 /// change of the partition's state (a transfer request, say) that left the leader alone.
@@ -106,6 +110,9 @@ impl LogManager {
                 // `recover_from`: cleared with the epoch's start (nothing is served before).
                 let stored = self.stored_state(&p).await?;
                 let clear = stored.recover_from.is_some();
+                if clear {
+                    self.recovered_tail_kept(&p, &topic.name).await?;
+                }
                 self.begin_epoch(&p, Some(stored), clear).await?;
             }
             return Ok(p);
@@ -194,10 +201,11 @@ impl LogManager {
             let tail: crate::recover::Tail =
                 entries.into_iter().map(|e| (incarnation, e)).collect();
             let log_end = opened.offsets()?.2;
+            // Still held until the partition is in the map (`insert_opened`): if a later step
+            // fails, `opened` is dropped, and the next open must append these entries again
+            // (found by the simulation, seed 80: a reopen whose `recover_from` step failed
+            // lost the entries it had taken back from its own WAL).
             self.append_recovered(&opened, &tail, log_end).await?;
-            if let Ok(mut h) = self.held.lock() {
-                h.remove(&tp);
-            }
         }
         if let Some(previous) = own_previous {
             let me = self.settings.broker_id;
@@ -224,6 +232,7 @@ impl LogManager {
             // (sealed, or held if it is forgotten) and the next open finishes the job,
             // instead of opening a fresh log without them (found by the simulation, seed 8).
             let inserted = self.insert_opened(tp, opened)?;
+            self.recovered_tail_kept(&inserted, &topic.name).await?;
             if begin {
                 // One compare-and-swap for both: `recover_from` cleared, the epoch begun.
                 self.begin_epoch(&inserted, Some(state.clone()), true)
@@ -246,13 +255,50 @@ impl LogManager {
         Ok(opened)
     }
 
-    /// Puts a newly opened partition in the map (or returns the one already there).
+    /// Waits, before `recover_from` is cleared, until a recovered tail is as safe as it was:
+    /// it lay on the dead broker's in-sync replicas, and once cleared nothing reads it from
+    /// there again. Appended to this broker's WAL it is on this broker's in-sync replicas too
+    /// — unless none is in sync, when it would rest on this disk alone: then the tail must
+    /// be sealed first (found by the simulation, seed 80: a new leader whose replicas could
+    /// not be chosen recovered a tail, served it, and lost its disk). Bounded: the open fails
+    /// retriably and the next one waits again (the partition stays in the map, unbegun).
+    async fn recovered_tail_kept(&self, p: &Partition, name: &str) -> Result<()> {
+        if self.wal.is_none() || self.replicator.in_sync_copies() > 1 {
+            return Ok(());
+        }
+        let deadline = self.clock.now() + RECOVERED_SEAL_WAIT;
+        loop {
+            let (sealed_end, log_end) = {
+                let s = p.lock()?;
+                (s.sealed_end, s.log_end_offset)
+            };
+            if sealed_end >= log_end {
+                return Ok(());
+            }
+            if self.clock.now() >= deadline {
+                return Err(Error::RecoveryPending(format!(
+                    "{name}-{}: the recovered WAL tail up to offset {log_end} waits to be sealed (no WAL replica is in sync to hold it)",
+                    p.topic_partition.partition
+                )));
+            }
+            self.clock.sleep(RECOVERED_SEAL_POLL).await;
+        }
+    }
+
+    /// Puts a newly opened partition in the map (or returns the one already there). Its
+    /// held WAL entries, if any, were appended to it: the partition tracks them now.
     fn insert_opened(&self, tp: TopicPartition, opened: Arc<Partition>) -> Result<Arc<Partition>> {
-        let mut map = self
-            .partitions
-            .write()
-            .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
-        Ok(map.entry(tp).or_insert(opened).clone())
+        let inserted = {
+            let mut map = self
+                .partitions
+                .write()
+                .map_err(|_| Error::Internal("partition map lock poisoned".into()))?;
+            map.entry(tp).or_insert(opened).clone()
+        };
+        if let Ok(mut h) = self.held.lock() {
+            h.remove(&tp);
+        }
+        Ok(inserted)
     }
 
     /// Clears `recover_from` of `state` by compare-and-swap: the recovered tail is in this
@@ -333,7 +379,7 @@ impl LogManager {
     }
 
     /// The partition's state as the metadata service holds it now.
-    async fn stored_state(&self, p: &Partition) -> Result<PartitionState> {
+    pub(super) async fn stored_state(&self, p: &Partition) -> Result<PartitionState> {
         let tp = p.topic_partition;
         self.metadata
             .partition_state(tp.topic_id, tp.partition)

@@ -30,8 +30,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// How long a fetched WAL tail is reused by further recoveries from the same source.
-const TAIL_REUSE: Duration = Duration::from_secs(10);
+/// How long a fetched WAL tail is reused by further recoveries from the same source: less
+/// than any lease lives ([`LogRecovery::tail_of`] says why).
+const TAIL_REUSE: Duration = oxbow_metadata::LEASE_TTL_MIN;
 
 /// (source, skipped incarnation, version of the source's replica-set record) → tail.
 type TailCache = HashMap<
@@ -246,11 +247,14 @@ impl LogRecovery {
 
     /// What live brokers hold of `source`'s WAL (see [`crate::recover::fetch_tail`]), asked
     /// once per recovery burst: a failover hands one broker several partitions of the same
-    /// dead source, and each would otherwise fetch the whole tail again. Reusing it for
-    /// [`TAIL_REUSE`] is safe because a source being recovered has lost its lease (or is
-    /// this broker's own lost WAL): nothing it still writes is acknowledged. The key holds
-    /// the version of the source's replica-set record, which every new life of the source
-    /// bumps, so a source that came back and died again is asked afresh.
+    /// dead source, and each would otherwise fetch the whole tail again. A tail is reused
+    /// only if the source was not registered when it was fetched, and for less than the
+    /// shortest lease ([`TAIL_REUSE`]): the source acknowledges only while its lease is
+    /// alive, so to acknowledge anything more it must register again, and that new lease
+    /// cannot expire (the only way its partitions move again) within the reuse window.
+    /// (Found by the simulation, seed 149: reused for 10 s, a tail fetched at one failover
+    /// of a source served the next one, 6 s later, after the source had come back in
+    /// between and acknowledged more; the new leader recovered nothing of it.)
     pub(super) async fn tail_of(
         &self,
         source: BrokerId,
@@ -271,18 +275,22 @@ impl LogRecovery {
         if let Some(tail) = cached() {
             return Ok(tail);
         }
-        let tail = Arc::new(
-            crate::recover::fetch_tail(
-                &self.transport,
-                &self.metadata,
-                self.broker_id,
-                &self.replica_store,
-                source,
-                record,
-                skip_incarnation,
-            )
-            .await?,
-        );
+        let (tail, source_registered) = crate::recover::fetch_tail(
+            &self.transport,
+            &self.metadata,
+            self.broker_id,
+            &self.replica_store,
+            source,
+            record,
+            skip_incarnation,
+        )
+        .await?;
+        let tail = Arc::new(tail);
+        // This broker's own lost WAL (`source` is this broker, registered, in a new
+        // incarnation): what the lost one held cannot grow.
+        if source_registered && source != self.broker_id {
+            return Ok(tail);
+        }
         if let Ok(mut tails) = self.tails.lock() {
             let now = self.clock.now();
             tails.retain(|_, (at, _)| now.saturating_duration_since(*at) < TAIL_REUSE);

@@ -105,10 +105,10 @@ impl Cluster {
         let metas = (1..=BROKERS)
             .map(|id| {
                 let r: Arc<dyn Rng> = SeededRng::new(seed.wrapping_mul(31).wrapping_add(id as u64));
-                (
-                    id,
-                    FaultyMetadata::new(metadata.clone(), r, meta_counts.clone()),
-                )
+                // Each broker its own store over the one key-value store: its in-memory
+                // catalogue learns other brokers' commits through watches, as over etcd.
+                let own: Arc<dyn MetadataStore> = Arc::new(raw.with_own_catalogue());
+                (id, FaultyMetadata::new(own, r, meta_counts.clone()))
             })
             .collect();
         let store = FaultyObjectStore::new(

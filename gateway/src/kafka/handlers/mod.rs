@@ -4,6 +4,7 @@
 pub mod api_versions;
 mod cluster;
 mod configs;
+mod delete_records;
 mod fetch;
 mod groups;
 mod leader_epoch;
@@ -63,6 +64,9 @@ pub async fn handle(
         RequestKind::Fetch(r) => return fetch::handle(broker, r, v),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
         }
