@@ -40,6 +40,10 @@ pub struct BrokerSettings {
     pub max_request_bytes: usize,
     /// Cluster id reported to clients.
     pub cluster_id: String,
+    /// The broker-wide `log.retention.ms` / `log.retention.bytes` (`--log-retention-*`):
+    /// what a topic that sets no `retention.*` is retained by, and described with.
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
 }
 
 /// Shared broker state; one per process.
@@ -701,6 +705,19 @@ impl Broker {
             }
         }
         Ok(max)
+    }
+
+    /// The broker-level setting a topic config without an override falls back to, where it
+    /// differs from Kafka's default: (broker config name, value). DescribeConfigs reports it
+    /// as a static broker config, as Kafka reports a `log.retention.ms` in server.properties.
+    pub fn static_topic_default(&self, name: &str) -> Option<(&'static str, String)> {
+        let s = &self.settings;
+        let (broker_name, value, kafka_default) = match name {
+            "retention.ms" => ("log.retention.ms", s.log_retention_ms, 604_800_000),
+            "retention.bytes" => ("log.retention.bytes", s.log_retention_bytes, -1),
+            _ => return None,
+        };
+        (value != kafka_default).then(|| (broker_name, value.to_string()))
     }
 
     /// Changes a topic's configs in the metadata service (IncrementalAlterConfigs,

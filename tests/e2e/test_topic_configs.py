@@ -112,6 +112,17 @@ def test_every_kafka_topic_config_is_accepted_and_described(shared_broker):
     assert syn["segment.ms"] == [("segment.ms", "3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)], syn
 
 
+def test_a_broker_retention_default_is_described_as_a_static_broker_config(broker_factory):
+    b = broker_factory(extra_args=["--log-retention-ms", "3600000"], kafka_props={"log.retention.ms": 3600000})
+    topic = create_topic(b.bootstrap, unique("brokerdefault"), config={"retention.bytes": "1000000"})
+    got = describe(b.bootstrap, topic)
+    static = ConfigSource.STATIC_BROKER_CONFIG.value
+    assert (got["retention.ms"].value, got["retention.ms"].source) == ("3600000", static), got["retention.ms"]
+    first = next(iter(got["retention.ms"].synonyms.values()))
+    assert (first.name, first.value, first.source) == ("log.retention.ms", "3600000", static)
+    assert got["retention.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+
 @pytest.mark.parametrize(
     "key,value",
     [

@@ -238,11 +238,25 @@ struct TopicConfigView {
     is_default: bool,
     is_read_only: bool,
     is_sensitive: bool,
-    /// Confluent's names: `DYNAMIC_TOPIC_CONFIG` for an override, else `DEFAULT_CONFIG`.
+    /// Confluent's names: `DYNAMIC_TOPIC_CONFIG` for an override, `STATIC_BROKER_CONFIG` for a
+    /// broker flag it falls back to (`--log-retention-*`), else `DEFAULT_CONFIG`.
     source: &'static str,
 }
 
-fn config_view(cluster_id: &str, topic: &str, c: ConfigValue) -> TopicConfigView {
+fn config_view(
+    cluster_id: &str,
+    topic: &str,
+    c: ConfigValue,
+    fallback: Option<(&'static str, String)>,
+) -> TopicConfigView {
+    let fallback = fallback.filter(|_| c.is_default);
+    let source = match (&fallback, c.is_default) {
+        (Some(_), _) => "STATIC_BROKER_CONFIG",
+        (None, true) => "DEFAULT_CONFIG",
+        (None, false) => "DYNAMIC_TOPIC_CONFIG",
+    };
+    let is_default = c.is_default && fallback.is_none();
+    let value = fallback.map_or(c.value, |(_, v)| v);
     TopicConfigView {
         kind: "KafkaTopicConfig",
         metadata: ResourceMetadata {
@@ -254,15 +268,11 @@ fn config_view(cluster_id: &str, topic: &str, c: ConfigValue) -> TopicConfigView
         cluster_id: cluster_id.to_string(),
         topic_name: topic.to_string(),
         name: c.name,
-        value: c.value,
-        is_default: c.is_default,
+        value,
+        is_default,
         is_read_only: false,
         is_sensitive: false,
-        source: if c.is_default {
-            "DEFAULT_CONFIG"
-        } else {
-            "DYNAMIC_TOPIC_CONFIG"
-        },
+        source,
     }
 }
 
@@ -277,7 +287,10 @@ pub(crate) async fn list_topic_configs(
         .configs
         .describe()
         .into_iter()
-        .map(|c| config_view(id, &t.name, c))
+        .map(|c| {
+            let fallback = app.http.broker.static_topic_default(c.name);
+            config_view(id, &t.name, c, fallback)
+        })
         .collect();
     Ok(json(
         StatusCode::OK,
@@ -312,7 +325,8 @@ pub(crate) async fn get_topic_config(
                 format!("topic config '{name}' does not exist (Kafka defines no such config)"),
             )
         })?;
-    Ok(json(StatusCode::OK, &config_view(id, &t.name, c)))
+    let fallback = app.http.broker.static_topic_default(c.name);
+    Ok(json(StatusCode::OK, &config_view(id, &t.name, c, fallback)))
 }
 
 /// `PUT .../configs/{name}` body.

@@ -105,21 +105,26 @@ pub fn describe(
                         .into_iter()
                         .filter(|c| wanted(c.name))
                         .map(|c| {
-                            let source = if c.is_default {
-                                SOURCE_DEFAULT
-                            } else {
-                                SOURCE_TOPIC_OVERRIDE
+                            let fallback =
+                                broker.static_topic_default(c.name).filter(|_| c.is_default);
+                            let (value, source) = match &fallback {
+                                Some((_, v)) => (v.clone(), SOURCE_STATIC_BROKER),
+                                None if c.is_default => (c.value.clone(), SOURCE_DEFAULT),
+                                None => (c.value.clone(), SOURCE_TOPIC_OVERRIDE),
                             };
                             // Where Oxbow's meaning differs from Kafka's, say so.
                             let note = oxbow_metadata::topic::config_note(c.name, &c.value)
                                 .filter(|_| documented);
-                            let e =
-                                entry(version, c.name, c.value.clone(), source, false, c.def.kind)
-                                    .with_synonyms(if with_synonyms {
-                                        synonyms(&c)
-                                    } else {
-                                        Vec::new()
-                                    });
+                            let synonyms = match (&fallback, with_synonyms) {
+                                (_, false) => Vec::new(),
+                                (Some((name, v)), true) => vec![DescribeConfigsSynonym::default()
+                                    .with_name(str_bytes(name))
+                                    .with_value(Some(str_bytes(v)))
+                                    .with_source(SOURCE_STATIC_BROKER)],
+                                (None, true) => synonyms(&c),
+                            };
+                            let e = entry(version, c.name, value, source, false, c.def.kind)
+                                .with_synonyms(synonyms);
                             match note {
                                 Some(n) => e.with_documentation(Some(str_bytes(n))),
                                 None => e,
