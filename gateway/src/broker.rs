@@ -40,6 +40,10 @@ pub struct BrokerSettings {
     pub max_request_bytes: usize,
     /// Cluster id reported to clients.
     pub cluster_id: String,
+    /// The broker-wide `log.retention.ms` / `log.retention.bytes` (`--log-retention-*`):
+    /// what a topic that sets no `retention.*` is retained by, and described with.
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
 }
 
 /// Shared broker state; one per process.
@@ -81,6 +85,22 @@ const ELSEWHERE_POLL: Duration = Duration::from_millis(200);
 /// Timestamp sentinels of ListOffsets.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// The record with the largest timestamp (ListOffsets v7+, KIP-734).
+pub const MAX_TIMESTAMP: i64 = -3;
+/// The earliest offset on the broker's local log (v8+, KIP-405): the log start here, where
+/// nothing is tiered away from a local log.
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// The latest offset in tiered storage (v9+, KIP-1005): Kafka answers offset -1 when the
+/// topic has no tiered storage, and so does Oxbow.
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+
+/// Most catalog entries one MAX_TIMESTAMP lookup walks (in memory; compaction keeps a
+/// partition's entries far fewer). Past it the lookup is refused rather than guessed.
+const MAX_TIMESTAMP_ENTRIES_MAX: usize = 100_000;
+/// Catalog entries read per page of a MAX_TIMESTAMP lookup.
+const MAX_TIMESTAMP_PAGE: usize = 1024;
+/// Bytes read per step over the uncatalogued tail of a MAX_TIMESTAMP lookup.
+const MAX_TIMESTAMP_TAIL_READ_BYTES: usize = 1 << 20;
 
 impl Broker {
     /// Builds the broker and loads the topic cache.
@@ -594,21 +614,142 @@ impl Broker {
         let p = self.partition(topic, partition).await?;
         let (log_start, hw, _) = p.offsets()?;
         match timestamp {
-            EARLIEST_TIMESTAMP => Ok((log_start, -1)),
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((log_start, -1)),
             LATEST_TIMESTAMP => Ok((hw, -1)),
+            LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
+            MAX_TIMESTAMP => match self.max_timestamp(&p, log_start, hw).await? {
+                Some(ts) => self.first_at_or_after(&p, ts, log_start).await,
+                None => Ok((-1, -1)),
+            },
             ts if ts < 0 => Err(BrokerError::InvalidRequest(format!(
                 "unsupported ListOffsets timestamp {ts}"
             ))),
-            ts => {
-                let Some(batch) = self.log.find_batch_by_timestamp(&p, ts).await? else {
-                    return Ok((-1, -1));
-                };
-                let max_decompressed = self.log.max_decompressed_batch_bytes();
-                let found =
-                    crate::records::first_at_or_after(&batch, ts, log_start, max_decompressed)?;
-                Ok(found.unwrap_or((-1, -1)))
+            ts => self.first_at_or_after(&p, ts, log_start).await,
+        }
+    }
+
+    /// The first record at or after `ts` (and the log start): (offset, timestamp), or
+    /// (-1, -1).
+    async fn first_at_or_after(
+        &self,
+        p: &Partition,
+        ts: i64,
+        log_start: Offset,
+    ) -> Result<(Offset, i64)> {
+        let Some(batch) = self.log.find_batch_by_timestamp(p, ts).await? else {
+            return Ok((-1, -1));
+        };
+        let max_decompressed = self.log.max_decompressed_batch_bytes();
+        let found = crate::records::first_at_or_after(&batch, ts, log_start, max_decompressed)?;
+        Ok(found.unwrap_or((-1, -1)))
+    }
+
+    /// The largest timestamp of a record below the high watermark, `None` for an empty log:
+    /// from the catalog entries' `max_timestamp_ms` (in memory), then the batch headers of
+    /// the tail not catalogued yet. The first record at or after it is then MAX_TIMESTAMP's
+    /// answer, as Kafka gives it (the first record carrying the largest timestamp).
+    async fn max_timestamp(
+        &self,
+        p: &Partition,
+        log_start: Offset,
+        hw: Offset,
+    ) -> Result<Option<i64>> {
+        let tp = p.topic_partition;
+        let mut max: Option<i64> = None;
+        let mut next = log_start;
+        let mut walked = 0usize;
+        while next < hw {
+            let page = self
+                .metadata
+                .catalog_entries(tp.topic_id, tp.partition, next, MAX_TIMESTAMP_PAGE)
+                .await?;
+            let Some(last) = page.last() else { break };
+            let end = last.next_offset();
+            for e in page.iter().filter(|e| e.base_offset < hw) {
+                max = max.max(Some(e.max_timestamp_ms));
+            }
+            walked += page.len();
+            if walked > MAX_TIMESTAMP_ENTRIES_MAX {
+                return Err(BrokerError::InvalidRequest(format!(
+                    "{}-{} has more than {MAX_TIMESTAMP_ENTRIES_MAX} catalog entries: \
+                     MAX_TIMESTAMP is not answered for it",
+                    p.topic_name, tp.partition
+                )));
+            }
+            if end <= next || page.len() < MAX_TIMESTAMP_PAGE {
+                next = next.max(end);
+                break;
+            }
+            next = end;
+        }
+        // The tail not catalogued yet (held in memory, bounded by the unsealed bytes).
+        while next < hw {
+            let r = self
+                .log
+                .read(p, next, MAX_TIMESTAMP_TAIL_READ_BYTES, true)
+                .await?;
+            let before = next;
+            for b in &r.batches {
+                for (h, _) in oxbow_segment_writer::batch::iter_batches(b) {
+                    if h.base_offset >= hw {
+                        break;
+                    }
+                    if !h.is_control() {
+                        max = max.max(Some(h.max_timestamp));
+                    }
+                    next = next.max(h.last_offset() + 1);
+                }
+            }
+            if next <= before {
+                break;
             }
         }
+        Ok(max)
+    }
+
+    /// The broker-level setting a topic config without an override falls back to, where it
+    /// differs from Kafka's default: (broker config name, value). DescribeConfigs reports it
+    /// as a static broker config, as Kafka reports a `log.retention.ms` in server.properties.
+    pub fn static_topic_default(&self, name: &str) -> Option<(&'static str, String)> {
+        let s = &self.settings;
+        let (broker_name, value, kafka_default) = match name {
+            "retention.ms" => ("log.retention.ms", s.log_retention_ms, 604_800_000),
+            "retention.bytes" => ("log.retention.bytes", s.log_retention_bytes, -1),
+            _ => return None,
+        };
+        (value != kafka_default).then(|| (broker_name, value.to_string()))
+    }
+
+    /// Changes a topic's configs in the metadata service (IncrementalAlterConfigs,
+    /// AlterConfigs, `oxbow topics alter-config`, REST v3) and updates the cache at once;
+    /// other brokers see it through the topic watch. `validate_only`: checked against the
+    /// cached configs, nothing stored.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        alteration: oxbow_metadata::ConfigAlteration,
+        validate_only: bool,
+    ) -> Result<Arc<TopicMetadata>> {
+        // Created on another broker a moment ago: not in this cache yet, but real.
+        let topic = match self.topic(name) {
+            Some(t) => t,
+            None => self
+                .refresh_topic(name)
+                .await?
+                .ok_or_else(|| BrokerError::UnknownTopic(name.to_string()))?,
+        };
+        if validate_only {
+            topic.configs.altered(&alteration)?;
+            return Ok(topic);
+        }
+        let altered = self.metadata.alter_topic_configs(name, alteration).await?;
+        tracing::info!(topic = %name, configs = ?altered.configs.overrides, "altered topic configs");
+        for (key, value) in &altered.configs.overrides {
+            if let Some(note) = oxbow_metadata::topic::config_note(key, value) {
+                tracing::warn!(topic = %name, config = %key, %value, "{note}");
+            }
+        }
+        Ok(self.cache_put(altered))
     }
 }
 

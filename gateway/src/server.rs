@@ -431,6 +431,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 MetadataLocation::Etcd(etcd) => format!("oxbow-{}", etcd.cluster),
                 MetadataLocation::Embedded => cluster_id(&args.data_dir)?,
             },
+            log_retention_ms: args.log_retention_ms,
+            log_retention_bytes: args.log_retention_bytes,
         },
         metadata.clone(),
         log.clone(),

@@ -10,6 +10,8 @@
 //! - [`clock`]: the [`Clock`] and [`Rng`] seams (production and simulated).
 //! - [`types`]: the shared vocabulary (`TopicId`, `PartitionId`, `Offset`, `LeaderEpoch`, ...).
 //! - [`topic`]: topic specs, configs and their validation.
+//! - [`topic_configs`]: every Kafka topic config (type, default, validator, what Oxbow does
+//!   with it) and the semantics of altering a topic's configs.
 //! - [`leader_epochs`]: a partition's leader-epoch history (OffsetForLeaderEpoch's answers).
 //! - [`catalog`]: segment catalog entries, the commit of sealed objects and compaction's swap.
 //! - [`catalog_view`]: how stored entries and epoch histories resolve into what readers see.
@@ -63,6 +65,7 @@ pub mod lease;
 pub mod store;
 pub mod testing;
 pub mod topic;
+pub mod topic_configs;
 pub mod types;
 pub mod wal_replicas;
 pub mod watch;
@@ -84,6 +87,7 @@ pub use store::{
     BrokerRegistration, Lease, LeaseId, MetadataFootprint, MetadataStore, LEASE_TTL_MIN,
 };
 pub use topic::{PartitionState, TopicConfigs, TopicMetadata, TopicSpec};
+pub use topic_configs::{AlterOp, ConfigAlteration, ConfigChange};
 pub use types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};
 pub use wal_replicas::WalReplicaSet;
 pub use watch::{BrokerEvent, TopicEvent, Watch};

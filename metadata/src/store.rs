@@ -5,6 +5,7 @@ use crate::catalog::{CatalogCommit, CatalogEntry, CatalogFootprint, CatalogRepla
 use crate::error::Result;
 use crate::group::{CommittedOffset, GroupRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
+use crate::topic_configs::ConfigAlteration;
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
 use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
@@ -129,6 +130,24 @@ pub trait MetadataStore: Send + Sync + 'static {
     ) -> Result<PartitionState>;
     /// Topic creations, deletions and partition state changes from now on.
     async fn watch_topics(&self) -> Result<Watch<TopicEvent>>;
+    /// Changes a topic's config overrides (IncrementalAlterConfigs, AlterConfigs) by
+    /// compare-and-swap on its record, re-read and re-applied if the record changed
+    /// meanwhile (a concurrent alteration or CreatePartitions), so no change is lost. The
+    /// result is validated as a whole ([`ConfigAlteration::apply`]): [`crate::ErrorKind::Invalid`]
+    /// and nothing stored if it breaks a rule; [`crate::Error::UnknownTopic`] if there is no
+    /// such topic. Returns the topic with its new configs; every watcher of topics sees a
+    /// [`TopicEvent::Changed`] (none if nothing changed). The default refuses (a store
+    /// wrapper that does not pass it on).
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        alteration: ConfigAlteration,
+    ) -> Result<TopicMetadata> {
+        let _ = alteration;
+        Err(crate::Error::InvalidRequest(format!(
+            "this metadata store cannot alter the configs of topic '{name}'"
+        )))
+    }
 
     // ---- producer ids ----
 

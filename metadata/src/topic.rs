@@ -1,7 +1,9 @@
-//! Topics: names, configs (with validation and defaults) and per-partition state.
+//! Topics: names, configs (their overrides and typed accessors; the definitions are in
+//! [`crate::topic_configs`]) and per-partition state.
 
 use crate::error::{Error, Result};
 use crate::leader_epochs::LeaderEpochHistory;
+use crate::topic_configs::{lookup, ConfigAlteration, ConfigDef, TOPIC_CONFIGS};
 use crate::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -110,75 +112,7 @@ impl TopicMetadata {
     }
 }
 
-/// A documented topic config Oxbow understands: name, default, and the check a value passes.
-struct ConfigDef {
-    name: &'static str,
-    default: &'static str,
-    check: fn(&str) -> std::result::Result<(), String>,
-}
-
-fn check_long_min_minus_one(v: &str) -> std::result::Result<(), String> {
-    match v.parse::<i64>() {
-        Ok(n) if n >= -1 => Ok(()),
-        Ok(_) => Err("must be -1 (unlimited) or a non-negative number".into()),
-        Err(_) => Err("must be an integer".into()),
-    }
-}
-
-fn check_non_negative_long(v: &str) -> std::result::Result<(), String> {
-    match v.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(()),
-        Ok(_) => Err("must not be negative".into()),
-        Err(_) => Err("must be an integer".into()),
-    }
-}
-
-fn check_positive_int(v: &str) -> std::result::Result<(), String> {
-    match v.parse::<i32>() {
-        Ok(n) if n >= 1 => Ok(()),
-        Ok(_) => Err("must be at least 1".into()),
-        Err(_) => Err("must be an integer".into()),
-    }
-}
-
-fn check_non_negative_int(v: &str) -> std::result::Result<(), String> {
-    match v.parse::<i32>() {
-        Ok(n) if n >= 0 => Ok(()),
-        Ok(_) => Err("must not be negative".into()),
-        Err(_) => Err("must be an integer".into()),
-    }
-}
-
-fn check_cleanup_policy(v: &str) -> std::result::Result<(), String> {
-    let ok = v
-        .split(',')
-        .map(str::trim)
-        .all(|p| p == "delete" || p == "compact");
-    if ok && !v.trim().is_empty() {
-        Ok(())
-    } else {
-        Err("must be 'delete', 'compact' or 'compact,delete'".into())
-    }
-}
-
-fn check_timestamp_type(v: &str) -> std::result::Result<(), String> {
-    match v {
-        "CreateTime" | "LogAppendTime" => Ok(()),
-        _ => Err("must be 'CreateTime' or 'LogAppendTime'".into()),
-    }
-}
-
-/// `compression.type` values Kafka accepts (`BrokerCompressionType`).
-pub const COMPRESSION_TYPES: &[&str] =
-    &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
-
-fn check_compression_type(v: &str) -> std::result::Result<(), String> {
-    if COMPRESSION_TYPES.contains(&v) {
-        Ok(())
-    } else {
-        Err(format!("must be one of {}", COMPRESSION_TYPES.join(", ")))
-    }
-}
+pub use crate::topic_configs::COMPRESSION_TYPES;
 
 /// What a topic config means in Oxbow where that differs from Kafka, for DescribeConfigs'
 /// documentation and the broker log. Kafka recompresses a batch on the broker when the
@@ -186,7 +120,7 @@ fn check_compression_type(v: &str) -> std::result::Result<(), String> {
 /// as the producer sent it (ARCHITECTURE.md decision 1), so any value is kept and described
 /// but behaves as `producer`.
 pub fn config_note(name: &str, value: &str) -> Option<&'static str> {
-    match (name, value) {
+    match (name, value.trim()) {
         ("compression.type", "producer") | ("compression.type", "") => None,
         ("compression.type", _) => Some(
             "Oxbow stores batches as the producer compressed them: compression.type is \
@@ -197,60 +131,6 @@ pub fn config_note(name: &str, value: &str) -> Option<&'static str> {
     }
 }
 
-const CONFIG_DEFS: &[ConfigDef] = &[
-    ConfigDef {
-        name: "cleanup.policy",
-        default: "delete",
-        check: check_cleanup_policy,
-    },
-    ConfigDef {
-        name: "compression.type",
-        default: "producer",
-        check: check_compression_type,
-    },
-    ConfigDef {
-        name: "max.message.bytes",
-        default: "1048588",
-        check: check_non_negative_int,
-    },
-    // Kafka 4.x defaults (KIP-937, KIP-1030): any age, at most an hour in the future.
-    ConfigDef {
-        name: "message.timestamp.after.max.ms",
-        default: "3600000",
-        check: check_non_negative_long,
-    },
-    ConfigDef {
-        name: "message.timestamp.before.max.ms",
-        default: "9223372036854775807",
-        check: check_non_negative_long,
-    },
-    ConfigDef {
-        name: "message.timestamp.type",
-        default: "CreateTime",
-        check: check_timestamp_type,
-    },
-    ConfigDef {
-        name: "min.insync.replicas",
-        default: "1",
-        check: check_positive_int,
-    },
-    ConfigDef {
-        name: "retention.bytes",
-        default: "-1",
-        check: check_long_min_minus_one,
-    },
-    ConfigDef {
-        name: "retention.ms",
-        default: "604800000",
-        check: check_long_min_minus_one,
-    },
-    ConfigDef {
-        name: "segment.bytes",
-        default: "536870912",
-        check: check_positive_int,
-    },
-];
-
 /// A topic's configs: only the values set explicitly are stored; the rest read as defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicConfigs {
@@ -258,61 +138,60 @@ pub struct TopicConfigs {
 }
 
 /// One config as described to a client.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ConfigValue {
     pub name: &'static str,
     pub value: String,
     pub is_default: bool,
+    /// Kafka's definition (type, default, broker-level synonym).
+    pub def: &'static ConfigDef,
 }
 
 impl TopicConfigs {
-    /// Validates every key and value; unknown keys are rejected like Kafka does, so a typo
-    /// never silently leaves a default in place.
+    /// Validates every key and value as Kafka does ([`crate::topic_configs`]); unknown keys
+    /// are rejected like Kafka does, so a typo never silently leaves a default in place.
     pub fn validated(overrides: BTreeMap<String, String>) -> Result<Self> {
-        for (key, value) in &overrides {
-            let def =
-                CONFIG_DEFS
-                    .iter()
-                    .find(|d| d.name == key)
-                    .ok_or_else(|| Error::InvalidConfig {
-                        key: key.clone(),
-                        value: value.clone(),
-                        reason: "unknown topic config".into(),
-                    })?;
-            (def.check)(value).map_err(|reason| Error::InvalidConfig {
-                key: key.clone(),
-                value: value.clone(),
-                reason,
-            })?;
-        }
+        crate::topic_configs::check_overrides(&overrides)?;
         Ok(TopicConfigs { overrides })
     }
 
-    fn get(&self, name: &str) -> &str {
+    /// These configs after `alteration` (validated as a whole; see
+    /// [`ConfigAlteration::apply`]).
+    pub fn altered(&self, alteration: &ConfigAlteration) -> Result<Self> {
+        Ok(TopicConfigs {
+            overrides: alteration.apply(&self.overrides)?,
+        })
+    }
+
+    /// The effective value of `name` (the override, else Kafka's default), as stored:
+    /// parse it trimmed, as Kafka does. Empty for a name Kafka does not define.
+    pub fn value(&self, name: &str) -> &str {
         if let Some(v) = self.overrides.get(name) {
             return v;
         }
-        CONFIG_DEFS
-            .iter()
-            .find(|d| d.name == name)
-            .map(|d| d.default)
-            .unwrap_or("")
+        lookup(name).map(|d| d.default).unwrap_or("")
     }
 
-    /// Every known config with its effective value, sorted by name.
+    fn get(&self, name: &str) -> &str {
+        self.value(name).trim()
+    }
+
+    /// Every config with its effective value, sorted by name.
     pub fn describe(&self) -> Vec<ConfigValue> {
-        CONFIG_DEFS
+        TOPIC_CONFIGS
             .iter()
             .map(|d| match self.overrides.get(d.name) {
                 Some(v) => ConfigValue {
                     name: d.name,
                     value: v.clone(),
                     is_default: false,
+                    def: d,
                 },
                 None => ConfigValue {
                     name: d.name,
                     value: d.default.to_string(),
                     is_default: true,
+                    def: d,
                 },
             })
             .collect()
@@ -331,9 +210,7 @@ impl TopicConfigs {
     /// Whether `cleanup.policy` includes `compact` (Kafka then requires a key on every
     /// record).
     pub fn compacted(&self) -> bool {
-        self.get("cleanup.policy")
-            .split(',')
-            .any(|p| p.trim() == "compact")
+        crate::topic_configs::list_elements(self.get("cleanup.policy")).contains(&"compact")
     }
 
     /// Whether `cleanup.policy` includes `delete`: retention and DeleteRecords apply.

@@ -1,5 +1,6 @@
-//! `oxbow topics create|list|describe|delete|delete-records`, after Kafka's `kafka-topics.sh`
-//! (and `kafka-delete-records.sh`).
+//! `oxbow topics create|list|describe|delete|alter-config|delete-records`, after Kafka's
+//! `kafka-topics.sh` (and, for `alter-config`, `kafka-configs.sh --alter`; for
+//! `delete-records`, `kafka-delete-records.sh`).
 //!
 //! Output follows kafka-topics.sh so scripts written against Kafka keep working:
 //! `Created topic NAME.` on create, one name per line on list, and tab-separated
@@ -36,6 +37,8 @@ pub enum TopicsCommand {
     Describe(DescribeArgs),
     /// Delete a topic.
     Delete(DeleteArgs),
+    /// Change a live topic's configs (IncrementalAlterConfigs, as `kafka-configs.sh --alter`).
+    AlterConfig(AlterConfigArgs),
     /// Delete the records of partitions below an offset (as `kafka-delete-records.sh`):
     /// their log start offset moves up, and consumers below it reset.
     DeleteRecords(DeleteRecordsArgs),
@@ -84,6 +87,86 @@ pub struct DescribeArgs {
 pub struct DeleteArgs {
     /// Name of the topic to delete.
     pub name: String,
+}
+
+/// `oxbow topics alter-config NAME --set k=v --delete k ...`
+#[derive(Debug, clap::Args)]
+pub struct AlterConfigArgs {
+    /// Topic whose configs change.
+    pub name: String,
+
+    /// Set a config as key=value, e.g. `--set retention.ms=3600000`; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub set: Vec<(String, String)>,
+
+    /// Remove an override, so Kafka's default applies again; repeatable.
+    #[arg(long = "delete", value_name = "KEY", value_parser = parse_key)]
+    pub delete: Vec<String>,
+
+    /// Add elements to a list config, e.g. `--append cleanup.policy=compact`; repeatable.
+    #[arg(long = "append", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub append: Vec<(String, String)>,
+
+    /// Remove elements from a list config, e.g. `--subtract cleanup.policy=delete`.
+    #[arg(long = "subtract", value_name = "KEY=VALUE", value_parser = parse_config)]
+    pub subtract: Vec<(String, String)>,
+}
+
+/// Kafka's op ids of IncrementalAlterConfigs.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+impl AlterConfigArgs {
+    /// The changes to send, in flag order: `(key, op, value)`. A key named by two flags (or
+    /// twice) is refused here, naming the flags, rather than by the broker.
+    pub fn changes(&self) -> Result<Vec<(String, i8, Option<String>)>, String> {
+        let mut out: Vec<(String, i8, Option<String>)> = Vec::new();
+        let mut flag_of: std::collections::BTreeMap<String, &str> = Default::default();
+        let flagged = self
+            .set
+            .iter()
+            .map(|(k, v)| ("--set", k, OP_SET, Some(v.clone())))
+            .chain(self.delete.iter().map(|k| ("--delete", k, OP_DELETE, None)))
+            .chain(
+                self.append
+                    .iter()
+                    .map(|(k, v)| ("--append", k, OP_APPEND, Some(v.clone()))),
+            )
+            .chain(
+                self.subtract
+                    .iter()
+                    .map(|(k, v)| ("--subtract", k, OP_SUBTRACT, Some(v.clone()))),
+            );
+        for (flag, key, op, value) in flagged {
+            if let Some(first) = flag_of.insert(key.clone(), flag) {
+                return Err(format!(
+                    "{first} and {flag} both name config \"{key}\": name each config once"
+                ));
+            }
+            out.push((key.clone(), op, value));
+        }
+        if out.is_empty() {
+            return Err(
+                "nothing to change: give at least one --set, --delete, --append or \
+                        --subtract"
+                    .to_string(),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Parses a config name for `--delete`.
+pub fn parse_key(s: &str) -> Result<String, String> {
+    let key = s.trim();
+    if key.is_empty() || key.contains('=') {
+        return Err(format!(
+            "invalid config name \"{s}\": expected a key such as retention.ms"
+        ));
+    }
+    Ok(key.to_string())
 }
 
 /// `oxbow topics delete-records NAME --offset N [--partition P]...`
@@ -165,6 +248,12 @@ pub async fn run(args: TopicsArgs) -> anyhow::Result<()> {
         }
         TopicsCommand::Delete(delete) => {
             client.delete_topic(&delete.name).await?;
+        }
+        TopicsCommand::AlterConfig(alter) => {
+            let changes = alter.changes().map_err(anyhow::Error::msg)?;
+            client.alter_topic_configs(&alter.name, &changes).await?;
+            // kafka-configs.sh's line.
+            writeln!(out, "Completed updating config for topic {}.", alter.name)?;
         }
         TopicsCommand::DeleteRecords(del) => {
             let partitions = if del.partitions.is_empty() {
@@ -283,6 +372,63 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["topics", "create", "x", "--partitions", "0"]).is_err());
         assert!(Cli::try_parse_from(["topics", "create", "x", "--config", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn parses_alter_config_and_names_the_flags() {
+        let cli = Cli::try_parse_from([
+            "topics",
+            "alter-config",
+            "orders",
+            "--set",
+            "retention.ms=1000",
+            "--delete",
+            "segment.ms",
+            "--append",
+            "cleanup.policy=compact",
+        ])
+        .expect("parses");
+        let TopicsCommand::AlterConfig(alter) = cli.topics.command else {
+            panic!("expected alter-config");
+        };
+        assert_eq!(
+            alter.changes(),
+            Ok(vec![
+                ("retention.ms".to_string(), OP_SET, Some("1000".to_string())),
+                ("segment.ms".to_string(), OP_DELETE, None),
+                (
+                    "cleanup.policy".to_string(),
+                    OP_APPEND,
+                    Some("compact".to_string())
+                ),
+            ])
+        );
+        let both = Cli::try_parse_from([
+            "topics",
+            "alter-config",
+            "t",
+            "--set",
+            "retention.ms=1",
+            "--delete",
+            "retention.ms",
+        ])
+        .expect("parses");
+        let TopicsCommand::AlterConfig(both) = both.topics.command else {
+            panic!("expected alter-config");
+        };
+        let e = both.changes().expect_err("named twice");
+        assert!(e.contains("--set") && e.contains("--delete"), "{e}");
+        let none = Cli::try_parse_from(["topics", "alter-config", "t"]).expect("parses");
+        let TopicsCommand::AlterConfig(none) = none.topics.command else {
+            panic!("expected alter-config");
+        };
+        assert!(none.changes().expect_err("empty").contains("--set"));
+        let e = Cli::try_parse_from(["topics", "alter-config", "t", "--set", "novalue"])
+            .expect_err("no value");
+        assert!(e.to_string().contains("--set"), "{e}");
+        let e = Cli::try_parse_from(["topics", "alter-config", "t", "--delete", "a=b"])
+            .expect_err("a value");
+        assert!(e.to_string().contains("--delete"), "{e}");
     }
 
     #[test]

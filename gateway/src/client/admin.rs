@@ -1,4 +1,4 @@
-//! Admin operations on [`Client`]: create, delete and describe topics.
+//! Admin operations on [`Client`]: create, delete and describe topics, alter their configs.
 //!
 //! These go to the bootstrap broker. KRaft brokers forward CreateTopics and DeleteTopics
 //! to the controller themselves; an older broker that answers `NOT_CONTROLLER` gets the
@@ -167,5 +167,34 @@ impl Client {
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
+    }
+
+    /// Changes a topic's configs (IncrementalAlterConfigs): `(key, op, value)` with Kafka's
+    /// op ids (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT).
+    pub async fn alter_topic_configs(
+        &mut self,
+        topic: &str,
+        changes: &[(String, i8, Option<String>)],
+    ) -> Result<(), ClientError> {
+        let (_, response) = self
+            .call(Target::Any, None, std::time::Duration::ZERO, |v| {
+                requests::incremental_alter_configs(v, topic, changes)
+            })
+            .await?;
+        let result = response
+            .responses
+            .first()
+            .ok_or_else(|| ClientError::Protocol {
+                addr: self.bootstrap_addr().to_string(),
+                detail: format!("alter configs response has no entry for \"{topic}\""),
+            })?;
+        match ResponseError::try_from_code(result.error_code) {
+            Some(ResponseError::UnknownTopicOrPartition) => {
+                Err(ClientError::UnknownTopic(topic.to_string()))
+            }
+            _ => ClientError::check(result.error_code, result.error_message.as_deref(), || {
+                format!("alter configs of topic \"{topic}\"")
+            }),
+        }
     }
 }

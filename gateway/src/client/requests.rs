@@ -16,12 +16,16 @@ use kafka_protocol::messages::delete_records_request::{
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, TopicName,
+    FetchRequest, IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -114,6 +118,29 @@ pub fn describe_configs(version: i16, topic: &str) -> DescribeConfigsRequest {
         .with_resource_type(RESOURCE_TYPE_TOPIC)
         .with_resource_name(StrBytes::from_string(topic.to_string()))
         .with_configuration_keys(None)])
+}
+
+/// IncrementalAlterConfigs of one topic: `(key, op, value)` with Kafka's op ids (0 SET,
+/// 1 DELETE, 2 APPEND, 3 SUBTRACT).
+pub fn incremental_alter_configs(
+    version: i16,
+    topic: &str,
+    changes: &[(String, i8, Option<String>)],
+) -> IncrementalAlterConfigsRequest {
+    let _ = version; // the same fields in v0 and v1 (v1 is the flexible encoding)
+    let configs = changes
+        .iter()
+        .map(|(name, op, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(name.clone()))
+                .with_config_operation(*op)
+                .with_value(value.clone().map(StrBytes::from_string))
+        })
+        .collect();
+    IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(RESOURCE_TYPE_TOPIC)
+        .with_resource_name(StrBytes::from_string(topic.to_string()))
+        .with_configs(configs)])
 }
 
 /// Produce one record batch to one partition.

@@ -3,6 +3,11 @@
 //! - `GET /v3/clusters`, `GET /v3/clusters/{c}`
 //! - `GET /v3/clusters/{c}/topics`, `POST /v3/clusters/{c}/topics` (201 with the topic)
 //! - `GET /v3/clusters/{c}/topics/{t}`, `DELETE /v3/clusters/{c}/topics/{t}` (204)
+//! - `GET /v3/clusters/{c}/topics/{t}/configs` (every topic config), `GET|PUT|DELETE
+//!   .../configs/{name}` (PUT `{"value": "…"}` sets it, DELETE resets it to the default;
+//!   204), `POST .../configs:alter` (`{"data": [{"name", "value"} | {"name", "operation":
+//!   "DELETE"}], "validate_only": false}`, all or nothing; 204). Changes go through
+//!   IncrementalAlterConfigs' rules; an invalid one is 422/42205 naming the key.
 //!
 //! Resources carry `kind`, `metadata.self` and their fields, like the REST Proxy's; `self`
 //! links are paths relative to this server (it does not know the address clients use).
@@ -17,7 +22,8 @@ use super::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use oxbow_metadata::{TopicMetadata, TopicSpec};
+use oxbow_metadata::topic::ConfigValue;
+use oxbow_metadata::{AlterOp, ConfigAlteration, ConfigChange, TopicMetadata, TopicSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -218,6 +224,223 @@ pub(crate) async fn delete_topic(
 ) -> Result<Response, ApiError> {
     check_cluster(&app, &cluster_id)?;
     app.http.broker.delete_topic(&topic).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct TopicConfigView {
+    kind: &'static str,
+    metadata: ResourceMetadata,
+    cluster_id: String,
+    topic_name: String,
+    name: &'static str,
+    value: String,
+    is_default: bool,
+    is_read_only: bool,
+    is_sensitive: bool,
+    /// Confluent's names: `DYNAMIC_TOPIC_CONFIG` for an override, `STATIC_BROKER_CONFIG` for a
+    /// broker flag it falls back to (`--log-retention-*`), else `DEFAULT_CONFIG`.
+    source: &'static str,
+}
+
+fn config_view(
+    cluster_id: &str,
+    topic: &str,
+    c: ConfigValue,
+    fallback: Option<(&'static str, String)>,
+) -> TopicConfigView {
+    let fallback = fallback.filter(|_| c.is_default);
+    let source = match (&fallback, c.is_default) {
+        (Some(_), _) => "STATIC_BROKER_CONFIG",
+        (None, true) => "DEFAULT_CONFIG",
+        (None, false) => "DYNAMIC_TOPIC_CONFIG",
+    };
+    let is_default = c.is_default && fallback.is_none();
+    let value = fallback.map_or(c.value, |(_, v)| v);
+    TopicConfigView {
+        kind: "KafkaTopicConfig",
+        metadata: ResourceMetadata {
+            self_path: format!(
+                "/v3/clusters/{cluster_id}/topics/{topic}/configs/{}",
+                c.name
+            ),
+        },
+        cluster_id: cluster_id.to_string(),
+        topic_name: topic.to_string(),
+        name: c.name,
+        value,
+        is_default,
+        is_read_only: false,
+        is_sensitive: false,
+        source,
+    }
+}
+
+/// `GET /v3/clusters/{c}/topics/{t}/configs`.
+pub(crate) async fn list_topic_configs(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    let t = existing_topic(&app, &topic)?;
+    let data = t
+        .configs
+        .describe()
+        .into_iter()
+        .map(|c| {
+            let fallback = app.http.broker.static_topic_default(c.name);
+            config_view(id, &t.name, c, fallback)
+        })
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &List {
+            kind: "KafkaTopicConfigList",
+            metadata: ListMetadata {
+                self_path: format!("/v3/clusters/{id}/topics/{}/configs", t.name),
+                next: None,
+            },
+            data,
+        },
+    ))
+}
+
+/// `GET /v3/clusters/{c}/topics/{t}/configs/{name}`: 404/40405 for a name Kafka does not
+/// define.
+pub(crate) async fn get_topic_config(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic, name)): ApiPath<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let id = check_cluster(&app, &cluster_id)?;
+    let t = existing_topic(&app, &topic)?;
+    let c = t
+        .configs
+        .describe()
+        .into_iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                40405,
+                format!("topic config '{name}' does not exist (Kafka defines no such config)"),
+            )
+        })?;
+    let fallback = app.http.broker.static_topic_default(c.name);
+    Ok(json(StatusCode::OK, &config_view(id, &t.name, c, fallback)))
+}
+
+/// `PUT .../configs/{name}` body.
+#[derive(Debug, Deserialize)]
+struct UpdateConfigRequest {
+    value: String,
+}
+
+/// `PUT /v3/clusters/{c}/topics/{t}/configs/{name}`: sets one config; 204.
+pub(crate) async fn update_topic_config(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic, name)): ApiPath<(String, String, String)>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    check_cluster(&app, &cluster_id)?;
+    require_json(&headers)?;
+    let request: UpdateConfigRequest = parse_json(&body)?;
+    let change = ConfigChange {
+        name,
+        op: AlterOp::Set,
+        value: Some(request.value),
+    };
+    alter(&app, &topic, vec![change], false).await
+}
+
+/// `DELETE /v3/clusters/{c}/topics/{t}/configs/{name}`: back to the default; 204.
+pub(crate) async fn reset_topic_config(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic, name)): ApiPath<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    check_cluster(&app, &cluster_id)?;
+    let change = ConfigChange {
+        name,
+        op: AlterOp::Delete,
+        value: None,
+    };
+    alter(&app, &topic, vec![change], false).await
+}
+
+/// One entry of `POST .../configs:alter`.
+#[derive(Debug, Deserialize)]
+struct AlterEntry {
+    name: String,
+    #[serde(default)]
+    value: Option<String>,
+    /// `SET` (the default) or `DELETE`.
+    #[serde(default)]
+    operation: Option<String>,
+}
+
+/// `POST .../configs:alter` body.
+#[derive(Debug, Deserialize)]
+struct AlterConfigsRequest {
+    data: Vec<AlterEntry>,
+    #[serde(default)]
+    validate_only: bool,
+}
+
+/// `POST /v3/clusters/{c}/topics/{t}/configs:alter`: every change or none; 204.
+pub(crate) async fn alter_topic_configs(
+    State(app): State<AppState>,
+    ApiPath((cluster_id, topic)): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    check_cluster(&app, &cluster_id)?;
+    require_json(&headers)?;
+    let request: AlterConfigsRequest = parse_json(&body)?;
+    let changes = request
+        .data
+        .into_iter()
+        .map(|e| {
+            let op = match e
+                .operation
+                .as_deref()
+                .map(str::to_ascii_uppercase)
+                .as_deref()
+            {
+                None | Some("SET") => AlterOp::Set,
+                Some("DELETE") => AlterOp::Delete,
+                Some(other) => {
+                    return Err(ApiError::invalid_body(format!(
+                        "config '{}': operation '{other}' is not SET or DELETE",
+                        e.name
+                    )))
+                }
+            };
+            if op == AlterOp::Set && e.value.is_none() {
+                return Err(ApiError::invalid_body(format!(
+                    "config '{}': SET needs a value",
+                    e.name
+                )));
+            }
+            Ok(ConfigChange {
+                name: e.name,
+                op,
+                value: e.value,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    alter(&app, &topic, changes, request.validate_only).await
+}
+
+async fn alter(
+    app: &AppState,
+    topic: &str,
+    changes: Vec<ConfigChange>,
+    validate_only: bool,
+) -> Result<Response, ApiError> {
+    app.http
+        .broker
+        .alter_topic_configs(topic, ConfigAlteration::Incremental(changes), validate_only)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

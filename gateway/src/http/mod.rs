@@ -11,7 +11,8 @@
 //! - [`records`]: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`
 //! - [`consumers`]: REST Proxy v2 consumer instances, `POST /consumers/{g}` and
 //!   `/consumers/{g}/instances/{i}/…` (their own error codes are listed there)
-//! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`
+//! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`,
+//!   `.../topics/{t}/configs[/{name}|:alter]`
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`
 //!
 //! # Errors
@@ -29,6 +30,7 @@
 //! | 404    | 40400 | no such endpoint |
 //! | 404    | 40402 | partition path segment is not a partition number |
 //! | 404    | 40404 | v3 cluster id is not this cluster's |
+//! | 404    | 40405 | v3 topic config name Kafka does not define |
 //! | 405    | 40500 | method not allowed on this endpoint |
 //! | 406    | 40601 | `Accept` names no format this endpoint produces |
 //! | 408    | 40801 | body not received whole within `--http-body-timeout` |
@@ -66,7 +68,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -136,6 +138,20 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/v3/clusters/{cluster}/topics/{topic}",
             get(admin_v3::get_topic).delete(admin_v3::delete_topic),
+        )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}/configs",
+            get(admin_v3::list_topic_configs),
+        )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}/configs:alter",
+            post(admin_v3::alter_topic_configs),
+        )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}/configs/{name}",
+            get(admin_v3::get_topic_config)
+                .put(admin_v3::update_topic_config)
+                .delete(admin_v3::reset_topic_config),
         )
         .merge(consumers::routes())
         .fallback(no_route)

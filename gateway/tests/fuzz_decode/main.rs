@@ -372,6 +372,9 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
         ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::default().into(),
         ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        ApiKey::DeleteRecords => DeleteRecordsRequest::default().into(),
+        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::default().into(),
+        ApiKey::AlterConfigs => AlterConfigsRequest::default().into(),
         other => panic!("{other:?} is in SUPPORTED but has no default request here: add it"),
     }
 }

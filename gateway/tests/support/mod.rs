@@ -70,6 +70,8 @@ pub async fn start(auto_create_topics: bool) -> Server {
         default_partitions: 2,
         max_request_bytes: 100 << 20,
         cluster_id: "oxbow-test-cluster".into(),
+        log_retention_ms: 604_800_000,
+        log_retention_bytes: -1,
     };
     let broker = Broker::new(settings, metadata, log).await.expect("broker");
     let ready = Arc::new(AtomicBool::new(false));

@@ -31,6 +31,7 @@ use crate::keys::{self, topic::TopicRecord, Root};
 use crate::kv::{Compare, Get, KeyRange, KeyValue, Kv, Op, RangeResponse, Txn};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
+use crate::topic_configs::ConfigAlteration;
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
 use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
@@ -327,6 +328,14 @@ impl<K: Kv> MetadataStore for KvStore<K> {
 
     async fn watch_topics(&self) -> Result<Watch<TopicEvent>> {
         self.subscribe_topics().await
+    }
+
+    async fn alter_topic_configs(
+        &self,
+        name: &str,
+        alteration: ConfigAlteration,
+    ) -> Result<TopicMetadata> {
+        self.alter_topic_configs_rules(name, alteration).await
     }
 
     async fn allocate_producer_ids(&self, count: u32) -> Result<i64> {

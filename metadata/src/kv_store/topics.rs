@@ -1,6 +1,6 @@
 //! The topic rules over [`Kv`]: creating topics and partitions, deleting topics, reading
-//! one partition's state, and the compare-and-swap of a partition's state (leadership,
-//! epochs). Split from [`super`] so that module stays the trait's map; each method here is
+//! one partition's state, the compare-and-swap of a partition's state (leadership,
+//! epochs) and of a topic's config overrides. Split from [`super`] so that module stays the trait's map; each method here is
 //! one operation of [`crate::MetadataStore`].
 
 use super::{first, KvStore, CAS_ATTEMPTS};
@@ -11,6 +11,7 @@ use crate::topic::{
     validate_partition_count, validate_topic_name, PartitionState, TopicConfigs, TopicMetadata,
     TopicSpec,
 };
+use crate::topic_configs::ConfigAlteration;
 use crate::types::{BrokerId, PartitionId, TopicId};
 use std::collections::HashMap;
 
@@ -297,5 +298,37 @@ impl<K: Kv> KvStore<K> {
             "partition {topic_id}-{}",
             new.partition
         )))
+    }
+
+    pub(super) async fn alter_topic_configs_rules(
+        &self,
+        name: &str,
+        alteration: ConfigAlteration,
+    ) -> Result<TopicMetadata> {
+        let key = keys::topic::ser_key(&self.root, name);
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((mut topic, kv)) = self.read_topic(name).await? else {
+                return Err(Error::UnknownTopic(name.to_string()));
+            };
+            // Decided on the record as stored now: the compare below pins it, so an
+            // alteration racing this one is re-applied on top, never lost.
+            let configs = topic.configs.altered(&alteration)?;
+            if configs == topic.configs {
+                return Ok(topic);
+            }
+            let record = keys::topic::deser_value(&kv.key, &kv.value)?;
+            let value = keys::topic::ser_value(&TopicRecord {
+                configs: configs.clone(),
+                ..record
+            })?;
+            let txn = Txn::new()
+                .when([Compare::unchanged(key.clone(), Some(&kv))])
+                .then([Op::put(key.clone(), value)]);
+            if self.kv.txn(txn).await?.succeeded {
+                topic.configs = configs;
+                return Ok(topic);
+            }
+        }
+        Err(Error::Conflict(format!("topic '{name}'")))
     }
 }

@@ -446,6 +446,8 @@ mod tests {
             default_partitions: 1,
             max_request_bytes: 1 << 20,
             cluster_id: "test".into(),
+            log_retention_ms: 604_800_000,
+            log_retention_bytes: -1,
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }

@@ -1,13 +1,29 @@
-//! DescribeConfigs for topics (every known config, overrides marked) and for this broker.
+//! DescribeConfigs for topics (every Kafka topic config, overrides marked, with Kafka's
+//! types and synonyms) and for this broker; IncrementalAlterConfigs and AlterConfigs for
+//! topics (the op semantics are `oxbow_metadata::topic_configs`, the store's compare-and-swap
+//! is `MetadataStore::alter_topic_configs`).
+//!
+//! Broker resources cannot be altered: Oxbow's broker settings are its command-line flags.
+//! Every key of a BROKER resource is refused with INVALID_REQUEST, Kafka's answer for a
+//! config it cannot change at run time ("Cannot update these configs dynamically").
 
 use super::str_bytes;
 use super::topics::{SOURCE_DEFAULT, SOURCE_TOPIC_OVERRIDE};
 use crate::broker::Broker;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use oxbow_metadata::topic::ConfigValue;
+use oxbow_metadata::topic_configs::ConfigType;
+use oxbow_metadata::{AlterOp, ConfigAlteration, ConfigChange};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -15,27 +31,12 @@ const RESOURCE_BROKER: i8 = 4;
 /// `config_source` for a static broker config.
 const SOURCE_STATIC_BROKER: i8 = 4;
 
-/// Kafka's `ConfigType` of each topic config, so admin tools render values right.
-fn config_type(name: &str) -> i8 {
-    const BOOLEAN: i8 = 1;
-    const STRING: i8 = 2;
-    const INT: i8 = 3;
-    const LONG: i8 = 5;
-    const LIST: i8 = 7;
+/// Kafka's `ConfigType` of each broker config described, so admin tools render values right.
+fn broker_config_type(name: &str) -> ConfigType {
     match name {
-        "cleanup.policy" => LIST,
-        "max.message.bytes"
-        | "min.insync.replicas"
-        | "segment.bytes"
-        | "num.partitions"
-        | "message.max.bytes"
-        | "broker.id" => INT,
-        "retention.bytes"
-        | "retention.ms"
-        | "message.timestamp.after.max.ms"
-        | "message.timestamp.before.max.ms" => LONG,
-        "auto.create.topics.enable" => BOOLEAN,
-        _ => STRING,
+        "num.partitions" | "message.max.bytes" | "broker.id" => ConfigType::Int,
+        "auto.create.topics.enable" => ConfigType::Boolean,
+        _ => ConfigType::String,
     }
 }
 
@@ -45,13 +46,34 @@ fn entry(
     value: String,
     source: i8,
     read_only: bool,
+    kind: ConfigType,
 ) -> DescribeConfigsResourceResult {
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(name))
         .with_value(Some(str_bytes(&value)))
         .with_config_source(source)
         .with_read_only(read_only)
-        .with_config_type(if version >= 3 { config_type(name) } else { 0 })
+        .with_config_type(if version >= 3 { kind.kafka_code() } else { 0 })
+}
+
+/// DescribeConfigs' synonyms of a topic config, most specific first (as Kafka lists them):
+/// the topic's override, then the broker-level config whose default applies (none for a
+/// config without one, as in Kafka).
+fn synonyms(c: &ConfigValue) -> Vec<DescribeConfigsSynonym> {
+    let synonym = |name: &str, value: &str, source: i8| {
+        DescribeConfigsSynonym::default()
+            .with_name(str_bytes(name))
+            .with_value(Some(str_bytes(value)))
+            .with_source(source)
+    };
+    let mut out = Vec::with_capacity(2);
+    if !c.is_default {
+        out.push(synonym(c.name, &c.value, SOURCE_TOPIC_OVERRIDE));
+    }
+    if let Some(broker_name) = c.def.broker_name {
+        out.push(synonym(broker_name, c.def.default, SOURCE_DEFAULT));
+    }
+    out
 }
 
 pub fn describe(
@@ -60,6 +82,7 @@ pub fn describe(
     version: i16,
 ) -> DescribeConfigsResponse {
     let documented = req.include_documentation && version >= 3;
+    let with_synonyms = req.include_synonyms;
     let mut results = Vec::with_capacity(req.resources.len());
     for res in req.resources {
         let name = res.resource_name.to_string();
@@ -82,15 +105,26 @@ pub fn describe(
                         .into_iter()
                         .filter(|c| wanted(c.name))
                         .map(|c| {
-                            let source = if c.is_default {
-                                SOURCE_DEFAULT
-                            } else {
-                                SOURCE_TOPIC_OVERRIDE
+                            let fallback =
+                                broker.static_topic_default(c.name).filter(|_| c.is_default);
+                            let (value, source) = match &fallback {
+                                Some((_, v)) => (v.clone(), SOURCE_STATIC_BROKER),
+                                None if c.is_default => (c.value.clone(), SOURCE_DEFAULT),
+                                None => (c.value.clone(), SOURCE_TOPIC_OVERRIDE),
                             };
                             // Where Oxbow's meaning differs from Kafka's, say so.
                             let note = oxbow_metadata::topic::config_note(c.name, &c.value)
                                 .filter(|_| documented);
-                            let e = entry(version, c.name, c.value, source, false);
+                            let synonyms = match (&fallback, with_synonyms) {
+                                (_, false) => Vec::new(),
+                                (Some((name, v)), true) => vec![DescribeConfigsSynonym::default()
+                                    .with_name(str_bytes(name))
+                                    .with_value(Some(str_bytes(v)))
+                                    .with_source(SOURCE_STATIC_BROKER)],
+                                (None, true) => synonyms(&c),
+                            };
+                            let e = entry(version, c.name, value, source, false, c.def.kind)
+                                .with_synonyms(synonyms);
                             match note {
                                 Some(n) => e.with_documentation(Some(str_bytes(n))),
                                 None => e,
@@ -113,7 +147,16 @@ pub fn describe(
                 r.with_configs(
                     all.into_iter()
                         .filter(|(n, _)| wanted(n))
-                        .map(|(n, v)| entry(version, n, v, SOURCE_STATIC_BROKER, true))
+                        .map(|(n, v)| {
+                            entry(
+                                version,
+                                n,
+                                v,
+                                SOURCE_STATIC_BROKER,
+                                true,
+                                broker_config_type(n),
+                            )
+                        })
                         .collect(),
                 )
             }
@@ -129,4 +172,168 @@ pub fn describe(
         results.push(r);
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// One resource's answer to an alteration: (error code, message).
+type Outcome = (i16, Option<String>);
+
+fn refused(code: ResponseError, message: String) -> Outcome {
+    (code.code(), Some(message))
+}
+
+/// Alters one resource; `alteration` is what its entries said (or why they are refused).
+async fn alter_resource(
+    broker: &Arc<Broker>,
+    resource_type: i8,
+    name: &str,
+    keys: Vec<String>,
+    alteration: Result<ConfigAlteration, String>,
+    validate_only: bool,
+) -> Outcome {
+    match resource_type {
+        RESOURCE_TOPIC => {
+            let alteration = match alteration {
+                Ok(a) => a,
+                Err(why) => return refused(ResponseError::InvalidRequest, why),
+            };
+            match broker
+                .alter_topic_configs(name, alteration, validate_only)
+                .await
+            {
+                Ok(_) => (0, None),
+                Err(e) => (e.code(), Some(e.to_string())),
+            }
+        }
+        RESOURCE_BROKER if keys.is_empty() => (0, None),
+        RESOURCE_BROKER => refused(
+            ResponseError::InvalidRequest,
+            format!(
+                "Cannot update these configs dynamically: {} (Oxbow's broker settings are \
+                 its command-line flags; set topic configs on the topic)",
+                keys.join(", ")
+            ),
+        ),
+        other => refused(
+            ResponseError::InvalidRequest,
+            format!("resource type {other} is not supported"),
+        ),
+    }
+}
+
+/// The keys of one resource's entries, refusing a key named twice (Kafka: INVALID_REQUEST,
+/// "Error due to duplicate config keys").
+fn unique_keys<'a>(names: impl Iterator<Item = &'a StrBytes>) -> Result<Vec<String>, String> {
+    let mut seen = BTreeSet::new();
+    let mut keys = Vec::new();
+    for n in names {
+        let key = n.to_string();
+        if !seen.insert(key.clone()) {
+            return Err(format!("Error due to duplicate config keys: {key}"));
+        }
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// IncrementalAlterConfigs (API 44): per key SET / DELETE / APPEND / SUBTRACT.
+pub async fn incremental_alter(
+    broker: &Arc<Broker>,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for res in req.resources {
+        let name = res.resource_name.to_string();
+        let keys = unique_keys(res.configs.iter().map(|c| &c.name));
+        let alteration = keys.clone().and_then(|_| {
+            res.configs
+                .iter()
+                .map(|c| {
+                    let op = AlterOp::from_kafka(c.config_operation).ok_or_else(|| {
+                        format!(
+                            "unknown config operation {} for key {}",
+                            c.config_operation, c.name
+                        )
+                    })?;
+                    Ok(ConfigChange {
+                        name: c.name.to_string(),
+                        op,
+                        value: c.value.as_ref().map(|v| v.to_string()),
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(ConfigAlteration::Incremental)
+        });
+        let (code, message) = alter_resource(
+            broker,
+            res.resource_type,
+            &name,
+            keys.unwrap_or_default(),
+            alteration,
+            req.validate_only,
+        )
+        .await;
+        responses.push(
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(message.as_deref().map(str_bytes))
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name),
+        );
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// AlterConfigs (API 33): the given entries become the resource's whole override set.
+pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for res in req.resources {
+        let name = res.resource_name.to_string();
+        let keys = unique_keys(res.configs.iter().map(|c| &c.name));
+        let alteration = keys.clone().and_then(|_| {
+            res.configs
+                .iter()
+                .map(|c| match &c.value {
+                    Some(v) => Ok((c.name.to_string(), v.to_string())),
+                    None => Err(format!("Null value not supported for : {}", c.name)),
+                })
+                .collect::<Result<BTreeMap<_, _>, String>>()
+                .map(ConfigAlteration::Replace)
+        });
+        let (code, message) = alter_resource(
+            broker,
+            res.resource_type,
+            &name,
+            keys.unwrap_or_default(),
+            alteration,
+            req.validate_only,
+        )
+        .await;
+        responses.push(
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(message.as_deref().map(str_bytes))
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name),
+        );
+    }
+    AlterConfigsResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_named_twice_is_refused() {
+        let names: Vec<StrBytes> = ["retention.ms", "segment.ms", "retention.ms"]
+            .iter()
+            .map(|n| str_bytes(n))
+            .collect();
+        let e = unique_keys(names.iter()).expect_err("duplicate");
+        assert!(e.contains("duplicate config keys: retention.ms"), "{e}");
+        assert_eq!(
+            unique_keys(names[..2].iter()),
+            Ok(vec!["retention.ms".to_string(), "segment.ms".to_string()])
+        );
+    }
 }

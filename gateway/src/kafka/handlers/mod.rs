@@ -82,6 +82,10 @@ pub async fn handle(
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(configs::describe(broker, r, v))
         }
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(broker, r).await)
+        }
+        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(broker, r).await),
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(cluster::describe(broker, r))
         }
