@@ -121,6 +121,9 @@ impl Leadership {
         };
         let open_epoch = open.leader_epoch().unwrap_or(i32::MAX);
         if state.leader == self.log.broker_id() && state.leader_epoch <= open_epoch {
+            // Still led here: a log start stored meanwhile (a step whose answer was lost)
+            // is this partition's too.
+            self.log.follow_log_start(&open, state.log_start_offset);
             return false;
         }
         tracing::info!(

@@ -69,13 +69,30 @@ impl LogManager {
                     return Ok(self.set_log_start(p, stored.log_start_offset));
                 }
                 Err(e) if e.kind() == MetadataErrorKind::Conflict => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // The outcome may be unknown (a timeout whose write landed): learn what
+                    // is stored, if it can be read, before answering.
+                    if e.kind() == MetadataErrorKind::Unavailable {
+                        if let Ok(stored) = self.stored_state(p).await {
+                            self.set_log_start(p, stored.log_start_offset);
+                        }
+                    }
+                    return Err(e.into());
+                }
             }
         }
         Err(Error::Metadata(oxbow_metadata::Error::Conflict(format!(
             "{}-{}: the partition's state kept changing while the log start moved; retry",
             p.topic_name, tp.partition
         ))))
+    }
+
+    /// Raises `p`'s log start to one the metadata service holds (never lowers it): a step
+    /// whose answer was lost may have landed, and from then on the catalogue serves
+    /// nothing below it, so this leader must not claim an earlier start (found by the
+    /// simulation, seed 152: ListOffsets said 16 while the data began at 55).
+    pub fn follow_log_start(&self, p: &Partition, stored: Offset) {
+        self.set_log_start(p, stored);
     }
 
     fn set_log_start(&self, p: &Partition, start: Offset) -> Offset {

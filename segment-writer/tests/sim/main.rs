@@ -346,7 +346,7 @@ fn a_seed_replays_identically() {
 /// keeps its own rule in the code.
 #[test]
 fn pinned_seeds() {
-    for seed in [26, 29, 37, 51, 53, 80, 87, 114, 149] {
+    for seed in [26, 29, 37, 51, 53, 80, 87, 114, 149, 152] {
         judge(&run_seed(seed));
     }
 }
