@@ -445,7 +445,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let background = TaskTracker::new();
     let ready = Arc::new(AtomicBool::new(false));
 
-    background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
+    let sealer = background.spawn(run_sealer(log.clone(), stop_sealing.clone()));
     // WAL tails that could not be recovered yet (a replica is not up) are retried here.
     background.spawn(log.clone().run_recoveries(stop_sealing.clone()));
     // Compaction of sealed objects into per-partition segments; stops with the sealer.
@@ -627,6 +627,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("some acks=1 writes were not durable before shutdown");
     }
     stop_sealing.cancel();
+    // The final seal commits under the lease: revoke it only once the sealer has drained
+    // (revoked together, the drain was refused as fenced and left the last acknowledged
+    // writes in the WAL alone).
+    if tokio::time::timeout(Duration::from_secs(30), sealer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the final seal did not finish within 30 s; the WAL keeps unsealed data for the next start");
+    }
     stop_lease.cancel();
     background.close();
     if tokio::time::timeout(Duration::from_secs(30), background.wait())
