@@ -59,6 +59,8 @@ pub struct PlanEntry {
     pub bytes: u64,
     pub leader_epoch: LeaderEpoch,
     pub kind: PlanKind,
+    /// Largest record timestamp in the entry.
+    pub max_timestamp_ms: i64,
 }
 
 /// Bounds of one run.
@@ -68,6 +70,29 @@ pub struct PlanLimits {
     pub segment_bytes: u64,
     /// Most entries replaced by one segment.
     pub entries_per_run_max: usize,
+    /// Most record time one run may span, by its entries' largest timestamps (`None`: any):
+    /// with time retention, a segment expires only once its newest record is old, so one
+    /// that kept absorbing newer data would keep its oldest past `retention.ms` (found by
+    /// the retention soak: segments spanning minutes under a 60 s retention).
+    pub span_ms_max: Option<i64>,
+}
+
+/// The span of record time a run covers, as (lowest, highest) largest timestamp.
+#[derive(Clone, Copy, Debug)]
+struct Span(i64, i64);
+
+impl Span {
+    fn of(ts: i64) -> Span {
+        Span(ts, ts)
+    }
+
+    fn with(self, other: Span) -> Span {
+        Span(self.0.min(other.0), self.1.max(other.1))
+    }
+
+    fn fits(self, max: Option<i64>) -> bool {
+        max.is_none_or(|max| self.1.saturating_sub(self.0) <= max)
+    }
 }
 
 /// A merge candidate: one segment, or a run of shared entries, or a barrier.
@@ -77,6 +102,7 @@ struct Member {
     bytes: u64,
     leader_epoch: LeaderEpoch,
     kind: PlanKind,
+    span: Span,
 }
 
 /// The runs (ranges of indices into `entries`, which must be one partition's contiguous
@@ -88,13 +114,16 @@ pub fn plan(entries: &[PlanEntry], limits: &PlanLimits) -> Vec<Range<usize>> {
     for (i, e) in entries.iter().enumerate() {
         if e.kind == PlanKind::Shared {
             if let Some(m) = members.last_mut() {
+                let span = m.span.with(Span::of(e.max_timestamp_ms));
                 if m.kind == PlanKind::Shared
                     && m.leader_epoch == e.leader_epoch
                     && m.bytes + e.bytes <= limits.segment_bytes
                     && m.entries.len() < per_run
+                    && span.fits(limits.span_ms_max)
                 {
                     m.entries.end = i + 1;
                     m.bytes += e.bytes;
+                    m.span = span;
                     continue;
                 }
             }
@@ -104,6 +133,7 @@ pub fn plan(entries: &[PlanEntry], limits: &PlanLimits) -> Vec<Range<usize>> {
             bytes: e.bytes,
             leader_epoch: e.leader_epoch,
             kind: e.kind,
+            span: Span::of(e.max_timestamp_ms),
         });
     }
     let mut runs = Vec::new();
@@ -117,13 +147,17 @@ pub fn plan(entries: &[PlanEntry], limits: &PlanLimits) -> Vec<Range<usize>> {
         // The longest run of members from `i` that fits and keeps the size ratio. Only
         // segments count for the ratio: a shared run is written anyway, whatever its size.
         let (mut total, mut largest, mut count) = (0u64, 0u64, 0usize);
+        let mut span = first.span;
         let mut best = None;
         for (k, m) in members.iter().enumerate().skip(i) {
             if m.kind == PlanKind::Frozen || m.leader_epoch != first.leader_epoch {
                 break;
             }
+            span = span.with(m.span);
             if k > i
-                && (total + m.bytes > limits.segment_bytes || count + m.entries.len() > per_run)
+                && (total + m.bytes > limits.segment_bytes
+                    || count + m.entries.len() > per_run
+                    || !span.fits(limits.span_ms_max))
             {
                 break;
             }
@@ -305,6 +339,7 @@ mod tests {
         PlanLimits {
             segment_bytes,
             entries_per_run_max: 1000,
+            span_ms_max: None,
         }
     }
 
@@ -319,6 +354,7 @@ mod tests {
                     bytes: *bytes,
                     leader_epoch: 0,
                     kind: *kind,
+                    max_timestamp_ms: 0,
                 };
                 next += 10;
                 e
@@ -379,6 +415,7 @@ mod tests {
         let l = PlanLimits {
             segment_bytes: 512,
             entries_per_run_max: 4,
+            span_ms_max: None,
         };
         assert_eq!(plan(&e, &l), vec![0..4, 4..8, 8..10]);
     }
@@ -404,6 +441,7 @@ mod tests {
                     bytes,
                     leader_epoch: 0,
                     kind: Shared,
+                    max_timestamp_ms: 0,
                 });
                 next += 1;
                 ingested += bytes;
@@ -419,6 +457,7 @@ mod tests {
                     bytes,
                     leader_epoch: 0,
                     kind: Segment,
+                    max_timestamp_ms: 0,
                 };
                 log.splice(r.clone(), [merged]);
             }
@@ -501,5 +540,48 @@ mod tests {
         assert!(full.superseded("a".into(), None, false), "already there");
         assert!(!full.superseded("b".into(), None, false));
         assert_eq!(full.len(), 1);
+    }
+
+    #[test]
+    fn runs_never_span_more_record_time_than_allowed() {
+        // Shared entries a second apart, and two segments: without a bound everything
+        // merges; with 2.5 s, runs cut where the span would pass it.
+        let e: Vec<PlanEntry> = (0..6)
+            .map(|i| PlanEntry {
+                base_offset: i * 10,
+                last_offset: i * 10 + 9,
+                bytes: 10,
+                leader_epoch: 0,
+                kind: Shared,
+                max_timestamp_ms: 1_000 * i,
+            })
+            .collect();
+        let mut l = limits(1 << 20);
+        assert_eq!(plan(&e, &l), vec![0..6]);
+        l.span_ms_max = Some(2_500);
+        assert_eq!(plan(&e, &l), vec![0..3, 3..6]);
+        // An old segment is not merged into newer data past the bound, even when the sizes
+        // would let it.
+        let mut segs = vec![
+            PlanEntry {
+                base_offset: 0,
+                last_offset: 9,
+                bytes: 10,
+                leader_epoch: 0,
+                kind: Segment,
+                max_timestamp_ms: 0,
+            },
+            PlanEntry {
+                base_offset: 10,
+                last_offset: 19,
+                bytes: 10,
+                leader_epoch: 0,
+                kind: Segment,
+                max_timestamp_ms: 10_000,
+            },
+        ];
+        assert!(plan(&segs, &l).is_empty());
+        segs[1].max_timestamp_ms = 2_000;
+        assert_eq!(plan(&segs, &l), vec![0..2]);
     }
 }

@@ -1049,3 +1049,33 @@ async fn moving_the_log_start_is_fenced_by_leadership() {
     );
     assert_eq!(after.leader, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_out_of_time_still_applies_retention() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let topic = topic(&metadata).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    produce(&log, &topic, 0, 3).await;
+    let settings = CompactSettings {
+        round_time_max: Duration::ZERO,
+        ..compact_settings(Duration::ZERO)
+    };
+    let mut compactor = Compactor::new(log.clone(), settings).with_retention(Arc::new(Everywhere(
+        oxbow_segment_writer::Retention {
+            ms: 86_400_000,
+            bytes: -1,
+        },
+    )));
+    let stats = compactor
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    assert_eq!(stats.segments_written, 0, "no time to compact");
+    for p in 0..PARTITIONS {
+        let part = log.partition(&topic, p).await.expect("partition");
+        let (start, _, end) = part.offsets().expect("offsets");
+        assert_eq!(start, end, "p{p}: retention ran all the same");
+    }
+}
