@@ -24,7 +24,8 @@ samples and over the second half (the middle sample belongs to both) and reports
 growth per minute of each. A quantity that should stop growing is called **flat** when its
 second-half growth is below 10% of its first-half growth (--flat-fraction), or below 1% of
 its own mean second-half level per minute (--flat-level-fraction; for quantities that did
-not grow in the first half either). Least squares, not end points, because retention and
+not grow in the first half either), or below two standard errors of the fitted slope (a
+sawtooth around a level, not a trend). Least squares, not end points, because retention and
 compaction make every store quantity a sawtooth of one compaction round's period.
 
   .venv/bin/python scripts/retention_soak.py --oxbow-bin /work/bin/oxbow-retention \
@@ -205,15 +206,20 @@ def sample(stack: ms.Stack, load: SoakLoad, wm_client, topic: str, partitions: i
 # -- analysis ---------------------------------------------------------------------------
 
 
-def slope_per_min(points: list[tuple[float, float]]) -> float | None:
+def slope_per_min(points: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """Least-squares slope per minute and its standard error (None when undefined)."""
     if len(points) < 2:
-        return None
+        return None, None
     mt = statistics.fmean(t for t, _ in points)
     mv = statistics.fmean(v for _, v in points)
     den = sum((t - mt) ** 2 for t, _ in points)
     if den == 0:
-        return None
-    return 60.0 * sum((t - mt) * (v - mv) for t, v in points) / den
+        return None, None
+    slope = sum((t - mt) * (v - mv) for t, v in points) / den
+    if len(points) < 3:
+        return 60.0 * slope, None
+    resid = sum((v - (mv + slope * (t - mt))) ** 2 for t, v in points)
+    return 60.0 * slope, 60.0 * (resid / (len(points) - 2) / den) ** 0.5
 
 
 def halves(samples: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -228,15 +234,21 @@ def analyse(samples: list[dict], flat_fraction: float, flat_level_fraction: floa
     first, second = halves(samples)
     out = {}
     for key, _, _, _, should_flatten in QUANTITIES:
-        g1 = slope_per_min([(s["t_s"], s[key]) for s in first])
-        g2 = slope_per_min([(s["t_s"], s[key]) for s in second])
+        g1, _ = slope_per_min([(s["t_s"], s[key]) for s in first])
+        g2, se2 = slope_per_min([(s["t_s"], s[key]) for s in second])
         level2 = statistics.fmean(s[key] for s in second)
         flat = None
         if should_flatten and g1 is not None and g2 is not None:
-            flat = (g1 > 0 and g2 < flat_fraction * g1) or g2 <= flat_level_fraction * abs(level2)
+            flat = (
+                (g1 > 0 and g2 < flat_fraction * g1)
+                or g2 <= flat_level_fraction * abs(level2)
+                # A sawtooth around a level: the trend is not told apart from zero.
+                or (se2 is not None and g2 < 2 * se2)
+            )
         out[key] = {
             "first_half_per_min": g1,
             "second_half_per_min": g2,
+            "second_half_per_min_se": se2,
             "second_half_mean": level2,
             "start": samples[0][key],
             "mid": second[0][key],
@@ -343,8 +355,9 @@ def report(result: dict, args) -> str:
     h = a["_halves"]
     out.append(
         f"\n**Growth per minute** (least squares; first half t={h['first'][0]:.0f}–{h['first'][1]:.0f} s, "
-        f"second half t={h['second'][0]:.0f}–{h['second'][1]:.0f} s). Flat: second-half growth < "
-        f"{args.flat_fraction:.0%} of the first half's, or < {args.flat_level_fraction:.0%} of its own level per minute.\n"
+        f"second half t={h['second'][0]:.0f}–{h['second'][1]:.0f} s; ± one standard error). Flat: second-half growth < "
+        f"{args.flat_fraction:.0%} of the first half's, or < {args.flat_level_fraction:.0%} of its own level per minute, "
+        f"or less than two standard errors (a sawtooth around a level).\n"
     )
     rows = []
     for key, label, div, unit, should in QUANTITIES:
@@ -357,7 +370,9 @@ def report(result: dict, args) -> str:
                 fmt(q["mid"] / div, 2 if div > 1 else 0),
                 fmt(q["end"] / div, 2 if div > 1 else 0),
                 fmt(q["first_half_per_min"] / div if q["first_half_per_min"] is not None else None, 2) + u,
-                fmt(q["second_half_per_min"] / div if q["second_half_per_min"] is not None else None, 2) + u,
+                fmt(q["second_half_per_min"] / div if q["second_half_per_min"] is not None else None, 2)
+                + (f" ± {fmt(q['second_half_per_min_se'] / div, 2)}" if q.get("second_half_per_min_se") is not None else "")
+                + u,
                 ("**flat**" if q["flat"] else "**GROWING**") if should else "grows with the load",
             ]
         )
