@@ -199,7 +199,7 @@ pub const SWAP_AGE_MAX: Duration = Duration::from_secs(600);
 /// Swaps committed together: one metadata request for up to this many partitions' swaps
 /// (the store splits it into transactions within its limits), so a round rewriting
 /// thousands of partitions costs tens of metadata writes, not thousands.
-pub const SWAPS_PER_COMMIT: usize = 24;
+pub const SWAPS_PER_COMMIT: usize = 21;
 
 /// Entries looked at from an object's offset when asking whether the object is still
 /// served (an object entry is outranked at its front by at most a few others).

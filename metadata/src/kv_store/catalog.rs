@@ -359,7 +359,7 @@ impl<K: Kv> KvStore<K> {
             .iter()
             .map(|r| r.validate().err().map(Err))
             .collect();
-        // Greedy chunks within etcd's limits: five compares per replace, two operations per
+        // Greedy chunks within etcd's limits: six compares per replace, two operations per
         // new entry.
         let mut chunks: Vec<Vec<usize>> = Vec::new();
         let mut ops = 0;
@@ -472,6 +472,15 @@ impl<K: Kv> KvStore<K> {
                 tp.partition,
             ))),
             Op::Get(Get::new(run_range(root, r)).limit(limit)),
+            // The partition's key right below the run: an entry there may reach into it.
+            Op::Get(
+                Get::new(KeyRange::between(
+                    keys::catalog::partition_prefix(root, tp.topic_id, tp.partition),
+                    keys::catalog::ser_key(root, tp.topic_id, tp.partition, r.base_offset()),
+                ))
+                .reverse()
+                .limit(1),
+            ),
         ]
     }
 
@@ -491,6 +500,7 @@ impl<K: Kv> KvStore<K> {
         let run_range = run_range(root, r);
         let revision = read.revision;
         let (id, part, run) = (read.get(at)?, read.get(at + 1)?, read.get(at + 2)?);
+        let below = first(read.get(at + 3)?);
         let Some(id_kv) = first(id) else {
             return Err(Error::UnknownTopic(tp.topic_id.to_string()));
         };
@@ -518,8 +528,22 @@ impl<K: Kv> KvStore<K> {
         // The run must be exactly what readers see over its offsets now (the compactor
         // planned it from the same view). Keys of the run that only the index knows of yet
         // are read above; the index holds this store's own writes.
-        for kv in &run.kvs {
-            index.lock().put(root, kv)?;
+        // The index may lag this store's own writes (a racing replace whose answer is not
+        // applied yet): what it holds over the run is made exactly what was read — the run's
+        // keys, none it no longer has, and the key below it — so the check below judges the
+        // store as read, not a stale view (two racing replaces both passed it once).
+        {
+            let mut state = index.lock();
+            let present: std::collections::BTreeSet<Offset> = run
+                .kvs
+                .iter()
+                .filter_map(|kv| keys::catalog::deser_key(root, &kv.key).ok())
+                .map(|(_, _, base)| base)
+                .collect();
+            state.retain_keyed_within(tp, r.base_offset()..=r.last_offset(), &present, revision);
+            for kv in run.kvs.iter().chain(below) {
+                state.put(root, kv)?;
+            }
         }
         let seen: Vec<CatalogEntry> = index
             .lock()
@@ -561,6 +585,9 @@ impl<K: Kv> KvStore<K> {
         if let (Some(first_kv), Some(last_kv)) = (run.kvs.first(), run.kvs.last()) {
             compares.push(Compare::unchanged(first_kv.key.clone(), Some(first_kv)));
             compares.push(Compare::unchanged(last_kv.key.clone(), Some(last_kv)));
+        }
+        if let Some(b) = below {
+            compares.push(Compare::unchanged(b.key.clone(), Some(b)));
         }
         // The old keys go in range deletes, whatever their number: a transaction may not put
         // inside a range it deletes (etcd's rule, see crate::kv), so the ranges are the gaps
@@ -622,10 +649,11 @@ impl<K: Kv> KvStore<K> {
 }
 
 /// Gets per replace in a batched read ([`KvStore::replace_reads`]).
-const READS_PER_REPLACE: usize = 3;
-/// Most replaces per combined transaction: each compares at most five keys (within etcd's
-/// 128 compares); their new entries, two operations each, are kept within 128 too.
-pub const REPLACES_PER_TXN: usize = 24;
+const READS_PER_REPLACE: usize = 4;
+/// Most replaces per combined transaction: each compares at most six keys (21 × 6 = 126,
+/// within etcd's 128 compares); their new entries, two operations each, are kept within 128
+/// too.
+pub const REPLACES_PER_TXN: usize = 21;
 
 /// Every per-partition key of a replace's run (old or new) lies in [base, last].
 fn run_range(root: &keys::Root, r: &CatalogReplace) -> KeyRange {

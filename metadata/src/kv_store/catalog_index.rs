@@ -229,6 +229,30 @@ impl IndexState {
         }
     }
 
+    /// [`Self::retain_keyed`] over `range` of `tp`'s base offsets only.
+    pub(super) fn retain_keyed_within(
+        &mut self,
+        tp: TopicPartition,
+        range: std::ops::RangeInclusive<Offset>,
+        present: &BTreeSet<Offset>,
+        revision: Revision,
+    ) {
+        if let Some(p) = self.partitions.get_mut(&tp) {
+            let stale: Vec<Offset> = p
+                .keyed
+                .range(range)
+                .filter(|(base, (_, r))| !present.contains(base) && *r <= revision)
+                .map(|(base, _)| *base)
+                .collect();
+            for base in &stale {
+                p.keyed.remove(base);
+            }
+            if !stale.is_empty() {
+                p.view = None;
+            }
+        }
+    }
+
     fn remove_object(&mut self, key: &[u8]) {
         let Some(old) = self.objects.remove(key) else {
             return;

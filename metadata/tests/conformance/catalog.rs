@@ -683,7 +683,7 @@ pub(super) async fn catalog_replace_many<K: Kv>(store: &KvStore<K>) {
         }
         assert_eq!(served.len(), 3, "partition {p} keeps its entries");
     }
-    // 57 replaces of one new entry each: 24 per transaction, so 3 writes.
+    // 57 replaces of one new entry each: 21 per transaction, so 3 writes.
     assert!(
         after - before <= 3,
         "{} revisions for 57 replaces",
