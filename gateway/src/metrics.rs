@@ -34,6 +34,8 @@ pub struct Metrics {
     pub metadata_compaction_failures: AtomicU64,
     /// Objects the controller's sweep deleted because no catalog key named them.
     pub orphan_objects_deleted: AtomicU64,
+    /// Sources whose WAL copies this broker dropped (gone for good).
+    pub wal_copy_sources_dropped: AtomicU64,
     /// The last sampled footprint (`None` until sampled, or for a backend without one).
     metadata_footprint: Mutex<Option<MetadataFootprint>>,
 }
@@ -59,6 +61,7 @@ impl Default for Metrics {
             metadata_compactions: AtomicU64::new(0),
             metadata_compaction_failures: AtomicU64::new(0),
             orphan_objects_deleted: AtomicU64::new(0),
+            wal_copy_sources_dropped: AtomicU64::new(0),
             metadata_footprint: Mutex::new(None),
         }
     }
@@ -474,6 +477,14 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "Objects the controller's sweep deleted because no catalog key named them and they \
          were older than --orphan-grace (leaked by a crash, or of deleted topics).",
         &one(get(&m.orphan_objects_deleted)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_wal_copy_sources_dropped_total",
+        "counter",
+        "Brokers whose WAL copies this broker dropped: unregistered, leading no partition and \
+         named by no partition's recovery for --wal-copy-grace.",
+        &one(get(&m.wal_copy_sources_dropped)),
     );
     write_metric(
         &mut out,

@@ -238,6 +238,12 @@ pub struct ServeArgs {
     /// still in flight is about to name.
     #[arg(long, env = "OXBOW_ORPHAN_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     pub orphan_grace: Duration,
+    /// How long a broker must have been gone — unregistered, leading no partition, and no
+    /// partition recovering its tail — before the WAL copies other brokers hold of it are
+    /// dropped (checked every minute; `0s` disables). Every partition it led has been taken
+    /// over by then, so nothing can ask for its tail.
+    #[arg(long, env = "OXBOW_WAL_COPY_GRACE", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub wal_copy_grace: Duration,
 }
 
 /// Exit code of a broker whose WAL failed (EX_IOERR): restart it once the disk takes writes.
@@ -304,6 +310,8 @@ fn advertised(args: &ServeArgs, bound: SocketAddr) -> anyhow::Result<(String, i3
 /// Longest the SIGTERM handoff may take before the broker stops anyway (what is left fails
 /// over when its lease ends).
 const HANDOFF_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often the WAL copies of brokers gone for good are looked for.
+const WAL_COPY_GC_EVERY: Duration = Duration::from_secs(60);
 
 /// Waits for Ctrl-C or SIGTERM.
 async fn shutdown_signal() {
@@ -529,6 +537,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.clone(),
         args.orphan_sweep_interval,
         args.orphan_grace,
+        stop_serving.clone(),
+    ));
+    // WAL copies of brokers gone for good are dropped.
+    background.spawn(cluster::reclaim::run_wal_copy_gc(
+        broker.clone(),
+        if args.wal_copy_grace.is_zero() {
+            Duration::ZERO
+        } else {
+            WAL_COPY_GC_EVERY.min(args.wal_copy_grace)
+        },
+        args.wal_copy_grace,
         stop_serving.clone(),
     ));
     // The metadata service's history stays bounded; its footprint goes to /metrics.

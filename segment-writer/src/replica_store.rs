@@ -346,6 +346,39 @@ impl ReplicaStore {
         Ok(())
     }
 
+    /// The sources this broker holds copies of (directories `b{source}`).
+    pub fn sources(&self) -> Result<Vec<BrokerId>> {
+        let rd = match std::fs::read_dir(&self.root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out: Vec<BrokerId> = rd
+            .filter_map(|d| d.ok())
+            .filter_map(|d| d.file_name().to_str()?.strip_prefix('b')?.parse().ok())
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Drops every copy of `source`'s WAL (it is gone for good: see
+    /// [`gone_sources`]). Returns the bytes freed.
+    pub fn drop_source(&self, source: BrokerId) -> Result<u64> {
+        let dir = self.source_dir(source);
+        let mut logs = lock(&self.logs)?;
+        let freed = logs
+            .iter()
+            .filter(|((s, _), _)| *s == source)
+            .filter_map(|(_, l)| l.lock().ok().map(|l| l.bytes()))
+            .sum();
+        logs.retain(|(s, _), _| *s != source);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(freed),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(freed),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Bytes written for other brokers since start (for write amplification figures).
     pub fn written_bytes(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::Relaxed)
@@ -365,6 +398,44 @@ impl ReplicaStore {
     pub fn root(&self) -> &Path {
         &self.root
     }
+}
+
+/// What decides whether a source's WAL copies are still needed (pure; the gateway feeds it).
+#[derive(Clone, Debug, Default)]
+pub struct SourceUse {
+    /// Registered (alive) brokers.
+    pub registered: std::collections::BTreeSet<BrokerId>,
+    /// Brokers named by any partition's state as its leader or its `recover_from`.
+    pub named: std::collections::BTreeSet<BrokerId>,
+}
+
+/// Of the `sources` held here, those whose copies nothing can need any more: not
+/// registered, leading no partition, and no partition recovering from them — so every
+/// partition they led has moved, and its new leader has taken their tail over (recovered
+/// it, `recover_from` cleared, or received it sealed in a handoff). If such a source comes
+/// back, it has its own WAL, or (disk lost) leads nothing to recover a tail for.
+/// `gone_since` remembers since when each source has been seen so; a source is returned
+/// once that has held for `grace` (covering the lag of the caller's view of the metadata).
+pub fn gone_sources(
+    sources: &[BrokerId],
+    used: &SourceUse,
+    gone_since: &mut std::collections::BTreeMap<BrokerId, std::time::Instant>,
+    now: std::time::Instant,
+    grace: std::time::Duration,
+) -> Vec<BrokerId> {
+    gone_since.retain(|s, _| sources.contains(s));
+    let mut out = Vec::new();
+    for &s in sources {
+        if used.registered.contains(&s) || used.named.contains(&s) {
+            gone_since.remove(&s);
+            continue;
+        }
+        let since = *gone_since.entry(s).or_insert(now);
+        if now.saturating_duration_since(since) >= grace {
+            out.push(s);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -420,6 +491,55 @@ mod tests {
         let (entries, _) = parse_file(&log.lock().expect("lock").read_all().expect("read"));
         assert_eq!(entries.first().map(|e| e.sequence), Some(3));
         store.drop_other_incarnations(2, 99).expect("drop");
+        assert!(store.tail(2).expect("tail").is_empty());
+    }
+
+    #[test]
+    fn a_source_is_gone_only_after_the_grace_with_nothing_naming_it() {
+        use std::collections::{BTreeMap, BTreeSet};
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(600);
+        let mut since = BTreeMap::new();
+        let mut used = SourceUse {
+            registered: BTreeSet::from([1]),
+            named: BTreeSet::from([2]),
+        };
+        // 1 alive, 2 still named (a partition recovers from it), 3 gone: only 3, after grace.
+        assert!(gone_sources(&[1, 2, 3], &used, &mut since, t0, grace).is_empty());
+        assert_eq!(
+            gone_sources(&[1, 2, 3], &used, &mut since, t0 + grace, grace),
+            vec![3]
+        );
+        // 2's partitions are taken over: its own grace starts now.
+        used.named.clear();
+        assert_eq!(
+            gone_sources(&[1, 2, 3], &used, &mut since, t0 + grace, grace),
+            vec![3]
+        );
+        assert_eq!(
+            gone_sources(&[1, 2, 3], &used, &mut since, t0 + grace * 2, grace),
+            vec![2, 3]
+        );
+        // Seen again (registered) resets it.
+        used.registered.insert(3);
+        assert_eq!(
+            gone_sources(&[2, 3], &used, &mut since, t0 + grace * 3, grace),
+            vec![2]
+        );
+        assert!(!since.contains_key(&3));
+    }
+
+    #[test]
+    fn dropping_a_source_removes_its_copies() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        for (source, inc) in [(2, 7), (2, 8), (3, 1)] {
+            store.log(source, inc).expect("log");
+        }
+        assert_eq!(store.sources().expect("sources"), vec![2, 3]);
+        store.drop_source(2).expect("drop");
+        assert_eq!(store.sources().expect("sources"), vec![3]);
         assert!(store.tail(2).expect("tail").is_empty());
     }
 }

@@ -328,3 +328,29 @@ def test_cli_describes_and_reassigns(cluster):
     bad = c.cli("partitions", "reassign", "--topic", topic, "--partition", "0", "--to", "99", check=False)
     assert bad.returncode != 0 and "99" in bad.stderr, bad.stderr
     json.loads(c.cli("cluster", "describe", "--json").stdout)
+
+
+def test_wal_copies_of_a_broker_gone_for_good_are_dropped(cluster):
+    """Once a dead broker leads nothing and no partition recovers from it, the WAL copies the
+    others hold of it go (after --wal-copy-grace); copies of live brokers stay."""
+    c = cluster(3, flush_interval=FLUSH, extra_args=["--wal-copy-grace", "2s"])
+    topic = create_topic(c.bootstrap, unique("copies"), 6)
+    produce_all(producer(c.bootstrap), topic, [{"value": b"x" * 100, "partition": i % 6} for i in range(600)])
+
+    def copies_of(holder: int, source: int) -> bool:
+        root = c.broker(holder).data_dir
+        return any(p.is_dir() and p.name == f"b{source}" for p in root.rglob(f"b{source}"))
+
+    wait_until(lambda: copies_of(1, 3) or copies_of(2, 3), timeout=20, what="a copy of broker 3's WAL")
+    c.kill9(3)
+    c.wait_leaders_on(topic, {1, 2}, timeout=20, partitions=6)
+    wait_until(
+        lambda: not copies_of(1, 3) and not copies_of(2, 3),
+        timeout=60,
+        what="broker 3's WAL copies dropped by the survivors",
+    )
+    # The survivors' copies of each other are still there (both are alive).
+    assert copies_of(1, 2) or copies_of(2, 1)
+    # Nothing acknowledged is lost by it.
+    got = read_all(c.live_bootstrap(), topic, 6)
+    assert sum(len(v) for v in got.values()) == 600

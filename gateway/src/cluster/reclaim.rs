@@ -67,3 +67,91 @@ pub async fn run_orphan_sweep(
         }
     }
 }
+
+/// Drops the WAL copies this broker holds of sources gone for good (see
+/// [`oxbow_segment_writer::replica_store::gone_sources`]): every `interval`, from the
+/// registered brokers and every partition's leader and `recover_from` in this broker's
+/// topic view, once that has held for `grace`. Every broker runs it for its own copies.
+pub async fn run_wal_copy_gc(
+    broker: Arc<Broker>,
+    interval: Duration,
+    grace: Duration,
+    shutdown: CancellationToken,
+) {
+    use oxbow_segment_writer::replica_store::{gone_sources, SourceUse};
+    if interval.is_zero() {
+        return;
+    }
+    let mut gone_since = std::collections::BTreeMap::new();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let store = broker.log.replica_store.clone();
+        let sources = match oxbow_metadata::blocking::run_blocking(move || store.sources()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "listing WAL copies failed");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "listing WAL copies failed");
+                continue;
+            }
+        };
+        if sources.is_empty() {
+            gone_since.clear();
+            continue;
+        }
+        let registered =
+            match tokio::time::timeout(SWEEP_TIMEOUT, broker.metadata.list_brokers()).await {
+                Ok(Ok(b)) => b.into_iter().map(|b| b.broker_id).collect(),
+                // Without a current view nothing is judged gone.
+                _ => continue,
+            };
+        let mut named = std::collections::BTreeSet::new();
+        for t in broker.topics() {
+            for p in &t.partitions {
+                named.insert(p.leader);
+                if let Some(r) = p.recover_from {
+                    named.insert(r);
+                }
+            }
+        }
+        let used = SourceUse { registered, named };
+        for source in gone_sources(
+            &sources,
+            &used,
+            &mut gone_since,
+            std::time::Instant::now(),
+            grace,
+        ) {
+            let store = broker.log.replica_store.clone();
+            match oxbow_metadata::blocking::run_blocking(move || store.drop_source(source)).await {
+                Ok(Ok(freed)) => {
+                    gone_since.remove(&source);
+                    broker
+                        .metrics
+                        .wal_copy_sources_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        source,
+                        freed_bytes = freed,
+                        "dropped the WAL copies of a broker gone for good"
+                    );
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(source, error = %e, "dropping WAL copies failed; retried next interval")
+                }
+                Err(e) => {
+                    tracing::warn!(source, error = %e, "dropping WAL copies failed; retried next interval")
+                }
+            }
+        }
+    }
+}
