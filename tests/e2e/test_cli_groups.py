@@ -100,7 +100,7 @@ def test_help_lists_groups():
 def test_groups_lifecycle(shared_broker):
     bootstrap = shared_broker.bootstrap
     b = ["--bootstrap", bootstrap]
-    topic = create_topic(bootstrap, unique("cli-groups"), PARTITIONS)
+    topic = create_topic(bootstrap, unique("cli-groups"), PARTITIONS, config={"retention.ms": "-1"})
     group = unique("cli-group")
 
     p = producer(bootstrap)

@@ -98,7 +98,8 @@ def test_compression_codec_round_trip(shared_broker, codec):
 
 
 def test_headers_and_timestamps_round_trip(shared_broker):
-    topic = create_topic(shared_broker.bootstrap, unique("headers"), 1)
+    # Timestamps from 2023: kept whatever their age (the default retention is 7 days).
+    topic = create_topic(shared_broker.bootstrap, unique("headers"), 1, config={"retention.ms": "-1"})
     p = producer(shared_broker.bootstrap)
     base_ts = 1_700_000_000_000
     recs = [
@@ -139,7 +140,7 @@ def test_list_topics_shows_partitions_and_broker(shared_broker):
 
 
 def test_offsets_for_times(shared_broker):
-    topic = create_topic(shared_broker.bootstrap, unique("times"), 1)
+    topic = create_topic(shared_broker.bootstrap, unique("times"), 1, config={"retention.ms": "-1"})
     t0 = 1_700_000_000_000
     produce_all(
         producer(shared_broker.bootstrap), topic, ({"value": b"x", "timestamp": t0 + i * 1000} for i in range(10))
