@@ -100,7 +100,7 @@ mod tests {
         };
         // now 10_000: everything with max timestamp before 5_000 goes.
         assert_eq!(expired_prefix_end(&entries, 0, 10_000, r), Some(20));
-        assert_eq!(expired_prefix_end(&entries, 0, 6_000, r), Some(10));
+        assert_eq!(expired_prefix_end(&entries, 0, 6_001, r), Some(10));
         assert_eq!(expired_prefix_end(&entries, 0, 5_000, r), None);
     }
 
