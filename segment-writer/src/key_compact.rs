@@ -357,7 +357,8 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
             .filter(|r| {
                 let Some(key) = r.key else { return false };
                 let shadowed = map.get(&key_hash(key)).is_some_and(|m| r.offset < m);
-                !shadowed && !(r.tombstone && expired)
+                let expired_tombstone = r.tombstone && expired;
+                !(shadowed || expired_tombstone)
             })
             .collect();
         out.records_out += kept.len() as u64;
@@ -379,6 +380,65 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
     }
     out.bytes_out = out.batches.iter().map(|b| b.len() as u64).sum();
     Ok(out)
+}
+
+/// A compacted topic's settings (its `cleanup.policy` includes `compact`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeyCompaction {
+    /// `delete.retention.ms`.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: an entry is cleanable once its newest record is this old.
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms`: dirty data this old is cleaned whatever the dirty ratio.
+    pub max_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`.
+    pub min_dirty_ratio: f64,
+}
+
+/// What deciding whether to clean looks at of one catalog entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanableEntry {
+    pub last_offset: Offset,
+    pub max_timestamp_ms: i64,
+    /// Bytes of record batches it holds.
+    pub bytes: u64,
+}
+
+/// How many of `entries` (a partition's catalogued entries from its log start, in offset
+/// order, all below the sealed end) may be cleaned: the prefix whose newest record is at
+/// least `min.compaction.lag.ms` old (Kafka's first uncleanable offset: the first segment
+/// with a record too young).
+pub fn cleanable_len(entries: &[CleanableEntry], now_ms: i64, c: &KeyCompaction) -> usize {
+    let newest_allowed = now_ms.saturating_sub(c.min_lag_ms.max(0));
+    entries
+        .iter()
+        .take_while(|e| e.max_timestamp_ms <= newest_allowed)
+        .count()
+}
+
+/// Whether the cleanable `entries` should be cleaned now, the partition having been
+/// cleaned up to `dirty_from` (exclusive; `Offset::MIN` if never, since this process
+/// started): some are dirty, and the dirty share of their bytes reaches
+/// `min.cleanable.dirty.ratio`, or the first dirty entry's newest record is older than
+/// `max.compaction.lag.ms` (Kafka measures the first dirty segment's oldest; an entry's
+/// newest is what the catalog keeps, so this may run up to one entry's span later).
+pub fn due(entries: &[CleanableEntry], dirty_from: Offset, now_ms: i64, c: &KeyCompaction) -> bool {
+    let total: u64 = entries.iter().map(|e| e.bytes).sum();
+    let dirty: Vec<&CleanableEntry> = entries
+        .iter()
+        .filter(|e| e.last_offset >= dirty_from)
+        .collect();
+    let Some(first_dirty) = dirty.first() else {
+        return false;
+    };
+    let dirty_bytes: u64 = dirty.iter().map(|e| e.bytes).sum();
+    let ratio = if total == 0 {
+        1.0
+    } else {
+        dirty_bytes as f64 / total as f64
+    };
+    let overdue = first_dirty.max_timestamp_ms < now_ms.saturating_sub(c.max_lag_ms.max(0));
+    ratio >= c.min_dirty_ratio || overdue
 }
 
 /// Header fields (RecordBatch v2 offsets; see [`crate::batch`]).
@@ -461,12 +521,15 @@ pub mod testing {
         }
     }
 
+    /// A record to build: key and value (`None` value: a tombstone).
+    pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
     /// A valid batch at `base_offset` of `records` (key, value; `None` value: a tombstone)
     /// with offset deltas 0, 1, …, timestamps `timestamp`, `timestamp + 1`, …, in `codec`.
     pub fn keyed_batch(
         base_offset: Offset,
         timestamp: i64,
-        records: &[(Option<&[u8]>, Option<&[u8]>)],
+        records: &[KeyValue],
         codec: Codec,
     ) -> Bytes {
         let mut plain = Vec::new();
@@ -845,6 +908,60 @@ mod tests {
             out.batches, input,
             "a@0 is not shadowed by a transactional record"
         );
+    }
+
+    fn entry(last: Offset, ts: i64, bytes: u64) -> CleanableEntry {
+        CleanableEntry {
+            last_offset: last,
+            max_timestamp_ms: ts,
+            bytes,
+        }
+    }
+
+    const KC: KeyCompaction = KeyCompaction {
+        delete_retention_ms: 0,
+        min_lag_ms: 1_000,
+        max_lag_ms: 60_000,
+        min_dirty_ratio: 0.5,
+    };
+
+    #[test]
+    fn only_entries_older_than_the_min_lag_are_cleanable() {
+        let entries = [
+            entry(9, 1_000, 10),
+            entry(19, 5_000, 10),
+            entry(29, 1_000, 10),
+        ];
+        assert_eq!(cleanable_len(&entries, 2_000, &KC), 1);
+        assert_eq!(cleanable_len(&entries, 6_000, &KC), 3);
+        assert_eq!(cleanable_len(&entries, 1_500, &KC), 0);
+    }
+
+    #[test]
+    fn cleaning_is_due_by_dirty_ratio_or_max_lag() {
+        let entries = [
+            entry(9, 1_000, 60),
+            entry(19, 2_000, 30),
+            entry(29, 3_000, 10),
+        ];
+        // Never cleaned: everything is dirty.
+        assert!(due(&entries, Offset::MIN, 4_000, &KC));
+        // Cleaned up to 20: 10 of 100 bytes dirty, under 0.5, and young.
+        assert!(!due(&entries, 20, 4_000, &KC));
+        // ... until the first dirty entry is older than the max lag.
+        assert!(due(&entries, 20, 63_001, &KC));
+        // Cleaned up to 10: 40 of 100 dirty; a ratio of 0.4 is enough.
+        assert!(due(
+            &entries,
+            10,
+            4_000,
+            &KeyCompaction {
+                min_dirty_ratio: 0.4,
+                ..KC
+            }
+        ));
+        // Nothing dirty: never due.
+        assert!(!due(&entries, 30, i64::MAX, &KC));
     }
 
     #[test]

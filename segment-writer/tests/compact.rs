@@ -1049,3 +1049,184 @@ async fn moving_the_log_start_is_fenced_by_leadership() {
     );
     assert_eq!(after.leader, 2);
 }
+
+/// A compacted topic's policies: key compaction whenever anything is dirty.
+struct Compacted {
+    delete_retention_ms: i64,
+}
+
+impl oxbow_segment_writer::RetentionPolicies for Compacted {
+    fn retention(&self, _: oxbow_metadata::TopicId) -> Option<oxbow_segment_writer::Retention> {
+        Some(oxbow_segment_writer::Retention { ms: -1, bytes: -1 })
+    }
+
+    fn key_compaction(
+        &self,
+        _: oxbow_metadata::TopicId,
+    ) -> Option<oxbow_segment_writer::key_compact::KeyCompaction> {
+        Some(oxbow_segment_writer::key_compact::KeyCompaction {
+            delete_retention_ms: self.delete_retention_ms,
+            min_lag_ms: 0,
+            max_lag_ms: i64::MAX,
+            min_dirty_ratio: 0.0,
+        })
+    }
+}
+
+/// Latest (offset, value) per key, as a Kafka consumer of a compacted topic should end up.
+type Latest = BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)>;
+/// A record read or written: offset, key, value (`None`: a tombstone).
+type Written = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// Writes `rounds` rounds to partition 0, each overwriting every key of `keys` (some as
+/// tombstones in odd rounds), in mixed codecs, sealing after each; returns every record
+/// written as (offset, key, value).
+async fn produce_keyed(
+    log: &LogManager,
+    topic: &TopicMetadata,
+    first_round: u32,
+    rounds: u32,
+    keys: u32,
+) -> Vec<Written> {
+    use oxbow_segment_writer::decompress::Codec;
+    use oxbow_segment_writer::key_compact::testing::keyed_batch;
+    let part = log.partition(topic, 0).await.expect("partition");
+    let mut written = Vec::new();
+    for round in first_round..first_round + rounds {
+        let codec = [
+            Codec::None,
+            Codec::Zstd,
+            Codec::Gzip,
+            Codec::Lz4,
+            Codec::Snappy,
+        ][(round % 5) as usize];
+        for chunk in (0..keys).collect::<Vec<_>>().chunks(7) {
+            let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = chunk
+                .iter()
+                .map(|k| {
+                    let key = format!("key-{k}").into_bytes();
+                    let tombstone = round % 2 == 1 && k % 5 == 0;
+                    let value = (!tombstone).then(|| format!("{k}@{round}").into_bytes());
+                    (key, value)
+                })
+                .collect();
+            let refs: Vec<oxbow_segment_writer::key_compact::testing::KeyValue> = recs
+                .iter()
+                .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
+                .collect();
+            let b = keyed_batch(0, 10_000 + i64::from(round) * 100, &refs, codec);
+            let appended = log
+                .append(&part, &b, 1 << 20, false, Acks::All)
+                .await
+                .expect("append");
+            for (i, (k, v)) in recs.into_iter().enumerate() {
+                written.push((appended.base_offset + i as i64, k, v));
+            }
+        }
+        log.seal_once().await.expect("seal");
+    }
+    written
+}
+
+fn latest_of(written: &[Written]) -> Latest {
+    let mut latest = Latest::new();
+    for (o, k, v) in written {
+        latest.insert(k.clone(), (*o, v.clone()));
+    }
+    latest
+}
+
+/// Reads partition 0 from `from`, decoding every record.
+async fn read_records(log: &LogManager, topic: &TopicMetadata, from: i64) -> Vec<Written> {
+    let part = log.partition(topic, 0).await.expect("partition");
+    let r = log.read(&part, from, 1 << 30, true).await.expect("read");
+    oxbow_segment_writer::key_compact::testing::decoded_records(&r.batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let topic = topic(&metadata).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    let mut written = produce_keyed(&log, &topic, 0, 6, 40).await;
+    let part = log.partition(&topic, 0).await.expect("partition");
+    let (_, _, end) = part.offsets().expect("offsets");
+    assert_eq!(end, 240);
+    let stop = CancellationToken::new();
+    let mut compactor = Compactor::new(log.clone(), compact_settings(Duration::ZERO))
+        .with_retention(Arc::new(Compacted {
+            delete_retention_ms: i64::MAX,
+        }));
+    let stats = compactor.run_once(&stop).await.expect("round");
+    assert!(stats.segments_written >= 1, "{stats:?}");
+
+    let check = |got: Vec<Written>, latest: &Latest| {
+        let want: Vec<Written> = {
+            let mut v: Vec<_> = latest
+                .iter()
+                .map(|(k, (o, v))| (*o, k.clone(), v.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            got, want,
+            "exactly the latest record per key, at its offset"
+        );
+    };
+    let latest = latest_of(&written);
+    check(read_records(&log, &topic, 0).await, &latest);
+    // Tombstones younger than delete.retention.ms stay as their key's latest.
+    assert!(latest.values().any(|(_, v)| v.is_none()));
+    // Every offset reads (a fetch in a gap gets the next batch), and the span is unchanged.
+    for offset in 0..end {
+        let r = log.read(&part, offset, 1, true).await.expect("read");
+        let first = r.batches.first().expect("a batch at or after every offset");
+        assert!(header(first).last_offset() >= offset);
+    }
+    let entries = metadata
+        .catalog_entries(topic.topic_id, 0, 0, 100)
+        .await
+        .expect("catalog");
+    assert_eq!(entries.first().map(|e| e.base_offset), Some(0));
+    assert_eq!(entries.last().map(|e| e.last_offset), Some(end - 1));
+    assert!(entries
+        .iter()
+        .all(|e| e.layout == EntryLayout::SegmentIndex));
+    // The segments verify (batches in order, chunks ending where they say).
+    for o in objects_in(dir.path()) {
+        if o.to_string_lossy().contains("segments/") {
+            let body = std::fs::read(&o).expect("segment");
+            oxbow_segment_writer::segment::verify(&o.to_string_lossy(), &body).expect("verifies");
+        }
+    }
+
+    // A second round changes nothing.
+    let again = compactor.run_once(&stop).await.expect("round");
+    assert_eq!(again.segments_written, 0, "stable: {again:?}");
+    check(read_records(&log, &topic, 0).await, &latest);
+
+    // More writes (a producer going on): the newer values replace the older at the next
+    // round; data written since is cleaned against the whole log.
+    written.extend(produce_keyed(&log, &topic, 6, 2, 25).await);
+    compactor.run_once(&stop).await.expect("round");
+    let latest = latest_of(&written);
+    check(read_records(&log, &topic, 0).await, &latest);
+
+    // Past delete.retention.ms tombstones go too (from 1970 timestamps: at once).
+    let mut expiring = Compactor::new(log.clone(), compact_settings(Duration::ZERO))
+        .with_retention(Arc::new(Compacted {
+            delete_retention_ms: 1,
+        }));
+    expiring.run_once(&stop).await.expect("round");
+    let live: Latest = latest
+        .into_iter()
+        .filter(|(_, (_, v))| v.is_some())
+        .collect();
+    check(read_records(&log, &topic, 0).await, &live);
+    // The log end never moves; appends go on there.
+    let (_, _, end_after) = part.offsets().expect("offsets");
+    assert_eq!(end_after, 240 + 50);
+}
