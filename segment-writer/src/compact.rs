@@ -194,6 +194,8 @@ struct Swap {
     index: Bytes,
     /// When its PUT completed: a swap older than [`SWAP_AGE_MAX`] is not committed.
     written_at: tokio::time::Instant,
+    /// Whether it holds key-compacted data (the memory tail's originals then go).
+    keyed: bool,
 }
 
 /// Oldest segment a swap commits: the orphan sweep ([`crate::orphans`]) deletes objects
@@ -586,6 +588,7 @@ impl Compactor {
         entries.truncate(cleanable);
         let dirty_from = self.key_cleaned.get(&tp).copied().unwrap_or(Offset::MIN);
         if !key_compact::due(&info[..cleanable], dirty_from, now_ms, &kc) {
+            tracing::trace!(partition = %tp, entries = info.len(), cleanable, dirty_from, "key compaction not due");
             return Ok(false);
         }
         let limit = self.log.max_decompressed_batch_bytes();
@@ -739,7 +742,8 @@ impl Compactor {
                 builder.next_offset()
             )));
         }
-        self.put_segment(tp, leader_epoch, old, builder).await
+        let swap = self.put_segment(tp, leader_epoch, old, builder).await?;
+        Ok(swap.map(|s| Swap { keyed: true, ..s }))
     }
 
     /// Finishes `builder` (the rewrite of `old`) and PUTs it; its swap is committed later.
@@ -805,6 +809,7 @@ impl Compactor {
             entry: built.entry,
             size,
             written_at: tokio::time::Instant::now(),
+            keyed: false,
         }))
     }
 
@@ -883,6 +888,16 @@ impl Compactor {
             self.log
                 .cache
                 .insert(&key, swap.entry.byte_start, swap.entry.byte_len, swap.index);
+            if swap.keyed {
+                // Reads of these offsets must get the compacted batches, not the memory
+                // tail's originals.
+                let open = self.log.open_partitions();
+                if let Some(p) = open.iter().find(|p| p.topic_partition == tp) {
+                    if let Ok(mut s) = p.lock() {
+                        s.evict_through(swap.entry.last_offset);
+                    }
+                }
+            }
             self.note_old_objects(tp, &swap.old);
             stats.segments_written += 1;
             stats.entries_replaced += swap.old.len() as u64;
