@@ -1073,34 +1073,40 @@ impl oxbow_segment_writer::RetentionPolicies for Compacted {
     }
 }
 
+const ALL_CODECS: &[oxbow_segment_writer::decompress::Codec] = {
+    use oxbow_segment_writer::decompress::Codec;
+    &[
+        Codec::None,
+        Codec::Zstd,
+        Codec::Gzip,
+        Codec::Lz4,
+        Codec::Snappy,
+    ]
+};
+
 /// Latest (offset, value) per key, as a Kafka consumer of a compacted topic should end up.
 type Latest = BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)>;
 /// A record read or written: offset, key, value (`None`: a tombstone).
 type Written = (i64, Vec<u8>, Option<Vec<u8>>);
 
 /// Writes `rounds` rounds to partition 0, each overwriting every key of `keys` (some as
-/// tombstones in odd rounds), in mixed codecs, sealing after each; returns every record
-/// written as (offset, key, value).
+/// tombstones in odd rounds), `per_batch` records a batch, in `codecs` by turns, sealing
+/// after each; returns every record written as (offset, key, value).
 async fn produce_keyed(
     log: &LogManager,
     topic: &TopicMetadata,
     first_round: u32,
     rounds: u32,
     keys: u32,
+    per_batch: usize,
+    codecs: &[oxbow_segment_writer::decompress::Codec],
 ) -> Vec<Written> {
-    use oxbow_segment_writer::decompress::Codec;
     use oxbow_segment_writer::key_compact::testing::keyed_batch;
     let part = log.partition(topic, 0).await.expect("partition");
     let mut written = Vec::new();
     for round in first_round..first_round + rounds {
-        let codec = [
-            Codec::None,
-            Codec::Zstd,
-            Codec::Gzip,
-            Codec::Lz4,
-            Codec::Snappy,
-        ][(round % 5) as usize];
-        for chunk in (0..keys).collect::<Vec<_>>().chunks(7) {
+        let codec = codecs[round as usize % codecs.len()];
+        for chunk in (0..keys).collect::<Vec<_>>().chunks(per_batch) {
             let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = chunk
                 .iter()
                 .map(|k| {
@@ -1150,7 +1156,7 @@ async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
         Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
     let topic = topic(&metadata).await;
     let log = open(dir.path(), metadata.clone()).await;
-    let mut written = produce_keyed(&log, &topic, 0, 6, 40).await;
+    let mut written = produce_keyed(&log, &topic, 0, 6, 40, 7, ALL_CODECS).await;
     let part = log.partition(&topic, 0).await.expect("partition");
     let (_, _, end) = part.offsets().expect("offsets");
     assert_eq!(end, 240);
@@ -1210,7 +1216,7 @@ async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
 
     // More writes (a producer going on): the newer values replace the older at the next
     // round; data written since is cleaned against the whole log.
-    written.extend(produce_keyed(&log, &topic, 6, 2, 25).await);
+    written.extend(produce_keyed(&log, &topic, 6, 2, 25, 7, ALL_CODECS).await);
     compactor.run_once(&stop).await.expect("round");
     let latest = latest_of(&written);
     check(read_records(&log, &topic, 0).await, &latest);
@@ -1229,4 +1235,161 @@ async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
     // The log end never moves; appends go on there.
     let (_, _, end_after) = part.offsets().expect("offsets");
     assert_eq!(end_after, 240 + 50);
+}
+
+/// Figure: key compaction's throughput (MB/s rewritten) and read amplification (bytes read
+/// / bytes written) on a changelog of `OXBOW_FIGURE_KEYS` keys (default 1 M), 100-byte
+/// values in batches of 100 records, uncompressed. Two cleanings through the pure core (in
+/// memory, the compactor's two passes: the map from the dirty part, then every run of
+/// 64 MiB rewritten): the first of a log where each key was written twice, and a steady
+/// state one at Kafka's default `min.cleanable.dirty.ratio` (0.5: as many random updates as
+/// the clean log holds). Then one end-to-end round through the compactor (local object
+/// store) with `OXBOW_FIGURE_E2E_KEYS` (default 100 k) keys written three times.
+/// `cargo test -p oxbow-segment-writer --test compact figure -- --ignored --nocapture`
+/// (a debug build: an optimized one is several times faster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a figure, not a check: run with --ignored --nocapture"]
+async fn figure_key_compaction_throughput_and_read_amplification() {
+    use oxbow_segment_writer::decompress::Codec;
+    use oxbow_segment_writer::key_compact::{
+        clean_run, testing::keyed_batch, OffsetMap, RunParams,
+    };
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let keys = env("OXBOW_FIGURE_KEYS", 1_000_000);
+    let mb = |b: u64| b as f64 / 1e6;
+    let value = [b'v'; 100];
+    // xorshift: updates of random keys.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let batches_of = |ks: &[u64], first_offset: i64| -> Vec<Bytes> {
+        ks.chunks(100)
+            .enumerate()
+            .map(|(i, c)| {
+                let key_bytes: Vec<Vec<u8>> = c
+                    .iter()
+                    .map(|k| format!("key-{k:010}").into_bytes())
+                    .collect();
+                let recs: Vec<oxbow_segment_writer::key_compact::testing::KeyValue> = key_bytes
+                    .iter()
+                    .map(|k| (Some(k.as_slice()), Some(&value[..])))
+                    .collect();
+                keyed_batch(first_offset + (i as i64) * 100, 0, &recs, Codec::None)
+            })
+            .collect()
+    };
+    let clean = |log: &[Bytes], dirty_from: i64, what: &str| -> Vec<Bytes> {
+        let t = Instant::now();
+        let mut map = OffsetMap::with_budget(64 << 20);
+        let mut read: u64 = 0;
+        let mut covered = None;
+        for b in log.iter().filter(|b| header(b).last_offset() >= dirty_from) {
+            read += b.len() as u64;
+            let p = map
+                .add(std::slice::from_ref(b), dirty_from, 1 << 20)
+                .expect("map");
+            assert!(!p.full, "64 MiB holds the keys");
+            covered = p.covered_to.or(covered);
+        }
+        let params = RunParams {
+            cleaned_to: covered.expect("dirty data"),
+            now_ms: 0,
+            delete_retention_ms: -1,
+            max_decompressed_batch_bytes: 1 << 20,
+        };
+        let mut out = Vec::new();
+        let mut run = Vec::new();
+        let mut run_bytes = 0usize;
+        let flush = |run: &mut Vec<Bytes>, out: &mut Vec<Bytes>| {
+            let c = clean_run(run, &map, params).expect("clean");
+            out.extend(c.batches);
+            run.clear();
+        };
+        for b in log {
+            read += b.len() as u64;
+            run_bytes += b.len();
+            run.push(b.clone());
+            if run_bytes >= 64 << 20 {
+                flush(&mut run, &mut out);
+                run_bytes = 0;
+            }
+        }
+        flush(&mut run, &mut out);
+        let secs = t.elapsed().as_secs_f64();
+        let input: u64 = log.iter().map(|b| b.len() as u64).sum();
+        let written: u64 = out.iter().map(|b| b.len() as u64).sum();
+        println!(
+            "figure key-compaction core, {what}: {} keys, {:.1} MB log → {:.1} MB in {secs:.2} s: \
+             {:.1} MB/s rewritten ({:.1} MB/s of log read), read amplification {:.2} \
+             ({:.1} MB read / {:.1} MB written), map {} keys",
+            keys,
+            mb(input),
+            mb(written),
+            mb(written) / secs,
+            mb(read) / secs,
+            read as f64 / written as f64,
+            mb(read),
+            mb(written),
+            map.len()
+        );
+        out
+    };
+    // First cleaning: every key written twice (in order, then shuffled by stride).
+    let mut ks: Vec<u64> = (0..keys).collect();
+    ks.extend((0..keys).map(|i| (i * 7_919) % keys));
+    let log = batches_of(&ks, 0);
+    let compacted = clean(&log, i64::MIN, "first cleaning (2 writes per key)");
+    drop(log);
+    // Steady state: as many random updates as the clean log holds (dirty ratio 0.5).
+    let end = 2 * keys as i64;
+    let updates: Vec<u64> = (0..keys).map(|_| rand() % keys).collect();
+    let mut log = compacted;
+    log.extend(batches_of(&updates, end));
+    clean(&log, end, "steady state at dirty ratio 0.5");
+    drop(log);
+
+    // One end-to-end round: produce through the log, seal, compact into segments.
+    let e2e_keys = env("OXBOW_FIGURE_E2E_KEYS", 100_000) as u32;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
+    let topic = topic(&metadata).await;
+    let log = open(dir.path(), metadata.clone()).await;
+    produce_keyed(&log, &topic, 0, 3, e2e_keys, 100, &[Codec::None]).await;
+    let mut compactor = Compactor::new(
+        log.clone(),
+        CompactSettings::new(512 << 20, Duration::from_secs(3600), Duration::ZERO),
+    )
+    .with_retention(Arc::new(Compacted {
+        delete_retention_ms: i64::MAX,
+    }));
+    let t = Instant::now();
+    let stats = compactor
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    let secs = t.elapsed().as_secs_f64();
+    let written = log
+        .compact_metrics
+        .segment_bytes_written
+        .load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "figure key-compaction end to end (local store, one round): {e2e_keys} keys × 3 writes, \
+         {:.1} MB read, {:.1} MB written in {secs:.2} s: {:.1} MB/s rewritten, read \
+         amplification {:.2} ({} segments)",
+        mb(stats.bytes_read),
+        mb(written),
+        mb(written) / secs,
+        stats.bytes_read as f64 / written.max(1) as f64,
+        stats.segments_written
+    );
 }
