@@ -21,6 +21,7 @@ fn config_type(name: &str) -> i8 {
     const STRING: i8 = 2;
     const INT: i8 = 3;
     const LONG: i8 = 5;
+    const DOUBLE: i8 = 6;
     const LIST: i8 = 7;
     match name {
         "cleanup.policy" => LIST,
@@ -33,7 +34,12 @@ fn config_type(name: &str) -> i8 {
         "retention.bytes"
         | "retention.ms"
         | "message.timestamp.after.max.ms"
-        | "message.timestamp.before.max.ms" => LONG,
+        | "message.timestamp.before.max.ms"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "max.compaction.lag.ms"
+        | "segment.ms" => LONG,
+        "min.cleanable.dirty.ratio" => DOUBLE,
         "auto.create.topics.enable" => BOOLEAN,
         _ => STRING,
     }
