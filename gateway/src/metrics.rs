@@ -369,6 +369,16 @@ pub fn render(broker: &crate::broker::Broker) -> String {
             &cm.entries_expired,
         ),
         (
+            "oxbow_key_compaction_cleanings_total",
+            "Partitions of compacted topics (cleanup.policy=compact) cleaned up to what the offset map covered.",
+            &cm.key_cleanings,
+        ),
+        (
+            "oxbow_key_compaction_records_removed_total",
+            "Records key compaction removed: older values of a key, and tombstones past delete.retention.ms.",
+            &cm.key_records_removed,
+        ),
+        (
             "oxbow_compaction_failures_total",
             "Compaction steps that failed (retried next round).",
             &cm.failures,

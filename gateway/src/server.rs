@@ -125,6 +125,12 @@ pub struct ServeArgs {
     /// makes slow readers look the catalog up again.
     #[arg(long, env = "OXBOW_COMPACTION_DELETE_DELAY", default_value = "5m", value_parser = humantime::parse_duration)]
     pub compaction_delete_delay: Duration,
+    /// Memory for key compaction's offset map (Kafka's `log.cleaner.dedupe.buffer.size`):
+    /// 24 bytes per distinct key of a compacted partition's uncompacted part (plus the hash
+    /// table's overhead, up to about 2×), while one partition is cleaned. Larger cleans
+    /// more keys per round; a partition with more dirty keys is cleaned over several rounds.
+    #[arg(long, env = "OXBOW_COMPACTION_KEY_MAP_BYTES", default_value = "64MiB")]
+    pub compaction_key_map_bytes: ByteSize,
     /// Retention by age for topics that set no `retention.ms` (Kafka's `log.retention.ms`):
     /// sealed data whose newest record is older leaves the log, a sealed object or segment
     /// at a time, checked every compaction round. `-1` keeps data forever.
@@ -459,11 +465,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Compaction of sealed objects into per-partition segments; stops with the sealer.
     background.spawn(oxbow_segment_writer::run_compactor(
         log.clone(),
-        oxbow_segment_writer::CompactSettings::new(
-            args.segment_bytes.as_u64(),
-            args.compaction_interval,
-            args.compaction_delete_delay,
-        ),
+        oxbow_segment_writer::CompactSettings {
+            key_map_bytes: args.compaction_key_map_bytes.as_u64(),
+            ..oxbow_segment_writer::CompactSettings::new(
+                args.segment_bytes.as_u64(),
+                args.compaction_interval,
+                args.compaction_delete_delay,
+            )
+        },
         Some(Arc::new(crate::retention::TopicRetention {
             broker: Arc::downgrade(&broker),
             defaults: oxbow_segment_writer::Retention {

@@ -251,6 +251,32 @@ impl TopicConfigs {
     pub fn retention_bytes(&self) -> i64 {
         self.get("retention.bytes").parse().unwrap_or(-1)
     }
+
+    /// `delete.retention.ms`: how long a compacted topic keeps a key's latest tombstone.
+    pub fn delete_retention_ms(&self) -> i64 {
+        self.get("delete.retention.ms")
+            .parse()
+            .unwrap_or(86_400_000)
+    }
+
+    /// `min.compaction.lag.ms`: how old a record must be before compaction may remove it.
+    pub fn min_compaction_lag_ms(&self) -> i64 {
+        self.get("min.compaction.lag.ms").parse().unwrap_or(0)
+    }
+
+    /// `max.compaction.lag.ms`: how old uncompacted data may get before compaction runs
+    /// whatever the dirty ratio.
+    pub fn max_compaction_lag_ms(&self) -> i64 {
+        self.get("max.compaction.lag.ms")
+            .parse()
+            .unwrap_or(i64::MAX)
+    }
+
+    /// `min.cleanable.dirty.ratio`: the share of a compacted log that must be uncompacted
+    /// before compaction runs.
+    pub fn min_cleanable_dirty_ratio(&self) -> f64 {
+        self.get("min.cleanable.dirty.ratio").parse().unwrap_or(0.5)
+    }
 }
 
 /// Checks a topic name against Kafka's rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.`
@@ -330,6 +356,26 @@ mod tests {
         assert!(TopicConfigs::validated(unknown).is_err());
         let described = TopicConfigs::default().describe();
         assert!(described.iter().all(|c| c.is_default));
+        assert!(described.windows(2).all(|w| w[0].name < w[1].name));
+    }
+
+    #[test]
+    fn compaction_configs_have_kafkas_defaults_and_ranges() {
+        let d = TopicConfigs::default();
+        assert_eq!(d.delete_retention_ms(), 86_400_000);
+        assert_eq!(d.min_compaction_lag_ms(), 0);
+        assert_eq!(d.max_compaction_lag_ms(), i64::MAX);
+        assert_eq!(d.min_cleanable_dirty_ratio(), 0.5);
+        let one = |k: &str, v: &str| {
+            TopicConfigs::validated(BTreeMap::from([(k.to_string(), v.to_string())]))
+        };
+        let c = one("min.cleanable.dirty.ratio", "0.01").expect("valid");
+        assert_eq!(c.min_cleanable_dirty_ratio(), 0.01);
+        assert!(one("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(one("delete.retention.ms", "-1").is_err());
+        assert!(one("max.compaction.lag.ms", "0").is_err());
+        assert!(one("min.compaction.lag.ms", "100").is_ok());
+        assert!(one("segment.ms", "100").is_ok());
     }
 
     #[test]

@@ -36,6 +36,7 @@
 use crate::batch;
 use crate::compact_state::{plan, DeletionLedger, ObjectRef, PlanEntry, PlanKind, PlanLimits};
 use crate::error::{Error, Result};
+use crate::key_compact::{self, CleanableEntry, KeyCompaction, OffsetMap, RunParams};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::retention::RetentionPolicies;
@@ -100,6 +101,11 @@ pub struct CompactSettings {
     /// Bytes per chunk of a segment (one offset-index row); see
     /// [`segment::INDEX_INTERVAL_BYTES`].
     pub index_interval_bytes: u64,
+    /// Memory of key compaction's offset map (`--compaction-key-map-bytes`; 24 bytes a key,
+    /// Kafka's `log.cleaner.dedupe.buffer.size` accounting, plus the hash table's overhead).
+    /// A partition whose dirty part has more keys than fit is cleaned in several rounds, up
+    /// to what the map covers each time; more memory cleans more per round.
+    pub key_map_bytes: u64,
 }
 
 impl CompactSettings {
@@ -113,6 +119,7 @@ impl CompactSettings {
             round_segments_max: 256,
             round_time_max: interval.max(Duration::from_secs(10)),
             index_interval_bytes: INDEX_INTERVAL_BYTES,
+            key_map_bytes: key_compact::DEFAULT_KEY_MAP_BYTES,
         }
     }
 }
@@ -137,6 +144,10 @@ pub struct CompactMetrics {
     pub replace_fenced: AtomicU64,
     pub checksum_failures: AtomicU64,
     pub failures: AtomicU64,
+    /// Key compaction: partitions cleaned, and records it removed (older values per key,
+    /// expired tombstones).
+    pub key_cleanings: AtomicU64,
+    pub key_records_removed: AtomicU64,
 }
 
 /// What one round did.
@@ -172,6 +183,10 @@ pub struct Compactor {
     round_started: Option<tokio::time::Instant>,
     /// Where the next round starts compacting: the partition the last one stopped at.
     resume_at: Option<TopicPartition>,
+    /// Key-compacted partitions: where their dirty part starts (everything before was
+    /// cleaned by this process). Forgotten on restart (the whole log is then dirty, and
+    /// re-cleaning clean data changes nothing) and when a swap of the partition fails.
+    key_cleaned: HashMap<TopicPartition, Offset>,
     pub metrics: Arc<CompactMetrics>,
 }
 
@@ -188,6 +203,8 @@ struct Swap {
     index: Bytes,
     /// When its PUT completed: a swap older than [`SWAP_AGE_MAX`] is not committed.
     written_at: tokio::time::Instant,
+    /// Whether it holds key-compacted data (the memory tail's originals then go).
+    keyed: bool,
 }
 
 /// Oldest segment a swap commits: the orphan sweep ([`crate::orphans`]) deletes objects
@@ -278,6 +295,7 @@ impl Compactor {
             compacting: true,
             round_started: None,
             resume_at: None,
+            key_cleaned: HashMap::new(),
             metrics,
         }
     }
@@ -337,6 +355,7 @@ impl Compactor {
         let open = |tp: &TopicPartition| partitions.iter().any(|p| p.topic_partition == *tp);
         self.cursors.retain(|tp, _| open(tp));
         self.fenced.retain(|tp, _| open(tp));
+        self.key_cleaned.retain(|tp, _| open(tp));
         let now_ms = self.log.clock.unix_ms();
         for p in &partitions {
             if stop.is_cancelled() {
@@ -383,7 +402,18 @@ impl Compactor {
 
     /// The partition's entries from its cursor up to `sealed_end`.
     async fn scan(&self, tp: TopicPartition, sealed_end: Offset) -> Result<Vec<CatalogEntry>> {
-        let mut next = self.cursors.get(&tp).copied().unwrap_or(0);
+        let from = self.cursors.get(&tp).copied().unwrap_or(0);
+        self.scan_from(tp, from, sealed_end).await
+    }
+
+    /// The partition's entries from `from` up to `sealed_end`.
+    async fn scan_from(
+        &self,
+        tp: TopicPartition,
+        from: Offset,
+        sealed_end: Offset,
+    ) -> Result<Vec<CatalogEntry>> {
+        let mut next = from;
         let mut out: Vec<CatalogEntry> = Vec::new();
         while next < sealed_end && out.len() < CATALOG_SCAN_MAX {
             let page = self
@@ -415,6 +445,19 @@ impl Compactor {
         };
         if self.fenced.get(&tp) == Some(&leader_epoch) {
             return Ok(());
+        }
+        let key_compaction = self
+            .retention
+            .as_ref()
+            .and_then(|r| r.key_compaction(tp.topic_id));
+        if let Some(kc) = key_compaction {
+            if self
+                .key_compact_partition(tp, leader_epoch, sealed_end, kc, stats, stop)
+                .await?
+            {
+                return Ok(());
+            }
+            // Not due: its new entries are still merged into segments, as stored.
         }
         let entries = self.scan(tp, sealed_end).await?;
         let segment_bytes = self.settings.segment_bytes;
@@ -498,7 +541,7 @@ impl Compactor {
         old: &[CatalogEntry],
         stats: &mut RoundStats,
     ) -> Result<Option<Swap>> {
-        let (Some(first), Some(last)) = (old.first(), old.last()) else {
+        let Some(first) = old.first() else {
             return Ok(None);
         };
         let bytes: u64 = old.iter().map(segment::data_bytes).sum();
@@ -508,23 +551,248 @@ impl Compactor {
             self.settings.index_interval_bytes,
             usize::try_from(bytes).unwrap_or(0),
         );
+        // Segments may hold key-compacted data, with offsets missing between batches.
+        if old.iter().any(|e| e.layout == EntryLayout::SegmentIndex) {
+            builder = builder.with_gaps_from(first.base_offset);
+        }
         for e in old {
-            let pushed = self.push_entry(&mut builder, e, stats).await;
+            let pushed = self
+                .visit_entry(e, stats, |_, b| builder.push(&b).map(|()| true))
+                .await;
             if let Err(err) = pushed {
-                if err.kind() == crate::ErrorKind::DataCorruption {
-                    // Never copy (or keep retrying) data that fails its checks: leave this
-                    // entry where it is and compact around it.
-                    self.metrics
-                        .checksum_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    if self.frozen.len() < FROZEN_MAX {
-                        self.frozen.insert((tp, e.base_offset));
-                    }
-                    tracing::error!(partition = %tp, base_offset = e.base_offset, key = %e.object_key, error = %err, "catalogued data failed its checks; not compacting it");
-                }
+                self.freeze_if_corrupt(tp, e, &err);
                 return Err(err);
             }
         }
+        self.put_segment(tp, leader_epoch, old, builder).await
+    }
+
+    /// Never copy (or keep retrying) data that fails its checks: the entry is left where it
+    /// is and compacted around.
+    fn freeze_if_corrupt(&mut self, tp: TopicPartition, e: &CatalogEntry, err: &Error) {
+        let corrupt = matches!(
+            err.kind(),
+            crate::ErrorKind::DataCorruption | crate::ErrorKind::Corrupt
+        ) || matches!(
+            err,
+            Error::InvalidRecord(_) | Error::DecompressedTooLarge { .. }
+        );
+        if !corrupt {
+            return;
+        }
+        self.metrics
+            .checksum_failures
+            .fetch_add(1, Ordering::Relaxed);
+        if self.frozen.len() < FROZEN_MAX {
+            self.frozen.insert((tp, e.base_offset));
+        }
+        tracing::error!(partition = %tp, base_offset = e.base_offset, key = %e.object_key, error = %err, "catalogued data failed its checks; not compacting it");
+    }
+
+    /// Key compaction of one partition of a compacted topic ([`crate::key_compact`]), if
+    /// due: the map from the dirty part of its cleanable entries, then every run of
+    /// cleanable entries up to what the map covers rewritten into a segment of the same
+    /// span (its swap committed with the others). Returns whether it was due.
+    async fn key_compact_partition(
+        &mut self,
+        tp: TopicPartition,
+        leader_epoch: LeaderEpoch,
+        sealed_end: Offset,
+        kc: KeyCompaction,
+        stats: &mut RoundStats,
+        stop: &CancellationToken,
+    ) -> Result<bool> {
+        // From the log start: the clean part loses the keys the dirty part overwrites.
+        let mut entries = self.scan_from(tp, 0, sealed_end).await?;
+        // Frozen data stays where it is, and so does everything after it (nothing may be
+        // cleaned against keys that cannot be read).
+        let readable = entries
+            .iter()
+            .take_while(|e| !self.frozen.contains(&(tp, e.base_offset)))
+            .count();
+        entries.truncate(readable);
+        let now_ms = self.log.clock.unix_ms();
+        let info: Vec<CleanableEntry> = entries
+            .iter()
+            .map(|e| CleanableEntry {
+                last_offset: e.last_offset,
+                max_timestamp_ms: e.max_timestamp_ms,
+                bytes: segment::data_bytes(e),
+            })
+            .collect();
+        let cleanable = key_compact::cleanable_len(&info, now_ms, &kc);
+        entries.truncate(cleanable);
+        let dirty_from = self.key_cleaned.get(&tp).copied().unwrap_or(Offset::MIN);
+        if !key_compact::due(&info[..cleanable], dirty_from, now_ms, &kc) {
+            tracing::trace!(partition = %tp, entries = info.len(), cleanable, dirty_from, "key compaction not due");
+            return Ok(false);
+        }
+        let limit = self.log.max_decompressed_batch_bytes();
+        // Pass 1: the offset map, a chunk at a time, until it is full.
+        let mut map = OffsetMap::with_budget(self.settings.key_map_bytes);
+        let mut covered_to = None;
+        let mut full = false;
+        for e in entries.iter().filter(|e| e.last_offset >= dirty_from) {
+            if full || stop.is_cancelled() || !self.has_budget(stats) {
+                break;
+            }
+            let added = self
+                .visit_entry(e, stats, |_, b| {
+                    let p = map.add(std::slice::from_ref(&b), dirty_from, limit)?;
+                    covered_to = p.covered_to.or(covered_to);
+                    full = p.full;
+                    Ok(!full)
+                })
+                .await;
+            if let Err(err) = added {
+                self.freeze_if_corrupt(tp, e, &err);
+                return Err(err);
+            }
+        }
+        let Some(cleaned_to) = covered_to else {
+            return Ok(true);
+        };
+        // Pass 2: runs of one epoch, each at most a segment of input, up to the map's end.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut run_bytes = 0u64;
+        for (i, e) in entries.iter().enumerate() {
+            if e.base_offset > cleaned_to {
+                break;
+            }
+            let bytes = segment::data_bytes(e);
+            let extends = runs.last().is_some_and(|r| {
+                let prev = &entries[r.end - 1];
+                prev.leader_epoch == e.leader_epoch
+                    && r.len() < ENTRIES_PER_RUN_MAX
+                    && run_bytes.saturating_add(bytes) <= self.settings.segment_bytes
+            });
+            match runs.last_mut() {
+                Some(r) if extends => {
+                    r.end = i + 1;
+                    run_bytes += bytes;
+                }
+                _ => {
+                    runs.push(i..i + 1);
+                    run_bytes = bytes;
+                }
+            }
+        }
+        let params = RunParams {
+            cleaned_to,
+            now_ms,
+            delete_retention_ms: kc.delete_retention_ms,
+            max_decompressed_batch_bytes: limit,
+        };
+        let mut complete = true;
+        for run in runs {
+            if stop.is_cancelled() || !self.has_budget(stats) {
+                complete = false;
+                break;
+            }
+            let old = &entries[run];
+            match self
+                .clean_run(tp, leader_epoch, old, &map, params, stats)
+                .await
+            {
+                Ok(Some(swap)) => {
+                    self.pending.push(swap);
+                    if self.pending.len() >= SWAPS_PER_COMMIT {
+                        self.commit_swaps(stats).await;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    complete = false;
+                    self.metrics.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %tp, base_offset = old[0].base_offset, error = %e, "key compaction of a run failed; retried next round");
+                }
+            }
+        }
+        if complete {
+            self.metrics.key_cleanings.fetch_add(1, Ordering::Relaxed);
+            self.key_cleaned.insert(tp, cleaned_to + 1);
+        }
+        Ok(true)
+    }
+
+    /// Rewrites one run of entries against the map into a segment with the same span and
+    /// PUTs it; `None` if nothing would change (one segment, no record removed).
+    async fn clean_run(
+        &mut self,
+        tp: TopicPartition,
+        leader_epoch: LeaderEpoch,
+        old: &[CatalogEntry],
+        map: &OffsetMap,
+        params: RunParams,
+        stats: &mut RoundStats,
+    ) -> Result<Option<Swap>> {
+        let (Some(first), Some(last)) = (old.first(), old.last()) else {
+            return Ok(None);
+        };
+        let mut batches: Vec<Bytes> = Vec::new();
+        for e in old {
+            let fetched = self
+                .visit_entry(e, stats, |_, b| {
+                    batches.push(b);
+                    Ok(true)
+                })
+                .await;
+            if let Err(err) = fetched {
+                self.freeze_if_corrupt(tp, e, &err);
+                return Err(err);
+            }
+        }
+        let cleaned = match key_compact::clean_run(&batches, map, params) {
+            Ok(c) => c,
+            Err(err) => {
+                // Which entry holds the bad batch is not known here: freeze the run.
+                for e in old {
+                    self.freeze_if_corrupt(tp, e, &err);
+                }
+                return Err(err);
+            }
+        };
+        drop(batches);
+        if !cleaned.changed && old.len() == 1 && first.layout == EntryLayout::SegmentIndex {
+            return Ok(None);
+        }
+        self.metrics.key_records_removed.fetch_add(
+            cleaned.records_in.saturating_sub(cleaned.records_out),
+            Ordering::Relaxed,
+        );
+        let mut builder = SegmentBuilder::new(
+            tp,
+            first.leader_epoch,
+            self.settings.index_interval_bytes,
+            usize::try_from(cleaned.bytes_out).unwrap_or(0),
+        )
+        .with_gaps_from(first.base_offset);
+        for b in &cleaned.batches {
+            builder.push(b)?;
+        }
+        if builder.next_offset() != Some(last.next_offset()) {
+            return Err(Error::Internal(format!(
+                "key-compacted run {}..={} of {tp} ends at {:?}",
+                first.base_offset,
+                last.last_offset,
+                builder.next_offset()
+            )));
+        }
+        let swap = self.put_segment(tp, leader_epoch, old, builder).await?;
+        Ok(swap.map(|s| Swap { keyed: true, ..s }))
+    }
+
+    /// Finishes `builder` (the rewrite of `old`) and PUTs it; its swap is committed later.
+    async fn put_segment(
+        &mut self,
+        tp: TopicPartition,
+        leader_epoch: LeaderEpoch,
+        old: &[CatalogEntry],
+        builder: SegmentBuilder,
+    ) -> Result<Option<Swap>> {
+        let (Some(first), Some(last)) = (old.first(), old.last()) else {
+            return Ok(None);
+        };
         if builder.next_offset() != Some(last.next_offset()) {
             return Err(Error::Internal(format!(
                 "run {}..={} of {tp} rebuilt up to {:?}",
@@ -577,6 +845,7 @@ impl Compactor {
             entry: built.entry,
             size,
             written_at: tokio::time::Instant::now(),
+            keyed: false,
         }))
     }
 
@@ -627,6 +896,8 @@ impl Compactor {
                 // ends up not referencing it. If the outcome is unknown, the replace may
                 // have landed: the old objects are candidates too (gated the same way).
                 self.note_superseded(key, Some(vec![new_ref]), true);
+                // Its data may not be cleaned: the next due round cleans it from the start.
+                self.key_cleaned.remove(&tp);
                 match kind {
                     MetadataErrorKind::Fenced => {
                         self.metrics.replace_fenced.fetch_add(1, Ordering::Relaxed);
@@ -653,6 +924,16 @@ impl Compactor {
             self.log
                 .cache
                 .insert(&key, swap.entry.byte_start, swap.entry.byte_len, swap.index);
+            if swap.keyed {
+                // Reads of these offsets must get the compacted batches, not the memory
+                // tail's originals.
+                let open = self.log.open_partitions();
+                if let Some(p) = open.iter().find(|p| p.topic_partition == tp) {
+                    if let Ok(mut s) = p.lock() {
+                        s.evict_through(swap.entry.last_offset);
+                    }
+                }
+            }
             self.note_old_objects(tp, &swap.old);
             stats.segments_written += 1;
             stats.entries_replaced += swap.old.len() as u64;
@@ -669,14 +950,18 @@ impl Compactor {
         }
     }
 
-    /// Appends the batches of one old entry to `builder`, checking that they are exactly
-    /// the entry's offsets.
-    async fn push_entry(
+    /// Hands the batches of one old entry to `f`, a chunk at a time, checking that they are
+    /// exactly the entry's offsets; `f` returns whether to go on. A sealed object's batches
+    /// are dense (as produced); a segment's may skip offsets between batches (key
+    /// compaction dropped whole batches), never go back, and its chunks still end where
+    /// they say.
+    async fn visit_entry(
         &self,
-        builder: &mut SegmentBuilder,
         e: &CatalogEntry,
         stats: &mut RoundStats,
+        mut f: impl FnMut(&batch::BatchHeader, Bytes) -> Result<bool>,
     ) -> Result<()> {
+        let gaps = e.layout == EntryLayout::SegmentIndex;
         let chunks = match e.layout {
             EntryLayout::Batches => vec![e.clone()],
             EntryLayout::SegmentIndex => {
@@ -713,12 +998,14 @@ impl Compactor {
                 if h.base_offset > e.last_offset {
                     break;
                 }
-                if h.base_offset != next {
+                if !(h.base_offset == next || (gaps && h.base_offset > next)) {
                     whole = false;
                     break;
                 }
-                builder.push(&b)?;
                 next = h.last_offset() + 1;
+                if !f(&h, b)? {
+                    return Ok(());
+                }
             }
             // The chunk must hold every offset it promises within the entry's.
             if !whole || next <= c.last_offset.min(e.last_offset) {

@@ -27,7 +27,8 @@
 //! - [`object`]: the sealed object format.
 //! - [`segment`]: the per-partition segment format (offset and time index).
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
-//!   [`compact_state`]: its pure planning and deletion ledger.
+//!   [`compact_state`]: its pure planning and deletion ledger; [`key_compact`]: the pure
+//!   core of `cleanup.policy=compact` (latest record per key), with [`compress`].
 //! - [`read`]: reads from memory or from objects through the cache.
 //! - [`objects`]: building the object store from a URL; [`faulty_store`]: one that fails
 //!   as S3 does (the simulation's and tests').
@@ -39,10 +40,12 @@ pub mod batch;
 pub mod commit;
 pub mod compact;
 pub mod compact_state;
+pub mod compress;
 pub mod decompress;
 pub mod error;
 pub mod faulty_store;
 pub mod fence;
+pub mod key_compact;
 pub mod leadership;
 pub mod leadership_state;
 pub mod log;

@@ -406,6 +406,19 @@ impl PartitionLogState {
         self.batches.iter().any(|b| !b.durable)
     }
 
+    /// Drops the sealed batches at the front that end at or before `offset`: key
+    /// compaction replaced them in the catalog, and readers must get the compacted data
+    /// (a reader that already took the originals saw a prefix of the same log).
+    pub fn evict_through(&mut self, offset: Offset) {
+        while let Some(b) = self.batches.front() {
+            if !b.sealed || b.last_offset > offset {
+                break;
+            }
+            self.memory_bytes -= b.bytes.len();
+            self.batches.pop_front();
+        }
+    }
+
     /// Drops sealed batches from the front until memory is within `keep_bytes`. Readers of
     /// older offsets go to the object store (through the read cache).
     pub fn evict(&mut self, keep_bytes: usize) {

@@ -29,9 +29,17 @@ pub struct RecordRef<'a> {
     /// Number of headers (already checked to decode).
     pub header_count: usize,
     headers: &'a [u8],
+    /// The whole encoded record, its length prefix included.
+    encoded: &'a [u8],
 }
 
 impl<'a> RecordRef<'a> {
+    /// The record exactly as encoded in its batch (length prefix included): key compaction
+    /// ([`crate::key_compact`]) copies retained records byte for byte.
+    pub fn encoded(&self) -> &'a [u8] {
+        self.encoded
+    }
+
     /// The record's headers as (key, value). They were checked when the record was walked.
     pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let mut cur = Cursor::new(self.headers);
@@ -194,6 +202,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn record(&mut self) -> std::result::Result<RecordRef<'a>, Why> {
+        let start = self.pos;
         let len = self.varint()?;
         let len = usize::try_from(len).map_err(|_| format!("negative record length {len}"))?;
         let body = self.take(len)?;
@@ -225,6 +234,7 @@ impl<'a> Cursor<'a> {
             value,
             header_count,
             headers,
+            encoded: &self.buf[start..self.pos],
         })
     }
 }

@@ -16,6 +16,12 @@ use oxbow_metadata::{Offset, TopicId};
 /// follows config changes): `None` for a topic it does not know (nothing is removed).
 pub trait RetentionPolicies: Send + Sync {
     fn retention(&self, topic_id: TopicId) -> Option<Retention>;
+
+    /// The topic's key compaction if its `cleanup.policy` includes `compact`; `None`
+    /// otherwise (batches are then only merged into segments, as stored).
+    fn key_compaction(&self, _topic_id: TopicId) -> Option<crate::key_compact::KeyCompaction> {
+        None
+    }
 }
 
 /// A topic's retention settings.

@@ -285,6 +285,8 @@ pub struct SegmentBuilder {
     index: SegmentIndex,
     open: Option<OpenChunk>,
     next_offset: Option<Offset>,
+    /// Whether batches may skip offsets (key-compacted data, [`Self::with_gaps_from`]).
+    gaps: bool,
 }
 
 impl SegmentBuilder {
@@ -309,7 +311,20 @@ impl SegmentBuilder {
             index: SegmentIndex::default(),
             open: None,
             next_offset: None,
+            gaps: false,
         }
+    }
+
+    /// The same builder for key-compacted batches ([`crate::key_compact`]): the segment
+    /// covers offsets from `first_offset` on and a batch may start after the previous one
+    /// ends (whole batches were dropped), never before. Chunk rows stay contiguous in
+    /// offsets — a chunk covers from where the previous one ended — so the index, the
+    /// catalog and readers see the same dense spans as for any segment; only the batches
+    /// inside have gaps, as in a Kafka compacted segment.
+    pub fn with_gaps_from(mut self, first_offset: Offset) -> Self {
+        self.gaps = true;
+        self.next_offset = Some(first_offset);
+        self
     }
 
     /// Bytes of batches pushed so far.
@@ -322,8 +337,8 @@ impl SegmentBuilder {
         self.next_offset
     }
 
-    /// Appends one whole stored batch. It must start right after the previous one: a
-    /// segment is dense, like the log.
+    /// Appends one whole stored batch. It must start right after the previous one (a
+    /// segment is dense, like the log), or after it for a builder [`Self::with_gaps_from`].
     pub fn push(&mut self, raw: &[u8]) -> Result<()> {
         let h = batch::peek_header(raw)?
             .filter(|h| h.size == raw.len())
@@ -334,7 +349,8 @@ impl SegmentBuilder {
                 ))
             })?;
         if let Some(next) = self.next_offset {
-            if h.base_offset != next {
+            let in_order = h.base_offset == next || (self.gaps && h.base_offset > next);
+            if !in_order {
                 return Err(Error::Internal(format!(
                     "segment of {} expects offset {next}, got a batch at {}",
                     self.header.topic_partition, h.base_offset
@@ -348,9 +364,12 @@ impl SegmentBuilder {
             }
         }
         let byte_start = self.body.len();
+        // A chunk covers from where the previous one ended (the same as the batch's base
+        // offset unless whole batches were compacted away before it).
+        let covered_from = self.next_offset.unwrap_or(h.base_offset);
         let open = self.open.get_or_insert(OpenChunk {
             byte_start,
-            base_offset: h.base_offset,
+            base_offset: covered_from,
             last_offset: h.last_offset(),
             max_timestamp_ms: h.max_timestamp,
         });
@@ -507,11 +526,12 @@ pub fn verify(key: &str, body: &[u8]) -> Result<(SegmentHeader, SegmentIndex)> {
         if crc32c::crc32c(&bytes) != c.crc32c {
             return Err(corrupt(key, "chunk checksum", start, end));
         }
+        // Batches in order; key-compacted segments may skip offsets between batches.
         let mut next = c.base_offset;
         let mut seen = 0usize;
         for (bh, b) in batch::iter_batches(&bytes) {
-            if bh.base_offset != next {
-                return Err(corrupt(key, "batches not dense", start, end));
+            if bh.base_offset < next {
+                return Err(corrupt(key, "batches out of order", start, end));
             }
             next = bh.last_offset() + 1;
             seen += b.len();
@@ -697,6 +717,36 @@ mod tests {
                 .is_err(),
             "empty"
         );
+    }
+
+    #[test]
+    fn key_compacted_segments_have_gaps_between_batches_and_dense_chunks() {
+        // Offsets 5..=7 and 12..=12 were compacted away; the run still spans 0..=14.
+        let batches = [
+            stamp(&make_batch(1, 0), 3, 0, None),
+            stamp(&make_batch(4, 0), 8, 0, None),
+            stamp(&make_batch(2, 0), 13, 0, None),
+        ];
+        let mut b = SegmentBuilder::new(tp(), 0, 1, 0).with_gaps_from(0);
+        for x in &batches {
+            b.push(x).expect("a later batch");
+        }
+        assert!(
+            b.push(&stamp(&make_batch(1, 0), 14, 0, None)).is_err(),
+            "never back"
+        );
+        let seg = b.finish("k".into()).expect("built");
+        let spans: Vec<_> = seg
+            .index
+            .chunks
+            .iter()
+            .map(|c| (c.base_offset, c.last_offset))
+            .collect();
+        // One chunk per batch (interval 1), each covering from where the previous ended.
+        assert_eq!(spans, vec![(0, 3), (4, 11), (12, 14)]);
+        assert_eq!((seg.entry.base_offset, seg.entry.last_offset), (0, 14));
+        let (_, index) = verify("k", &seg.body).expect("verifies");
+        assert_eq!(index.chunk_for_offset(6), 1);
     }
 
     #[test]

@@ -277,6 +277,8 @@ impl LogManager {
             if sealed_end >= log_end {
                 return Ok(());
             }
+            // Now, not at the next flush interval (which may be long: `--flush-interval`).
+            self.seal_wanted.notify_one();
             if self.clock.now() >= deadline {
                 return Err(Error::RecoveryPending(format!(
                     "{name}-{}: the recovered WAL tail up to offset {log_end} waits to be sealed (no WAL replica is in sync to hold it)",

@@ -1,0 +1,1038 @@
+//! Key compaction (`cleanup.policy=compact`): the pure core that rewrites a partition's
+//! closed batches keeping the latest record per key, as Kafka's log cleaner does. No I/O:
+//! the compactor ([`crate::compact`]) fetches the batches of a run of catalog entries, calls
+//! [`clean`], and writes the result as a segment with the same offset span.
+//!
+//! The rule (Kafka's `LogCleaner`, ARCHITECTURE.md decision 26):
+//! - An [`OffsetMap`] (16-byte key hash → latest offset) is built from the *dirty* batches
+//!   (offsets at or after `dirty_from`), batch by batch, until the next batch might not fit
+//!   (`--compaction-key-map-bytes` / 24 bytes per key, Kafka's accounting). The map then
+//!   covers up to the last offset of the last batch added: [`Cleaned::cleaned_to`].
+//!   Batches after it are copied unchanged and cleaned in a later round (Kafka's "clean
+//!   only up to the offset the map covers").
+//! - Every record up to `cleaned_to` (the clean part before `dirty_from` too) is dropped if
+//!   the map holds a later offset for its key, so a key's latest record within the map's
+//!   range — or any record whose key's latest is beyond it — is kept. Records without a key
+//!   are dropped (Kafka drops them too; compacted topics refuse them on produce).
+//! - A tombstone (null value) that is its key's latest is kept while its batch's max
+//!   timestamp is within `delete.retention.ms` of `now`, then dropped. (Kafka measures from
+//!   when the cleaner first saw it, KIP-534's delete horizon; the batch timestamp is the
+//!   simpler rule and needs no state. A tombstone produced with an old timestamp therefore
+//!   goes at the first cleaning past the horizon.)
+//! - A batch keeps its header: base offset, last offset delta (Kafka's
+//!   `overrideLastOffset`: the batch still ends where it ended), producer id, epoch, base
+//!   sequence, attributes, codec, partition leader epoch and base timestamp; retained
+//!   records are copied byte for byte, so their offset and timestamp deltas are unchanged
+//!   and gaps appear inside the batch. Record count, length, max timestamp (`CreateTime`:
+//!   of the retained records) and CRC are recomputed. A batch that lost nothing is copied
+//!   as stored.
+//! - A batch left with no record is dropped, unless it is the last batch of the range (so
+//!   the rewritten run still ends at the same offset and can replace it in the catalog) or
+//!   the last batch of its producer in the range (its sequence is producer state, as Kafka
+//!   keeps such batches). It is then written as Kafka's `writeEmptyHeader` does: no
+//!   records, codec none, both timestamps the batch's max timestamp.
+//!
+//! **The transactions seam.** Transactional and control batches are copied verbatim and
+//! their keys are not put in the map (an aborted record must not shadow an older committed
+//! one). Produce refuses transactional batches today (decision 20), so none exist. The
+//! transactions issue must, here: put the keys of *committed* transactional records in the
+//! map and drop *aborted* ones (from the aborted-transaction index / the markers found in
+//! the range, as Kafka's `CleanedTransactionMetadata`); drop a transaction's control
+//! marker once no record of it remains and it is older than `delete.retention.ms`; and keep
+//! the empty batch of a producer with an open transaction.
+//!
+//! Hostile stored bytes: every batch's CRC is checked, its records are decompressed within
+//! `max_decompressed_batch_bytes` ([`crate::decompress`]) and walked by the one walker
+//! ([`crate::records`]); offsets must increase within the batch and stay inside it.
+//! Anything else is an error (the caller freezes the data), never a panic.
+
+use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD};
+use crate::compress::compress;
+use crate::decompress::Codec;
+use crate::error::{Error, Result};
+use crate::records;
+use bytes::Bytes;
+use oxbow_metadata::Offset;
+use std::collections::HashMap;
+use std::hash::Hasher;
+
+/// Bytes one key costs the map, as Kafka accounts it: a 16-byte hash and an 8-byte offset.
+pub const KEY_MAP_ENTRY_BYTES: u64 = 24;
+/// Default `--compaction-key-map-bytes` (64 MiB: about 2.8 M keys per cleaning).
+pub const DEFAULT_KEY_MAP_BYTES: u64 = 64 << 20;
+
+/// A key's 16-byte hash (two SipHash-1-3 passes with different prefixes; collisions at
+/// 2^-64 per pair are as rare as with Kafka's MD5).
+pub type KeyHash = [u8; 16];
+
+pub fn key_hash(key: &[u8]) -> KeyHash {
+    let mut out = [0u8; 16];
+    for (i, half) in out.chunks_exact_mut(8).enumerate() {
+        // `DefaultHasher::new()` is SipHash-1-3 with fixed keys: the same in every process
+        // of one build (the map lives in memory only, so nothing depends on it across builds).
+        let mut h = std::hash::DefaultHasher::new();
+        h.write_u8(i as u8);
+        h.write(key);
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
+/// Key hash → latest offset, holding at most `capacity` keys. The hash table's own
+/// overhead comes on top of the 24 bytes a key is charged (up to about 2× with the
+/// table's load factor and power-of-two growth); it grows with the keys really seen.
+#[derive(Debug)]
+pub struct OffsetMap {
+    latest: HashMap<KeyHash, Offset>,
+    capacity: usize,
+}
+
+impl OffsetMap {
+    /// A map within `bytes` ([`KEY_MAP_ENTRY_BYTES`] per key; at least one key).
+    pub fn with_budget(bytes: u64) -> Self {
+        OffsetMap {
+            latest: HashMap::new(),
+            capacity: usize::try_from(bytes / KEY_MAP_ENTRY_BYTES)
+                .unwrap_or(usize::MAX)
+                .max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+
+    /// Room for `keys` more keys, whether or not they are new.
+    fn has_room_for(&self, keys: usize) -> bool {
+        self.latest.len().saturating_add(keys) <= self.capacity
+    }
+
+    fn put(&mut self, key: KeyHash, offset: Offset) {
+        self.latest.insert(key, offset);
+    }
+
+    pub fn get(&self, key: &KeyHash) -> Option<Offset> {
+        self.latest.get(key).copied()
+    }
+}
+
+/// What the core needs besides the batches.
+#[derive(Clone, Copy, Debug)]
+pub struct CleanParams {
+    /// First offset whose records go into the map (where the partition's cleaned prefix
+    /// ends); records before it are only removed, never shadow others.
+    pub dirty_from: Offset,
+    /// The compactor's clock, Unix ms.
+    pub now_ms: i64,
+    /// `delete.retention.ms`: how long a latest tombstone stays (by its batch's max
+    /// timestamp). Negative keeps tombstones forever.
+    pub delete_retention_ms: i64,
+    /// Budget of one batch's decompressed records (`--max-decompressed-batch-bytes`).
+    pub max_decompressed_batch_bytes: usize,
+}
+
+/// The result of [`clean`].
+#[derive(Clone, Debug, Default)]
+pub struct Cleaned {
+    /// The rewritten batches, in offset order; the last ends at the input's last offset.
+    pub batches: Vec<Bytes>,
+    /// Last offset the map covered: records up to it were cleaned, those after it copied.
+    /// `None` when the map could not hold the first dirty batch (or there was none):
+    /// nothing was cleaned and `batches` is the input.
+    pub cleaned_to: Option<Offset>,
+    pub records_in: u64,
+    pub records_out: u64,
+    /// Stored bytes of the input batches and of the output.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Decompressed record bytes walked (both passes): the core's read amplification.
+    pub bytes_decoded: u64,
+    /// Whether any batch differs from the input (otherwise nothing needs writing).
+    pub changed: bool,
+}
+
+/// One batch's records, checked: the section and each record's absolute offset.
+struct Decoded<'a> {
+    header: BatchHeader,
+    section: std::borrow::Cow<'a, [u8]>,
+}
+
+fn corrupt(h: &BatchHeader, why: impl std::fmt::Display) -> Error {
+    Error::CorruptBatch(format!("batch at offset {}: {why}", h.base_offset))
+}
+
+/// Checks one stored batch (whole, CRC) and decompresses its records within the budget.
+fn decode<'a>(raw: &'a [u8], limit: usize) -> Result<Decoded<'a>> {
+    let header = batch::peek_header(raw)?
+        .filter(|h| h.size == raw.len())
+        .ok_or_else(|| {
+            Error::CorruptBatch(format!(
+                "{} bytes are not exactly one record batch",
+                raw.len()
+            ))
+        })?;
+    let stored_crc = u32::from_be_bytes([raw[17], raw[18], raw[19], raw[20]]);
+    if crc32c::crc32c(&raw[21..]) != stored_crc {
+        return Err(corrupt(&header, "CRC mismatch"));
+    }
+    if header.last_offset_delta < 0 || header.record_count < 0 {
+        return Err(corrupt(
+            &header,
+            "negative last offset delta or record count",
+        ));
+    }
+    let section = records::records_section(raw, &header, limit)?;
+    Ok(Decoded { header, section })
+}
+
+/// One record of a decoded batch: its offset, key, whether it is a tombstone, its
+/// timestamp delta and its encoding.
+struct Rec<'a> {
+    offset: Offset,
+    key: Option<&'a [u8]>,
+    tombstone: bool,
+    timestamp_delta: i64,
+    encoded: &'a [u8],
+}
+
+/// Walks a decoded batch's records, checking offsets increase and stay inside the batch.
+fn records_of<'a>(d: &'a Decoded<'a>) -> Result<Vec<Rec<'a>>> {
+    let h = &d.header;
+    let mut out = Vec::new();
+    let mut previous: Option<i32> = None;
+    for r in records::walk(&d.section, h.record_count) {
+        let r = r?;
+        if r.offset_delta < 0
+            || r.offset_delta > h.last_offset_delta
+            || previous.is_some_and(|p| r.offset_delta <= p)
+        {
+            return Err(corrupt(
+                h,
+                format!("record offset delta {} out of order", r.offset_delta),
+            ));
+        }
+        previous = Some(r.offset_delta);
+        out.push(Rec {
+            offset: h.base_offset + i64::from(r.offset_delta),
+            key: r.key,
+            tombstone: r.value.is_none(),
+            timestamp_delta: r.timestamp_delta,
+            encoded: r.encoded(),
+        });
+    }
+    Ok(out)
+}
+
+/// How far [`OffsetMap::add`] got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapProgress {
+    /// Last offset of the last batch whose keys are in the map (or that needed none).
+    pub covered_to: Option<Offset>,
+    /// The map could not take the next batch: cleaning stops at `covered_to`.
+    pub full: bool,
+    /// Decompressed record bytes walked.
+    pub bytes_decoded: u64,
+}
+
+impl OffsetMap {
+    /// Pass 1: puts the keys of the dirty batches of `batches` (those ending at or after
+    /// `dirty_from`; one partition's, in offset order) in the map, batch by batch, and stops
+    /// before a batch whose records might not fit. Call it on consecutive pieces of the
+    /// dirty range, until it reports `full`.
+    pub fn add(
+        &mut self,
+        batches: &[Bytes],
+        dirty_from: Offset,
+        limit: usize,
+    ) -> Result<MapProgress> {
+        let mut p = MapProgress::default();
+        for raw in batches {
+            let h = batch::peek_header(raw)?
+                .ok_or_else(|| Error::CorruptBatch("a record batch is cut short".into()))?;
+            if h.last_offset() < dirty_from {
+                continue;
+            }
+            if h.is_transactional() || h.is_control() {
+                // Not in the map: see the transactions seam in the module docs.
+                p.covered_to = Some(h.last_offset());
+                continue;
+            }
+            let count = usize::try_from(h.record_count).unwrap_or(usize::MAX);
+            if !self.has_room_for(count) {
+                p.full = true;
+                break;
+            }
+            let d = decode(raw, limit)?;
+            p.bytes_decoded += d.section.len() as u64;
+            for r in records_of(&d)? {
+                if let Some(key) = r.key {
+                    self.put(key_hash(key), r.offset);
+                }
+            }
+            p.covered_to = Some(h.last_offset());
+        }
+        Ok(p)
+    }
+}
+
+/// Pass 2 of one run of batches that the compactor rewrites as one segment.
+#[derive(Clone, Copy, Debug)]
+pub struct RunParams {
+    /// Records up to here are cleaned against the map; batches starting after it are
+    /// copied (the map does not cover them).
+    pub cleaned_to: Offset,
+    pub now_ms: i64,
+    pub delete_retention_ms: i64,
+    pub max_decompressed_batch_bytes: usize,
+}
+
+/// Both passes over one range, as one run: the map from its dirty part, then the rewrite.
+pub fn clean(batches: &[Bytes], params: CleanParams, map: &mut OffsetMap) -> Result<Cleaned> {
+    let limit = params.max_decompressed_batch_bytes;
+    let progress = map.add(batches, params.dirty_from, limit)?;
+    let Some(cleaned_to) = progress.covered_to else {
+        let bytes: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        return Ok(Cleaned {
+            batches: batches.to_vec(),
+            bytes_in: bytes,
+            bytes_out: bytes,
+            ..Cleaned::default()
+        });
+    };
+    let mut out = clean_run(
+        batches,
+        map,
+        RunParams {
+            cleaned_to,
+            now_ms: params.now_ms,
+            delete_retention_ms: params.delete_retention_ms,
+            max_decompressed_batch_bytes: limit,
+        },
+    )?;
+    out.bytes_decoded += progress.bytes_decoded;
+    Ok(out)
+}
+
+/// Pass 2: rewrites one run of `batches` (one partition's, in offset order, as stored)
+/// against `map` by the rule in the module docs; the result ends at the same offset.
+/// Errors are the input's: a batch that fails its checks.
+pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Result<Cleaned> {
+    let limit = params.max_decompressed_batch_bytes;
+    let cleaned_to = params.cleaned_to;
+    let mut out = Cleaned {
+        bytes_in: batches.iter().map(|b| b.len() as u64).sum(),
+        cleaned_to: Some(cleaned_to),
+        ..Cleaned::default()
+    };
+    // Each producer's last batch in the run: kept even if emptied (producer state).
+    let mut last_of_producer: HashMap<i64, usize> = HashMap::new();
+    for (i, raw) in batches.iter().enumerate() {
+        if let Some(h) = batch::peek_header(raw)? {
+            if h.producer_id >= 0 {
+                last_of_producer.insert(h.producer_id, i);
+            }
+        }
+    }
+    let horizon_ms = (params.delete_retention_ms >= 0)
+        .then(|| params.now_ms.saturating_sub(params.delete_retention_ms));
+    for (i, raw) in batches.iter().enumerate() {
+        let d = decode(raw, limit)?;
+        let h = d.header;
+        let count = u64::try_from(h.record_count).unwrap_or(0);
+        out.records_in += count;
+        if h.base_offset > cleaned_to || h.is_transactional() || h.is_control() {
+            out.records_out += count;
+            out.batches.push(raw.clone());
+            continue;
+        }
+        out.bytes_decoded += d.section.len() as u64;
+        let recs = records_of(&d)?;
+        let expired = horizon_ms.is_some_and(|t| h.max_timestamp < t);
+        let kept: Vec<&Rec> = recs
+            .iter()
+            .filter(|r| {
+                let Some(key) = r.key else { return false };
+                let shadowed = map.get(&key_hash(key)).is_some_and(|m| r.offset < m);
+                let expired_tombstone = r.tombstone && expired;
+                !(shadowed || expired_tombstone)
+            })
+            .collect();
+        out.records_out += kept.len() as u64;
+        if kept.len() == recs.len() {
+            out.batches.push(raw.clone());
+            continue;
+        }
+        out.changed = true;
+        if kept.is_empty() {
+            let last = i + 1 == batches.len();
+            let producer_state =
+                h.producer_id >= 0 && last_of_producer.get(&h.producer_id) == Some(&i);
+            if last || producer_state {
+                out.batches.push(empty_batch(raw, &h));
+            }
+            continue;
+        }
+        out.batches.push(rebuilt_batch(raw, &h, &kept)?);
+    }
+    out.bytes_out = out.batches.iter().map(|b| b.len() as u64).sum();
+    Ok(out)
+}
+
+/// A compacted topic's settings (its `cleanup.policy` includes `compact`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeyCompaction {
+    /// `delete.retention.ms`.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: an entry is cleanable once its newest record is this old.
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms`: dirty data this old is cleaned whatever the dirty ratio.
+    pub max_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`.
+    pub min_dirty_ratio: f64,
+}
+
+/// What deciding whether to clean looks at of one catalog entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanableEntry {
+    pub last_offset: Offset,
+    pub max_timestamp_ms: i64,
+    /// Bytes of record batches it holds.
+    pub bytes: u64,
+}
+
+/// How many of `entries` (a partition's catalogued entries from its log start, in offset
+/// order, all below the sealed end) may be cleaned: the prefix whose newest record is at
+/// least `min.compaction.lag.ms` old (Kafka's first uncleanable offset: the first segment
+/// with a record too young).
+pub fn cleanable_len(entries: &[CleanableEntry], now_ms: i64, c: &KeyCompaction) -> usize {
+    let newest_allowed = now_ms.saturating_sub(c.min_lag_ms.max(0));
+    entries
+        .iter()
+        .take_while(|e| e.max_timestamp_ms <= newest_allowed)
+        .count()
+}
+
+/// Whether the cleanable `entries` should be cleaned now, the partition having been
+/// cleaned up to `dirty_from` (exclusive; `Offset::MIN` if never, since this process
+/// started): some are dirty, and the dirty share of their bytes reaches
+/// `min.cleanable.dirty.ratio`, or the first dirty entry's newest record is older than
+/// `max.compaction.lag.ms` (Kafka measures the first dirty segment's oldest; an entry's
+/// newest is what the catalog keeps, so this may run up to one entry's span later).
+pub fn due(entries: &[CleanableEntry], dirty_from: Offset, now_ms: i64, c: &KeyCompaction) -> bool {
+    let total: u64 = entries.iter().map(|e| e.bytes).sum();
+    let dirty: Vec<&CleanableEntry> = entries
+        .iter()
+        .filter(|e| e.last_offset >= dirty_from)
+        .collect();
+    let Some(first_dirty) = dirty.first() else {
+        return false;
+    };
+    let dirty_bytes: u64 = dirty.iter().map(|e| e.bytes).sum();
+    let ratio = if total == 0 {
+        1.0
+    } else {
+        dirty_bytes as f64 / total as f64
+    };
+    let overdue = first_dirty.max_timestamp_ms < now_ms.saturating_sub(c.max_lag_ms.max(0));
+    ratio >= c.min_dirty_ratio || overdue
+}
+
+/// Header fields (RecordBatch v2 offsets; see [`crate::batch`]).
+const AT_LENGTH: usize = 8;
+const AT_CRC: usize = 17;
+const AT_ATTRIBUTES: usize = 21;
+const AT_BASE_TIMESTAMP: usize = 27;
+const AT_MAX_TIMESTAMP: usize = 35;
+const AT_RECORD_COUNT: usize = 57;
+
+/// `raw`'s header with a new records section, count and max timestamp; CRC recomputed.
+fn with_records(raw: &[u8], section: &[u8], count: usize, max_timestamp: i64) -> Result<Bytes> {
+    let mut b = Vec::with_capacity(BATCH_HEADER_BYTES + section.len());
+    b.extend_from_slice(&raw[..BATCH_HEADER_BYTES]);
+    b.extend_from_slice(section);
+    let length = i32::try_from(b.len() - BATCH_LOG_OVERHEAD)
+        .map_err(|_| Error::Internal("rewritten batch over 2 GiB".into()))?;
+    let count = i32::try_from(count).map_err(|_| Error::Internal("record count".into()))?;
+    b[AT_LENGTH..AT_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    b[AT_MAX_TIMESTAMP..AT_MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    b[AT_RECORD_COUNT..AT_RECORD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&b[AT_ATTRIBUTES..]);
+    b[AT_CRC..AT_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Bytes::from(b))
+}
+
+/// The batch with only `kept` (in order), in its own codec.
+fn rebuilt_batch(raw: &[u8], h: &BatchHeader, kept: &[&Rec]) -> Result<Bytes> {
+    let plain: Vec<u8> = kept
+        .iter()
+        .flat_map(|r| r.encoded.iter().copied())
+        .collect();
+    let section = compress(Codec::from_attributes(h.attributes)?, &plain)?;
+    let max_timestamp = if h.is_log_append_time() {
+        h.max_timestamp
+    } else {
+        kept.iter()
+            .map(|r| h.base_timestamp.saturating_add(r.timestamp_delta))
+            .max()
+            .unwrap_or(h.max_timestamp)
+    };
+    with_records(raw, &section, kept.len(), max_timestamp)
+}
+
+/// The batch with no records, as Kafka's `DefaultRecordBatch.writeEmptyHeader`: codec
+/// none, base and max timestamp the batch's max timestamp.
+fn empty_batch(raw: &[u8], h: &BatchHeader) -> Bytes {
+    let mut head = raw[..BATCH_HEADER_BYTES].to_vec();
+    let attributes = h.attributes & !0x07;
+    head[AT_ATTRIBUTES..AT_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    head[AT_BASE_TIMESTAMP..AT_BASE_TIMESTAMP + 8].copy_from_slice(&h.max_timestamp.to_be_bytes());
+    // A 61-byte batch always fits its length field.
+    match with_records(&head, &[], 0, h.max_timestamp) {
+        Ok(b) => b,
+        Err(_) => Bytes::from(head),
+    }
+}
+
+/// Builders of keyed batches for tests and benches (here and in other crates' tests).
+#[doc(hidden)]
+pub mod testing {
+    use super::*;
+
+    fn put_varlong(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+
+    fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
+        match b {
+            Some(b) => {
+                put_varlong(out, b.len() as i64);
+                out.extend_from_slice(b);
+            }
+            None => put_varlong(out, -1),
+        }
+    }
+
+    /// A record to build: key and value (`None` value: a tombstone).
+    pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+    /// A valid batch at `base_offset` of `records` (key, value; `None` value: a tombstone)
+    /// with offset deltas 0, 1, …, timestamps `timestamp`, `timestamp + 1`, …, in `codec`.
+    pub fn keyed_batch(
+        base_offset: Offset,
+        timestamp: i64,
+        records: &[KeyValue],
+        codec: Codec,
+    ) -> Bytes {
+        let mut plain = Vec::new();
+        for (i, (k, v)) in records.iter().enumerate() {
+            let mut body = vec![0u8];
+            put_varlong(&mut body, i as i64);
+            put_varlong(&mut body, i as i64);
+            put_bytes(&mut body, *k);
+            put_bytes(&mut body, *v);
+            put_varlong(&mut body, 0);
+            put_varlong(&mut plain, body.len() as i64);
+            plain.extend_from_slice(&body);
+        }
+        let attributes: i16 = match codec {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        };
+        #[allow(clippy::unwrap_used)]
+        let section = compress(codec, &plain).unwrap();
+        let n = records.len() as i32;
+        let mut b = Vec::new();
+        b.extend_from_slice(&base_offset.to_be_bytes());
+        b.extend_from_slice(&0i32.to_be_bytes());
+        b.extend_from_slice(&0i32.to_be_bytes());
+        b.push(2);
+        b.extend_from_slice(&0u32.to_be_bytes());
+        b.extend_from_slice(&attributes.to_be_bytes());
+        b.extend_from_slice(&(n - 1).max(0).to_be_bytes());
+        b.extend_from_slice(&timestamp.to_be_bytes());
+        b.extend_from_slice(&(timestamp + i64::from(n - 1).max(0)).to_be_bytes());
+        b.extend_from_slice(&(-1i64).to_be_bytes());
+        b.extend_from_slice(&(-1i16).to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.extend_from_slice(&n.to_be_bytes());
+        b.extend_from_slice(&section);
+        let length = (b.len() - BATCH_LOG_OVERHEAD) as i32;
+        b[AT_LENGTH..AT_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&b[AT_ATTRIBUTES..]);
+        b[AT_CRC..AT_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    /// Sets a batch's producer id, epoch, base sequence and attribute bits (OR-ed in);
+    /// CRC recomputed.
+    pub fn with_producer(
+        raw: &[u8],
+        producer_id: i64,
+        epoch: i16,
+        base_sequence: i32,
+        attributes: i16,
+    ) -> Bytes {
+        let mut b = raw.to_vec();
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+        let a = i16::from_be_bytes([b[21], b[22]]) | attributes;
+        b[21..23].copy_from_slice(&a.to_be_bytes());
+        let crc = crc32c::crc32c(&b[AT_ATTRIBUTES..]);
+        b[AT_CRC..AT_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    /// (offset, key, value) of every record of `batches`, in order.
+    pub fn decoded_records(batches: &[Bytes]) -> Vec<(Offset, Vec<u8>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        for raw in batches {
+            #[allow(clippy::unwrap_used)]
+            let d = decode(raw, 64 << 20).unwrap();
+            #[allow(clippy::unwrap_used)]
+            for r in records::walk(&d.section, d.header.record_count) {
+                let r = r.unwrap();
+                out.push((
+                    d.header.base_offset + i64::from(r.offset_delta),
+                    r.key.unwrap_or_default().to_vec(),
+                    r.value.map(<[u8]>::to_vec),
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    const BIG: u64 = 1 << 20;
+
+    fn params(dirty_from: Offset, now_ms: i64, delete_retention_ms: i64) -> CleanParams {
+        CleanParams {
+            dirty_from,
+            now_ms,
+            delete_retention_ms,
+            max_decompressed_batch_bytes: 1 << 20,
+        }
+    }
+
+    fn kv<'a>(k: &'a str, v: &'a str) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
+        (Some(k.as_bytes()), Some(v.as_bytes()))
+    }
+
+    fn tomb(k: &str) -> (Option<&[u8]>, Option<&[u8]>) {
+        (Some(k.as_bytes()), None)
+    }
+
+    fn header(b: &Bytes) -> BatchHeader {
+        batch::peek_header(b).expect("header").expect("whole")
+    }
+
+    fn crc_ok(b: &Bytes) -> bool {
+        let stored = u32::from_be_bytes([b[17], b[18], b[19], b[20]]);
+        crc32c::crc32c(&b[21..]) == stored
+    }
+
+    #[test]
+    fn keeps_the_latest_per_key_at_its_offset_in_every_codec() {
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
+            let input = vec![
+                keyed_batch(0, 100, &[kv("a", "1"), kv("b", "1"), kv("c", "1")], codec),
+                keyed_batch(3, 200, &[kv("a", "2"), kv("b", "2")], codec),
+                keyed_batch(5, 300, &[kv("a", "3")], codec),
+            ];
+            let mut map = OffsetMap::with_budget(BIG);
+            let out = clean(&input, params(0, 1_000, 10_000), &mut map).expect("cleans");
+            assert_eq!(out.cleaned_to, Some(5));
+            let got = decoded_records(&out.batches);
+            let want: Vec<(Offset, Vec<u8>, Option<Vec<u8>>)> = vec![
+                (2, b"c".to_vec(), Some(b"1".to_vec())),
+                (4, b"b".to_vec(), Some(b"2".to_vec())),
+                (5, b"a".to_vec(), Some(b"3".to_vec())),
+            ];
+            assert_eq!(got, want, "{}", codec.name());
+            // Headers: base and last offset, codec kept; CRC valid; max timestamp of the kept.
+            let h: Vec<BatchHeader> = out.batches.iter().map(header).collect();
+            assert_eq!(
+                h.iter()
+                    .map(|h| (h.base_offset, h.last_offset()))
+                    .collect::<Vec<_>>(),
+                vec![(0, 2), (3, 4), (5, 5)]
+            );
+            assert!(h
+                .iter()
+                .all(|h| h.compression() == codec as i16 || codec == Codec::None));
+            assert_eq!(h[0].record_count, 1);
+            assert_eq!(h[0].base_timestamp, 100);
+            assert_eq!(h[0].max_timestamp, 102);
+            assert_eq!(h[1].max_timestamp, 201);
+            assert!(out.batches.iter().all(crc_ok));
+            // An unchanged batch is copied as stored.
+            assert_eq!(out.batches[2], input[2]);
+            assert_eq!((out.records_in, out.records_out), (6, 3));
+        }
+    }
+
+    #[test]
+    fn a_second_cleaning_changes_nothing() {
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1"), kv("b", "1")], Codec::Zstd),
+            keyed_batch(2, 0, &[kv("a", "2")], Codec::Zstd),
+        ];
+        let once = clean(&input, params(0, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("once");
+        let twice = clean(
+            &once.batches,
+            params(0, 0, -1),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("twice");
+        assert_eq!(once.batches, twice.batches);
+    }
+
+    #[test]
+    fn emptied_batches_are_dropped_except_the_last() {
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1"), kv("b", "1")], Codec::None),
+            keyed_batch(2, 0, &[kv("c", "1")], Codec::Gzip),
+            keyed_batch(
+                3,
+                0,
+                &[kv("a", "2"), kv("b", "2"), kv("c", "2")],
+                Codec::None,
+            ),
+            keyed_batch(6, 50, &[kv("a", "3"), kv("b", "3")], Codec::Gzip),
+        ];
+        // Batch 0 goes (both keys later); batch 1 goes; batch 2 keeps c; batch 3 keeps all.
+        let out =
+            clean(&input, params(0, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("cleans");
+        let spans: Vec<_> = out
+            .batches
+            .iter()
+            .map(header)
+            .map(|h| (h.base_offset, h.last_offset()))
+            .collect();
+        assert_eq!(spans, vec![(3, 5), (6, 7)]);
+        // The last batch emptied (its keys shadowed by a later run's records are not
+        // possible within one range, so shadow it by a clean part: dirty from 0, keys later).
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1")], Codec::None),
+            keyed_batch(1, 77, &[kv("b", "1"), tomb("b")], Codec::Gzip),
+        ];
+        let out = clean(
+            &input,
+            params(0, 10_000, 1),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("cleans");
+        let h: Vec<BatchHeader> = out.batches.iter().map(header).collect();
+        assert_eq!(h.len(), 2);
+        assert_eq!(
+            (h[1].base_offset, h[1].last_offset(), h[1].record_count),
+            (1, 2, 0)
+        );
+        assert_eq!(
+            (h[1].compression(), h[1].base_timestamp, h[1].max_timestamp),
+            (0, 78, 78)
+        );
+        assert_eq!(out.batches[1].len(), BATCH_HEADER_BYTES);
+        assert!(crc_ok(&out.batches[1]));
+    }
+
+    #[test]
+    fn the_last_batch_of_a_producer_stays_for_its_sequence() {
+        let input = vec![
+            with_producer(
+                &keyed_batch(0, 0, &[kv("a", "1")], Codec::None),
+                7,
+                2,
+                40,
+                0,
+            ),
+            keyed_batch(1, 0, &[kv("a", "2")], Codec::None),
+            keyed_batch(2, 0, &[kv("b", "1")], Codec::None),
+        ];
+        let out =
+            clean(&input, params(0, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("cleans");
+        let h: Vec<BatchHeader> = out.batches.iter().map(header).collect();
+        assert_eq!(h.len(), 3);
+        assert_eq!(
+            (
+                h[0].producer_id,
+                h[0].producer_epoch,
+                h[0].base_sequence,
+                h[0].record_count
+            ),
+            (7, 2, 40, 0)
+        );
+    }
+
+    #[test]
+    fn tombstones_stay_for_delete_retention_by_batch_time() {
+        let input = vec![
+            keyed_batch(0, 1_000, &[kv("a", "1"), kv("b", "1")], Codec::None),
+            keyed_batch(2, 5_000, &[tomb("a")], Codec::None),
+            keyed_batch(3, 9_000, &[kv("c", "1")], Codec::None),
+        ];
+        // Young: the tombstone is a's latest and stays; a's value goes.
+        let young = clean(
+            &input,
+            params(0, 6_000, 2_000),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("young");
+        assert_eq!(
+            decoded_records(&young.batches),
+            vec![
+                (1, b"b".to_vec(), Some(b"1".to_vec())),
+                (2, b"a".to_vec(), None),
+                (3, b"c".to_vec(), Some(b"1".to_vec())),
+            ]
+        );
+        // Past delete.retention.ms: gone (its emptied batch is not the last: dropped).
+        let old = clean(
+            &input,
+            params(0, 7_001, 2_000),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("old");
+        assert_eq!(
+            decoded_records(&old.batches),
+            vec![
+                (1, b"b".to_vec(), Some(b"1".to_vec())),
+                (3, b"c".to_vec(), Some(b"1".to_vec()))
+            ]
+        );
+        // Negative: forever.
+        let forever = clean(
+            &input,
+            params(0, i64::MAX, -1),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("forever");
+        assert_eq!(decoded_records(&forever.batches).len(), 3);
+    }
+
+    #[test]
+    fn the_clean_part_loses_keys_the_dirty_part_overwrites_but_does_not_shadow() {
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1"), kv("b", "1")], Codec::None),
+            keyed_batch(2, 0, &[kv("a", "2")], Codec::None),
+        ];
+        // Dirty from 2: b (clean part only) stays, a@0 goes.
+        let out =
+            clean(&input, params(2, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("cleans");
+        assert_eq!(
+            decoded_records(&out.batches),
+            vec![
+                (1, b"b".to_vec(), Some(b"1".to_vec())),
+                (2, b"a".to_vec(), Some(b"2".to_vec()))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_full_map_cleans_only_up_to_what_it_covers() {
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1"), kv("b", "1")], Codec::None),
+            keyed_batch(2, 0, &[kv("a", "2"), kv("c", "1")], Codec::None),
+            keyed_batch(4, 0, &[kv("a", "3"), kv("b", "3")], Codec::None),
+        ];
+        // Room for 4 keys: the first two batches (a, b, c) fit, the third might not.
+        let mut map = OffsetMap::with_budget(4 * KEY_MAP_ENTRY_BYTES);
+        let out = clean(&input, params(0, 0, -1), &mut map).expect("cleans");
+        assert_eq!(out.cleaned_to, Some(3));
+        assert_eq!(
+            decoded_records(&out.batches),
+            vec![
+                (1, b"b".to_vec(), Some(b"1".to_vec())),
+                (2, b"a".to_vec(), Some(b"2".to_vec())),
+                (3, b"c".to_vec(), Some(b"1".to_vec())),
+                (4, b"a".to_vec(), Some(b"3".to_vec())),
+                (5, b"b".to_vec(), Some(b"3".to_vec())),
+            ]
+        );
+        assert_eq!(out.batches[2], input[2]);
+        // A map too small for the first dirty batch cleans nothing.
+        let mut tiny = OffsetMap::with_budget(KEY_MAP_ENTRY_BYTES);
+        let none = clean(&input, params(0, 0, -1), &mut tiny).expect("nothing");
+        assert_eq!(none.cleaned_to, None);
+        assert_eq!(none.batches, input);
+    }
+
+    #[test]
+    fn transactional_and_control_batches_are_copied_and_do_not_shadow() {
+        let txn = with_producer(
+            &keyed_batch(1, 0, &[kv("a", "t")], Codec::None),
+            9,
+            0,
+            0,
+            0x10,
+        );
+        let control = with_producer(
+            &keyed_batch(2, 0, &[kv("x", "m")], Codec::None),
+            9,
+            0,
+            1,
+            0x30,
+        );
+        let input = vec![
+            keyed_batch(0, 0, &[kv("a", "1")], Codec::None),
+            txn.clone(),
+            control.clone(),
+            keyed_batch(3, 0, &[kv("b", "1")], Codec::None),
+        ];
+        let out =
+            clean(&input, params(0, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("cleans");
+        assert_eq!(
+            out.batches, input,
+            "a@0 is not shadowed by a transactional record"
+        );
+    }
+
+    fn entry(last: Offset, ts: i64, bytes: u64) -> CleanableEntry {
+        CleanableEntry {
+            last_offset: last,
+            max_timestamp_ms: ts,
+            bytes,
+        }
+    }
+
+    const KC: KeyCompaction = KeyCompaction {
+        delete_retention_ms: 0,
+        min_lag_ms: 1_000,
+        max_lag_ms: 60_000,
+        min_dirty_ratio: 0.5,
+    };
+
+    #[test]
+    fn only_entries_older_than_the_min_lag_are_cleanable() {
+        let entries = [
+            entry(9, 1_000, 10),
+            entry(19, 5_000, 10),
+            entry(29, 1_000, 10),
+        ];
+        assert_eq!(cleanable_len(&entries, 2_000, &KC), 1);
+        assert_eq!(cleanable_len(&entries, 6_000, &KC), 3);
+        assert_eq!(cleanable_len(&entries, 1_500, &KC), 0);
+    }
+
+    #[test]
+    fn cleaning_is_due_by_dirty_ratio_or_max_lag() {
+        let entries = [
+            entry(9, 1_000, 60),
+            entry(19, 2_000, 30),
+            entry(29, 3_000, 10),
+        ];
+        // Never cleaned: everything is dirty.
+        assert!(due(&entries, Offset::MIN, 4_000, &KC));
+        // Cleaned up to 20: 10 of 100 bytes dirty, under 0.5, and young.
+        assert!(!due(&entries, 20, 4_000, &KC));
+        // ... until the first dirty entry is older than the max lag.
+        assert!(due(&entries, 20, 63_001, &KC));
+        // Cleaned up to 10: 40 of 100 dirty; a ratio of 0.4 is enough.
+        assert!(due(
+            &entries,
+            10,
+            4_000,
+            &KeyCompaction {
+                min_dirty_ratio: 0.4,
+                ..KC
+            }
+        ));
+        // Nothing dirty: never due.
+        assert!(!due(&entries, 30, i64::MAX, &KC));
+    }
+
+    #[test]
+    fn keyless_records_are_dropped() {
+        let input = vec![keyed_batch(
+            0,
+            0,
+            &[(None, Some(b"v")), kv("a", "1")],
+            Codec::None,
+        )];
+        let out =
+            clean(&input, params(0, 0, -1), &mut OffsetMap::with_budget(BIG)).expect("cleans");
+        assert_eq!(
+            decoded_records(&out.batches),
+            vec![(1, b"a".to_vec(), Some(b"1".to_vec()))]
+        );
+    }
+
+    #[test]
+    fn hostile_batches_are_refused_never_panic() {
+        let good = keyed_batch(0, 0, &[kv("a", "1"), kv("a", "2")], Codec::None);
+        let mut flipped = good.to_vec();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        let p = params(0, 0, -1);
+        assert!(clean(&[Bytes::from(flipped)], p, &mut OffsetMap::with_budget(BIG)).is_err());
+        // A zstd bomb: 8 MiB of zeros against a 1 MiB budget.
+        let bomb = {
+            let big = vec![(Some(&b"k"[..]), Some(&[0u8; 1 << 16][..])); 128];
+            keyed_batch(0, 0, &big, Codec::Zstd)
+        };
+        assert!(matches!(
+            clean(&[bomb], p, &mut OffsetMap::with_budget(BIG)),
+            Err(Error::DecompressedTooLarge { .. })
+        ));
+        // Offset deltas out of order (a valid CRC over a lie): two records both at delta 0.
+        let mut rec = Vec::new();
+        for _ in 0..2 {
+            rec.extend_from_slice(&[14, 0, 0, 0, 2, b'a', 2, b'v', 0]);
+        }
+        let mut b = good[..BATCH_HEADER_BYTES].to_vec();
+        b.extend_from_slice(&rec);
+        let length = (b.len() - BATCH_LOG_OVERHEAD) as i32;
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(clean(&[Bytes::from(b)], p, &mut OffsetMap::with_budget(BIG)).is_err());
+        // Seeded mutations (CRC fixed up so the walker is reached): never a panic.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
+            let base = keyed_batch(0, 0, &[kv("a", "1"), kv("b", "2"), tomb("a")], codec);
+            for _ in 0..2_000 {
+                let mut m = base.to_vec();
+                let at = 21 + (next() as usize) % (m.len() - 21);
+                m[at] = next() as u8;
+                let crc = crc32c::crc32c(&m[21..]);
+                m[17..21].copy_from_slice(&crc.to_be_bytes());
+                let _ = clean(&[Bytes::from(m)], p, &mut OffsetMap::with_budget(BIG));
+            }
+        }
+    }
+}
