@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{FetchRequest, ProduceRequest};
+use kafka_protocol::protocol::Request;
 use kafka_protocol::records::Compression;
 
 use super::error::ClientError;
@@ -277,42 +278,20 @@ impl Client {
         partition: i32,
         timestamp: i64,
     ) -> Result<i64, ClientError> {
-        let mut attempt = 0;
-        loop {
-            let result = self.list_offsets_once(topic, partition, timestamp).await;
-            match result {
-                Err(err) if self.should_retry(topic, &err, attempt).await => attempt += 1,
-                other => return other,
-            }
-        }
-    }
-
-    async fn list_offsets_once(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        timestamp: i64,
-    ) -> Result<i64, ClientError> {
-        let route = self.route(topic, partition).await?;
-        let timeout = self.options.timeout;
-        let (_, response) = self
-            .call(Target::Node(route.leader), None, Duration::ZERO, |v| {
-                requests::list_offsets(v, topic, partition, timestamp, timeout)
-            })
-            .await?;
-        let part = response
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| ClientError::Protocol {
-                addr: format!("broker {}", route.leader),
-                detail: format!("list offsets response has no entry for {topic}-{partition}"),
-            })?;
-        ClientError::check(part.error_code, None, || {
-            format!("list offsets of {topic}-{partition}")
-        })?;
-        Ok(part.offset)
+        self.call_leader(
+            topic,
+            partition,
+            "list offsets",
+            |v, timeout| requests::list_offsets(v, topic, partition, timestamp, timeout),
+            |r| {
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == partition)
+                    .map(|p| (p.error_code, p.offset))
+            },
+        )
+        .await
     }
 
     /// Deletes the records of a partition below `offset` (`-1`: below the high watermark),
@@ -324,41 +303,55 @@ impl Client {
         partition: i32,
         offset: i64,
     ) -> Result<i64, ClientError> {
+        self.call_leader(
+            topic,
+            partition,
+            "delete records",
+            |v, timeout| requests::delete_records(v, topic, partition, offset, timeout),
+            |r| {
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == partition)
+                    .map(|p| (p.error_code, p.low_watermark))
+            },
+        )
+        .await
+    }
+
+    /// One partition's request to its leader, retried like the others (metadata refreshed
+    /// after a retriable error): `build` makes it at a version with the client's timeout,
+    /// `pick` finds the partition's (error code, answer) in the response.
+    async fn call_leader<R: Request, T>(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        what: &str,
+        build: impl Fn(i16, Duration) -> R,
+        pick: impl Fn(&R::Response) -> Option<(i16, T)>,
+    ) -> Result<T, ClientError> {
         let mut attempt = 0;
         loop {
-            let result = self.delete_records_once(topic, partition, offset).await;
+            let result = async {
+                let route = self.route(topic, partition).await?;
+                let timeout = self.options.timeout;
+                let (_, response) = self
+                    .call(Target::Node(route.leader), None, Duration::ZERO, |v| {
+                        build(v, timeout)
+                    })
+                    .await?;
+                let (code, value) = pick(&response).ok_or_else(|| ClientError::Protocol {
+                    addr: format!("broker {}", route.leader),
+                    detail: format!("{what} response has no entry for {topic}-{partition}"),
+                })?;
+                ClientError::check(code, None, || format!("{what} of {topic}-{partition}"))?;
+                Ok(value)
+            }
+            .await;
             match result {
                 Err(err) if self.should_retry(topic, &err, attempt).await => attempt += 1,
                 other => return other,
             }
         }
-    }
-
-    async fn delete_records_once(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-    ) -> Result<i64, ClientError> {
-        let route = self.route(topic, partition).await?;
-        let timeout = self.options.timeout;
-        let (_, response) = self
-            .call(Target::Node(route.leader), None, Duration::ZERO, |v| {
-                requests::delete_records(v, topic, partition, offset, timeout)
-            })
-            .await?;
-        let part = response
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| ClientError::Protocol {
-                addr: format!("broker {}", route.leader),
-                detail: format!("delete records response has no entry for {topic}-{partition}"),
-            })?;
-        ClientError::check(part.error_code, None, || {
-            format!("delete records of {topic}-{partition} below offset {offset}")
-        })?;
-        Ok(part.low_watermark)
     }
 }

@@ -766,40 +766,13 @@ async fn sweep<K: Kv>(kv: &K, root: &keys::Root, index: &CatalogIndex) {
     if !trimmed.is_empty() {
         sweep_keys(kv, root, index, trimmed, "catalog keys below the log start").await;
     }
-    if gone.is_empty() {
-        return;
-    }
-    // All or nothing: a key changed since the index saw it fails the batch, which the next
-    // sweep retries without it.
-    let txn = Txn::new()
-        .when(gone.iter().map(|(k, r)| {
-            Compare::new(
-                KeyRange::key(k.clone()),
-                Target::ModRevision(*r),
-                CmpOp::Equal,
-            )
-        }))
-        .then(
-            gone.iter()
-                .map(|(k, _)| Op::delete(KeyRange::key(k.clone()))),
-        );
-    match kv.txn(txn).await {
-        Ok(resp) if resp.succeeded => {
-            let mut state = index.lock();
-            for (k, _) in &gone {
-                state.delete_object_now(k);
-            }
-            tracing::debug!(
-                keys = gone.len(),
-                "deleted catalog keys of compacted objects"
-            );
-        }
-        Ok(_) => tracing::debug!("superseded objects changed under the sweep; next time"),
-        Err(e) => tracing::warn!(error = %e, "deleting superseded objects' keys failed"),
+    if !gone.is_empty() {
+        sweep_keys(kv, root, index, gone, "catalog keys of compacted objects").await;
     }
 }
 
-/// Deletes per-partition keys, each compared unchanged, all or nothing; applies the
+/// Deletes catalog keys, each compared unchanged — all or nothing: a key changed since the
+/// index saw it fails the batch, which the next sweep retries without it — and applies the
 /// deletions to the index once they land.
 async fn sweep_keys<K: Kv>(
     kv: &K,

@@ -206,11 +206,6 @@ impl IndexState {
         );
     }
 
-    /// Drops a sealed object's key this store just deleted.
-    pub(super) fn delete_object_now(&mut self, key: &[u8]) {
-        self.remove_object(key);
-    }
-
     /// Drops `tp`'s per-partition keys a snapshot at `revision` no longer holds (replaced
     /// by compaction elsewhere, their deletions not seen yet).
     pub(super) fn retain_keyed(
