@@ -17,6 +17,10 @@
 //! ([`crate::compact_state::DeletionLedger`]). On shutdown it stops between runs and
 //! deletes only what is already due: nothing waits.
 //!
+//! Files: this one (rounds, planning, segment writing); `compact/swap.rs` (the catalog
+//! swaps), `compact/gc.rs` (deleting superseded objects), `compact/key.rs` (key compaction
+//! of compacted topics).
+//!
 //! Objects: it writes segments under `segments/…` (naming in [`crate::segment`]) and deletes
 //! sealed objects (`data/…`) and segments it superseded.
 //!
@@ -33,20 +37,24 @@
 //! segment being built (at most `segment_bytes`, or one entry larger than that) plus one
 //! fetched range.
 
+mod gc;
+mod key;
+mod swap;
+
 use crate::batch;
 use crate::compact_state::{plan, DeletionLedger, ObjectRef, PlanEntry, PlanKind, PlanLimits};
 use crate::error::{Error, Result};
 use crate::key_compact::{self, CleanableEntry, KeyCompaction, OffsetMap, RunParams};
 use crate::log::{LogManager, Partition};
 use crate::object;
-use crate::retention::RetentionPolicies;
+use crate::retention::{Retention, RetentionPolicies};
 use crate::segment::{self, SegmentBuilder, SegmentIndex, INDEX_INTERVAL_BYTES};
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use oxbow_metadata::{
     CatalogEntry, CatalogReplace, EntryLayout, EpochFence, ErrorKind as MetadataErrorKind,
-    LeaderEpoch, Offset, TopicPartition,
+    LeaderEpoch, Offset, TopicId, TopicPartition,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -190,6 +198,13 @@ pub struct Compactor {
     pub metrics: Arc<CompactMetrics>,
 }
 
+/// What a round applies to one topic's partitions, asked of the policies once a round.
+#[derive(Clone, Copy, Debug, Default)]
+struct TopicPolicy {
+    retention: Option<Retention>,
+    key_compaction: Option<KeyCompaction>,
+}
+
 /// A segment written (PUT) whose catalog swap is not committed yet.
 struct Swap {
     tp: TopicPartition,
@@ -306,14 +321,22 @@ impl Compactor {
         self
     }
 
-    /// Applies the retention of `p`'s topic; what left becomes deletion candidates.
-    async fn apply_retention(&mut self, p: &Partition, now_ms: i64) {
+    /// A topic's retention and key compaction, from the policies (none without them).
+    fn policy_of(&self, topic_id: TopicId) -> TopicPolicy {
+        match &self.retention {
+            Some(r) => TopicPolicy {
+                retention: r.retention(topic_id),
+                key_compaction: r.key_compaction(topic_id),
+            },
+            None => TopicPolicy::default(),
+        }
+    }
+
+    /// Applies `retention` (the topic's, if known) to `p`; what left becomes deletion
+    /// candidates.
+    async fn apply_retention(&mut self, p: &Partition, retention: Option<Retention>, now_ms: i64) {
         let tp = p.topic_partition;
-        let Some(retention) = self
-            .retention
-            .as_ref()
-            .and_then(|r| r.retention(tp.topic_id))
-        else {
+        let Some(retention) = retention else {
             return;
         };
         match self.log.apply_retention(p, retention, now_ms).await {
@@ -352,16 +375,26 @@ impl Compactor {
         let mut stats = RoundStats::default();
         let mut partitions = self.log.open_partitions();
         partitions.sort_by_key(|p| p.topic_partition);
-        let open = |tp: &TopicPartition| partitions.iter().any(|p| p.topic_partition == *tp);
-        self.cursors.retain(|tp, _| open(tp));
-        self.fenced.retain(|tp, _| open(tp));
-        self.key_cleaned.retain(|tp, _| open(tp));
+        let open: BTreeSet<TopicPartition> = partitions.iter().map(|p| p.topic_partition).collect();
+        self.cursors.retain(|tp, _| open.contains(tp));
+        self.fenced.retain(|tp, _| open.contains(tp));
+        self.key_cleaned.retain(|tp, _| open.contains(tp));
+        // Each topic's policies, asked once per round (not once per partition and pass).
+        let mut policies: HashMap<TopicId, TopicPolicy> = HashMap::new();
+        for p in &partitions {
+            let id = p.topic_partition.topic_id;
+            if let std::collections::hash_map::Entry::Vacant(v) = policies.entry(id) {
+                v.insert(self.policy_of(id));
+            }
+        }
+        let policy = |tp: TopicPartition| policies.get(&tp.topic_id).copied().unwrap_or_default();
         let now_ms = self.log.clock.unix_ms();
         for p in &partitions {
             if stop.is_cancelled() {
                 break;
             }
-            self.apply_retention(p, now_ms).await;
+            self.apply_retention(p, policy(p.topic_partition).retention, now_ms)
+                .await;
         }
         let compacting = self.compacting;
         self.round_started = Some(tokio::time::Instant::now());
@@ -381,7 +414,10 @@ impl Compactor {
                 self.resume_at = Some(p.topic_partition);
                 break;
             }
-            if let Err(e) = self.compact_partition(p, &mut stats, stop).await {
+            if let Err(e) = self
+                .compact_partition(p, policy(p.topic_partition), &mut stats, stop)
+                .await
+            {
                 self.metrics.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(partition = %p.topic_partition, error = %e, "compaction of a partition failed; retried next round");
             }
@@ -435,6 +471,7 @@ impl Compactor {
     async fn compact_partition(
         &mut self,
         p: &Partition,
+        policy: TopicPolicy,
         stats: &mut RoundStats,
         stop: &CancellationToken,
     ) -> Result<()> {
@@ -446,11 +483,7 @@ impl Compactor {
         if self.fenced.get(&tp) == Some(&leader_epoch) {
             return Ok(());
         }
-        let key_compaction = self
-            .retention
-            .as_ref()
-            .and_then(|r| r.key_compaction(tp.topic_id));
-        if let Some(kc) = key_compaction {
+        if let Some(kc) = policy.key_compaction {
             if self
                 .key_compact_partition(tp, leader_epoch, sealed_end, kc, stats, stop)
                 .await?
@@ -502,12 +535,7 @@ impl Compactor {
                 // Time retention removes whole segments once their newest record is old:
                 // a segment spans at most a quarter of it, so data outlives retention.ms
                 // by at most about that much (per merge step).
-                span_ms_max: self
-                    .retention
-                    .as_ref()
-                    .and_then(|r| r.retention(tp.topic_id))
-                    .filter(|r| r.ms >= 0)
-                    .map(|r| r.ms / 4),
+                span_ms_max: policy.retention.filter(|r| r.ms >= 0).map(|r| r.ms / 4),
             },
         );
         for run in runs {
@@ -516,12 +544,7 @@ impl Compactor {
             }
             let old = &entries[run];
             match self.write_segment(tp, leader_epoch, old, stats).await {
-                Ok(Some(swap)) => {
-                    self.pending.push(swap);
-                    if self.pending.len() >= SWAPS_PER_COMMIT {
-                        self.commit_swaps(stats).await;
-                    }
-                }
+                Ok(Some(swap)) => self.queue_swap(swap, stats).await,
                 Ok(None) => {}
                 Err(e) => {
                     self.metrics.failures.fetch_add(1, Ordering::Relaxed);
@@ -589,199 +612,6 @@ impl Compactor {
         tracing::error!(partition = %tp, base_offset = e.base_offset, key = %e.object_key, error = %err, "catalogued data failed its checks; not compacting it");
     }
 
-    /// Key compaction of one partition of a compacted topic ([`crate::key_compact`]), if
-    /// due: the map from the dirty part of its cleanable entries, then every run of
-    /// cleanable entries up to what the map covers rewritten into a segment of the same
-    /// span (its swap committed with the others). Returns whether it was due.
-    async fn key_compact_partition(
-        &mut self,
-        tp: TopicPartition,
-        leader_epoch: LeaderEpoch,
-        sealed_end: Offset,
-        kc: KeyCompaction,
-        stats: &mut RoundStats,
-        stop: &CancellationToken,
-    ) -> Result<bool> {
-        // From the log start: the clean part loses the keys the dirty part overwrites.
-        let mut entries = self.scan_from(tp, 0, sealed_end).await?;
-        // Frozen data stays where it is, and so does everything after it (nothing may be
-        // cleaned against keys that cannot be read).
-        let readable = entries
-            .iter()
-            .take_while(|e| !self.frozen.contains(&(tp, e.base_offset)))
-            .count();
-        entries.truncate(readable);
-        let now_ms = self.log.clock.unix_ms();
-        let info: Vec<CleanableEntry> = entries
-            .iter()
-            .map(|e| CleanableEntry {
-                last_offset: e.last_offset,
-                max_timestamp_ms: e.max_timestamp_ms,
-                bytes: segment::data_bytes(e),
-            })
-            .collect();
-        let cleanable = key_compact::cleanable_len(&info, now_ms, &kc);
-        entries.truncate(cleanable);
-        let dirty_from = self.key_cleaned.get(&tp).copied().unwrap_or(Offset::MIN);
-        if !key_compact::due(&info[..cleanable], dirty_from, now_ms, &kc) {
-            tracing::trace!(partition = %tp, entries = info.len(), cleanable, dirty_from, "key compaction not due");
-            return Ok(false);
-        }
-        let limit = self.log.max_decompressed_batch_bytes();
-        // Pass 1: the offset map, a chunk at a time, until it is full.
-        let mut map = OffsetMap::with_budget(self.settings.key_map_bytes);
-        let mut covered_to = None;
-        let mut full = false;
-        for e in entries.iter().filter(|e| e.last_offset >= dirty_from) {
-            if full || stop.is_cancelled() || !self.has_budget(stats) {
-                break;
-            }
-            let added = self
-                .visit_entry(e, stats, |_, b| {
-                    let p = map.add(std::slice::from_ref(&b), dirty_from, limit)?;
-                    covered_to = p.covered_to.or(covered_to);
-                    full = p.full;
-                    Ok(!full)
-                })
-                .await;
-            if let Err(err) = added {
-                self.freeze_if_corrupt(tp, e, &err);
-                return Err(err);
-            }
-        }
-        let Some(cleaned_to) = covered_to else {
-            return Ok(true);
-        };
-        // Pass 2: runs of one epoch, each at most a segment of input, up to the map's end.
-        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-        let mut run_bytes = 0u64;
-        for (i, e) in entries.iter().enumerate() {
-            if e.base_offset > cleaned_to {
-                break;
-            }
-            let bytes = segment::data_bytes(e);
-            let extends = runs.last().is_some_and(|r| {
-                let prev = &entries[r.end - 1];
-                prev.leader_epoch == e.leader_epoch
-                    && r.len() < ENTRIES_PER_RUN_MAX
-                    && run_bytes.saturating_add(bytes) <= self.settings.segment_bytes
-            });
-            match runs.last_mut() {
-                Some(r) if extends => {
-                    r.end = i + 1;
-                    run_bytes += bytes;
-                }
-                _ => {
-                    runs.push(i..i + 1);
-                    run_bytes = bytes;
-                }
-            }
-        }
-        let params = RunParams {
-            cleaned_to,
-            now_ms,
-            delete_retention_ms: kc.delete_retention_ms,
-            max_decompressed_batch_bytes: limit,
-        };
-        let mut complete = true;
-        for run in runs {
-            if stop.is_cancelled() || !self.has_budget(stats) {
-                complete = false;
-                break;
-            }
-            let old = &entries[run];
-            match self
-                .clean_run(tp, leader_epoch, old, &map, params, stats)
-                .await
-            {
-                Ok(Some(swap)) => {
-                    self.pending.push(swap);
-                    if self.pending.len() >= SWAPS_PER_COMMIT {
-                        self.commit_swaps(stats).await;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    complete = false;
-                    self.metrics.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(partition = %tp, base_offset = old[0].base_offset, error = %e, "key compaction of a run failed; retried next round");
-                }
-            }
-        }
-        if complete {
-            self.metrics.key_cleanings.fetch_add(1, Ordering::Relaxed);
-            self.key_cleaned.insert(tp, cleaned_to + 1);
-        }
-        Ok(true)
-    }
-
-    /// Rewrites one run of entries against the map into a segment with the same span and
-    /// PUTs it; `None` if nothing would change (one segment, no record removed).
-    async fn clean_run(
-        &mut self,
-        tp: TopicPartition,
-        leader_epoch: LeaderEpoch,
-        old: &[CatalogEntry],
-        map: &OffsetMap,
-        params: RunParams,
-        stats: &mut RoundStats,
-    ) -> Result<Option<Swap>> {
-        let (Some(first), Some(last)) = (old.first(), old.last()) else {
-            return Ok(None);
-        };
-        let mut batches: Vec<Bytes> = Vec::new();
-        for e in old {
-            let fetched = self
-                .visit_entry(e, stats, |_, b| {
-                    batches.push(b);
-                    Ok(true)
-                })
-                .await;
-            if let Err(err) = fetched {
-                self.freeze_if_corrupt(tp, e, &err);
-                return Err(err);
-            }
-        }
-        let cleaned = match key_compact::clean_run(&batches, map, params) {
-            Ok(c) => c,
-            Err(err) => {
-                // Which entry holds the bad batch is not known here: freeze the run.
-                for e in old {
-                    self.freeze_if_corrupt(tp, e, &err);
-                }
-                return Err(err);
-            }
-        };
-        drop(batches);
-        if !cleaned.changed && old.len() == 1 && first.layout == EntryLayout::SegmentIndex {
-            return Ok(None);
-        }
-        self.metrics.key_records_removed.fetch_add(
-            cleaned.records_in.saturating_sub(cleaned.records_out),
-            Ordering::Relaxed,
-        );
-        let mut builder = SegmentBuilder::new(
-            tp,
-            first.leader_epoch,
-            self.settings.index_interval_bytes,
-            usize::try_from(cleaned.bytes_out).unwrap_or(0),
-        )
-        .with_gaps_from(first.base_offset);
-        for b in &cleaned.batches {
-            builder.push(b)?;
-        }
-        if builder.next_offset() != Some(last.next_offset()) {
-            return Err(Error::Internal(format!(
-                "key-compacted run {}..={} of {tp} ends at {:?}",
-                first.base_offset,
-                last.last_offset,
-                builder.next_offset()
-            )));
-        }
-        let swap = self.put_segment(tp, leader_epoch, old, builder).await?;
-        Ok(swap.map(|s| Swap { keyed: true, ..s }))
-    }
-
     /// Finishes `builder` (the rewrite of `old`) and PUTs it; its swap is committed later.
     async fn put_segment(
         &mut self,
@@ -847,107 +677,6 @@ impl Compactor {
             written_at: tokio::time::Instant::now(),
             keyed: false,
         }))
-    }
-
-    /// Commits the pending swaps in one request ([`oxbow_metadata::MetadataStore::replace_catalog_entries_many`]),
-    /// each fenced by its partition's leader epoch and settled on its own.
-    async fn commit_swaps(&mut self, stats: &mut RoundStats) {
-        let (swaps, stale): (Vec<Swap>, Vec<Swap>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|s| s.written_at.elapsed() <= SWAP_AGE_MAX);
-        for s in stale {
-            tracing::warn!(partition = %s.tp, key = %s.entry.object_key,
-                "a compacted segment waited too long for its catalog swap; giving it up");
-            let r = ObjectRef {
-                topic_partition: s.tp,
-                offset: s.entry.base_offset,
-            };
-            self.note_superseded(s.entry.object_key, Some(vec![r]), false);
-        }
-        if swaps.is_empty() {
-            return;
-        }
-        let replaces = swaps
-            .iter()
-            .map(|s| CatalogReplace {
-                fence: EpochFence {
-                    topic_partition: s.tp,
-                    leader_epoch: s.leader_epoch,
-                },
-                old: s.old.clone(),
-                new: vec![s.entry.clone()],
-            })
-            .collect();
-        let outcomes = self
-            .log
-            .metadata
-            .replace_catalog_entries_many(replaces)
-            .await;
-        for (swap, outcome) in swaps.into_iter().zip(outcomes) {
-            let tp = swap.tp;
-            let key = swap.entry.object_key.clone();
-            let new_ref = ObjectRef {
-                topic_partition: tp,
-                offset: swap.entry.base_offset,
-            };
-            if let Err(e) = outcome {
-                let kind = e.kind();
-                // Whatever happened, the new segment is deleted if (and only if) the catalog
-                // ends up not referencing it. If the outcome is unknown, the replace may
-                // have landed: the old objects are candidates too (gated the same way).
-                self.note_superseded(key, Some(vec![new_ref]), true);
-                // Its data may not be cleaned: the next due round cleans it from the start.
-                self.key_cleaned.remove(&tp);
-                match kind {
-                    MetadataErrorKind::Fenced => {
-                        self.metrics.replace_fenced.fetch_add(1, Ordering::Relaxed);
-                        // Another broker leads the partition now; leave it to it.
-                        self.fenced.insert(tp, swap.leader_epoch);
-                    }
-                    MetadataErrorKind::Conflict
-                    | MetadataErrorKind::NotFound
-                    | MetadataErrorKind::Invalid => {
-                        self.metrics
-                            .replace_conflicts
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    MetadataErrorKind::Unavailable
-                    | MetadataErrorKind::AlreadyExists
-                    | MetadataErrorKind::Data
-                    | MetadataErrorKind::Internal => self.note_old_objects(tp, &swap.old),
-                }
-                self.metrics.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(partition = %tp, base_offset = swap.entry.base_offset, error = %e,
-                    "compaction's catalog swap failed; retried next round");
-                continue;
-            }
-            self.log
-                .cache
-                .insert(&key, swap.entry.byte_start, swap.entry.byte_len, swap.index);
-            if swap.keyed {
-                // Reads of these offsets must get the compacted batches, not the memory
-                // tail's originals.
-                let open = self.log.open_partitions();
-                if let Some(p) = open.iter().find(|p| p.topic_partition == tp) {
-                    if let Ok(mut s) = p.lock() {
-                        s.evict_through(swap.entry.last_offset);
-                    }
-                }
-            }
-            self.note_old_objects(tp, &swap.old);
-            stats.segments_written += 1;
-            stats.entries_replaced += swap.old.len() as u64;
-            self.metrics
-                .segments_written
-                .fetch_add(1, Ordering::Relaxed);
-            self.metrics
-                .segment_bytes_written
-                .fetch_add(swap.size, Ordering::Relaxed);
-            self.metrics
-                .entries_replaced
-                .fetch_add(swap.old.len() as u64, Ordering::Relaxed);
-            tracing::debug!(partition = %tp, %key, bytes = swap.size, replaced = swap.old.len(), "compacted");
-        }
     }
 
     /// Hands the batches of one old entry to `f`, a chunk at a time, checking that they are
@@ -1047,139 +776,5 @@ impl Compactor {
             })?;
         object::verify_range(entry, &bytes)?;
         Ok(bytes)
-    }
-
-    fn note_superseded(&mut self, key: String, refs: Option<Vec<ObjectRef>>, recheck: bool) {
-        if !self.ledger.superseded(key.clone(), refs, recheck) {
-            tracing::warn!(%key, "too many objects awaiting deletion; leaving this one behind");
-        }
-    }
-
-    /// The objects of replaced entries become deletion candidates.
-    fn note_old_objects(&mut self, tp: TopicPartition, old: &[CatalogEntry]) {
-        let mut seen = BTreeSet::new();
-        for e in old {
-            if !seen.insert(e.object_key.clone()) {
-                continue;
-            }
-            let refs = match e.layout {
-                // A sealed object is referenced by every partition its index lists.
-                EntryLayout::Batches => None,
-                // A segment holds one partition and is catalogued by one entry.
-                EntryLayout::SegmentIndex => Some(vec![ObjectRef {
-                    topic_partition: tp,
-                    offset: e.base_offset,
-                }]),
-            };
-            self.note_superseded(e.object_key.clone(), refs, false);
-        }
-    }
-
-    /// Whether `r`'s partition is served anything from object `key` at or after `r`'s offset.
-    async fn references(&self, key: &str, r: ObjectRef) -> Result<bool> {
-        let tp = r.topic_partition;
-        // The object's range for the partition starts at `r.offset`; what is served from it
-        // may be clipped to start later (see `oxbow_metadata::catalog_view`), behind a few
-        // entries of other objects that outrank it at the front.
-        let entries = self
-            .log
-            .metadata
-            .catalog_entries(tp.topic_id, tp.partition, r.offset, REFERENCE_LOOKAHEAD)
-            .await?;
-        Ok(entries.iter().any(|e| e.object_key == key))
-    }
-
-    /// Learns candidates' references, looks them up, and deletes objects unreferenced for
-    /// `delete_delay` by `now`. Returns how many were deleted.
-    pub async fn collect_garbage(&mut self, now: Instant, stop: &CancellationToken) -> Result<u64> {
-        for key in self.ledger.needing_refs(GC_INDEX_READS_MAX) {
-            if stop.is_cancelled() {
-                return Ok(0);
-            }
-            match object::fetch_index(self.log.objects.as_ref(), &key).await {
-                Ok(rows) => {
-                    let refs = rows
-                        .iter()
-                        .map(|row| ObjectRef {
-                            topic_partition: row.topic_partition(),
-                            offset: row.base_offset,
-                        })
-                        .collect();
-                    self.ledger.set_refs(&key, refs);
-                }
-                Err(object::FetchIndexError::Store(object_store::Error::NotFound { .. })) => {
-                    self.ledger.forget(&key);
-                }
-                Err(object::FetchIndexError::Object(e)) => {
-                    // Without its index no one can tell who references it: keep it.
-                    tracing::error!(%key, error = %e, "superseded object has no readable index; leaving it");
-                    self.ledger.forget(&key);
-                }
-                Err(object::FetchIndexError::Store(e)) => {
-                    tracing::debug!(%key, error = %e, "reading a superseded object's index failed; retried next round");
-                }
-            }
-        }
-        // One catalog read per partition settles every pending reference into it.
-        let mut by_partition: BTreeMap<TopicPartition, Vec<(String, ObjectRef)>> = BTreeMap::new();
-        for (key, r) in self.ledger.lookups(GC_REFS_MAX) {
-            by_partition
-                .entry(r.topic_partition)
-                .or_default()
-                .push((key, r));
-        }
-        for (tp, refs) in by_partition.into_iter().take(GC_CATALOG_READS_MAX) {
-            if stop.is_cancelled() {
-                break;
-            }
-            let from = refs.iter().map(|(_, r)| r.offset).min().unwrap_or(0);
-            let entries = self
-                .log
-                .metadata
-                .catalog_entries(tp.topic_id, tp.partition, from, GC_CATALOG_PAGE)
-                .await?;
-            let complete = entries.len() < GC_CATALOG_PAGE;
-            let end = entries.last().map(|e| e.last_offset);
-            for (key, r) in refs {
-                let holder = entries
-                    .iter()
-                    .find(|e| e.base_offset <= r.offset && r.offset <= e.last_offset);
-                let gone = match holder {
-                    Some(e) => e.object_key != key,
-                    // Past this page: unknown until a later round reads further.
-                    None if !complete && end.is_some_and(|end| r.offset > end) => false,
-                    // Not in the catalog at all (retention, a deleted topic).
-                    None => true,
-                };
-                if gone {
-                    self.ledger.unreferenced(&key, r, now);
-                }
-            }
-        }
-        let mut deleted = 0;
-        for due in self.ledger.due(now, self.settings.delete_delay) {
-            let mut referenced = false;
-            for r in &due.recheck {
-                referenced |= self.references(&due.key, *r).await?;
-            }
-            if referenced {
-                // A replace whose outcome was unknown did land: the object is live.
-                self.ledger.forget(&due.key);
-                continue;
-            }
-            let path = ObjectPath::from(due.key.as_str());
-            match self.log.objects.delete(&path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-                    self.ledger.forget(&due.key);
-                    deleted += 1;
-                    self.metrics.objects_deleted.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(key = %due.key, "deleted superseded object");
-                }
-                Err(e) => {
-                    tracing::warn!(key = %due.key, error = %e, "deleting a superseded object failed; retried next round");
-                }
-            }
-        }
-        Ok(deleted)
     }
 }
