@@ -17,12 +17,6 @@ use crate::kv::{CmpOp, Compare, Get, KeyRange, KeyValue, Kv, Op, Target, Txn};
 use crate::types::{Offset, PartitionId, TopicId, TopicPartition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How often superseded objects' keys are looked for and deleted.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
-/// Pause before a watch that ended is re-established from a fresh scan.
-const REWATCH_PAUSE: Duration = Duration::from_millis(500);
 
 fn decode(kv: &KeyValue) -> Result<CatalogEntry> {
     keys::catalog::deser_value(&kv.key, &kv.value)
@@ -36,7 +30,7 @@ impl<K: Kv> KvStore<K> {
             .get_or_try_init(|| async {
                 let (state, revision) = catalog_index::load(&*self.kv, &self.root).await?;
                 self.index.replace_state(state);
-                let task = tokio::spawn(follow(
+                let task = tokio::spawn(super::catalog_follow::follow(
                     Arc::downgrade(&self.kv),
                     self.root.clone(),
                     Arc::downgrade(&self.index),
@@ -679,129 +673,4 @@ struct PlannedWrite {
     run_keys: Vec<Vec<u8>>,
     /// (key, value) put.
     written: Vec<(String, Vec<u8>)>,
-}
-
-/// Most superseded objects' keys deleted per transaction (a compare and a delete each).
-const SWEEP_BATCH: usize = TXN_OPS_MAX / 2;
-
-/// The index's task: applies watch events of `catalog/` and `topics/` from `from` on;
-/// re-scans and re-watches when a watch ends; every [`SWEEP_INTERVAL`] deletes keys of
-/// sealed objects nothing is served from any more (each compared unchanged, so a racing
-/// broker's identical sweep or a late rewrite is harmless).
-async fn follow<K: Kv>(
-    kv: std::sync::Weak<K>,
-    root: crate::keys::Root,
-    index: std::sync::Weak<CatalogIndex>,
-    clock: Arc<dyn crate::clock::Clock>,
-    mut from: crate::kv::Revision,
-) {
-    // Both the store and the index are held weakly, and only while used: dropping the last
-    // handle of a store closes its backend at once (an embedded file can be opened again).
-    let mut next_sweep = clock.now() + SWEEP_INTERVAL;
-    loop {
-        let Some(store) = kv.upgrade() else { return };
-        let watches = futures::future::try_join(
-            store.watch(KeyRange::prefix(root.join("catalog/")), Some(from)),
-            store.watch(KeyRange::prefix(keys::topics_prefix(&root)), Some(from)),
-        )
-        .await;
-        drop(store);
-        match watches {
-            Ok((mut catalog, mut topics)) => loop {
-                let batch = tokio::select! {
-                    // Polled in order: tokio's random branch order would make the
-                    // simulation's runs differ for one seed.
-                    biased;
-                    b = catalog.recv() => b,
-                    b = topics.recv() => b,
-                    _ = clock.sleep_until(next_sweep) => {
-                        next_sweep = clock.now() + SWEEP_INTERVAL;
-                        let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
-                            return;
-                        };
-                        sweep(&*store, &root, &index).await;
-                        continue;
-                    }
-                };
-                let Some(index) = index.upgrade() else { return };
-                match batch {
-                    Some(events) => catalog_index::apply(&index, &root, &events),
-                    None => break,
-                }
-            },
-            Err(e) => tracing::warn!(error = %e, "catalog watch could not start; retrying"),
-        }
-        clock.sleep(REWATCH_PAUSE).await;
-        let Some(store) = kv.upgrade() else { return };
-        let loaded = catalog_index::load(&*store, &root).await;
-        drop(store);
-        match loaded {
-            Ok((state, revision)) => {
-                let Some(index) = index.upgrade() else { return };
-                index.replace_state(state);
-                from = revision + 1;
-            }
-            Err(e) => tracing::warn!(error = %e, "catalog re-scan failed; retrying"),
-        }
-    }
-}
-
-impl<K: Kv> KvStore<K> {
-    /// Deletes, now, the keys of sealed objects nothing is served from (after a topic
-    /// deletion, so its objects' keys do not wait for the periodic sweep).
-    pub(super) async fn sweep_objects(&self) {
-        if self.index.started.initialized() {
-            sweep(&*self.kv, &self.root, &self.index).await;
-        }
-    }
-}
-
-async fn sweep<K: Kv>(kv: &K, root: &keys::Root, index: &CatalogIndex) {
-    let (gone, trimmed) = {
-        let mut state = index.lock();
-        let gone = state.superseded_objects(SWEEP_BATCH);
-        let trimmed = state.below_log_start(root, SWEEP_BATCH - gone.len());
-        (gone, trimmed)
-    };
-    if !trimmed.is_empty() {
-        sweep_keys(kv, root, index, trimmed, "catalog keys below the log start").await;
-    }
-    if !gone.is_empty() {
-        sweep_keys(kv, root, index, gone, "catalog keys of compacted objects").await;
-    }
-}
-
-/// Deletes catalog keys, each compared unchanged — all or nothing: a key changed since the
-/// index saw it fails the batch, which the next sweep retries without it — and applies the
-/// deletions to the index once they land.
-async fn sweep_keys<K: Kv>(
-    kv: &K,
-    root: &keys::Root,
-    index: &CatalogIndex,
-    keys: Vec<(Vec<u8>, crate::kv::Revision)>,
-    what: &str,
-) {
-    let txn = Txn::new()
-        .when(keys.iter().map(|(k, r)| {
-            Compare::new(
-                KeyRange::key(k.clone()),
-                Target::ModRevision(*r),
-                CmpOp::Equal,
-            )
-        }))
-        .then(
-            keys.iter()
-                .map(|(k, _)| Op::delete(KeyRange::key(k.clone()))),
-        );
-    match kv.txn(txn).await {
-        Ok(resp) if resp.succeeded => {
-            let mut state = index.lock();
-            for (k, _) in &keys {
-                state.delete(root, k, resp.revision);
-            }
-            tracing::debug!(keys = keys.len(), "deleted {what}");
-        }
-        Ok(_) => tracing::debug!("{what} changed under the sweep; next time"),
-        Err(e) => tracing::warn!(error = %e, "deleting {what} failed"),
-    }
 }

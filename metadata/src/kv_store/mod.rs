@@ -18,6 +18,7 @@
 //! [`crate::kv::EtcdKv`]). "Now" and topic ids come from the injected [`Clock`] and [`Rng`].
 
 mod catalog;
+mod catalog_follow;
 mod catalog_index;
 mod reclaim;
 mod topics;
