@@ -6,6 +6,7 @@
 //! - [`kafka`]: the Kafka protocol server (framing, pipelining, one handler per API).
 //! - [`http`]: the HTTP/JSON API (Confluent REST Proxy v2 compatible) and health/metrics.
 //! - [`error`]: the one mapping from internal errors to Kafka codes and HTTP statuses.
+//! - [`security`]: principals and sessions (who asks, over which listener).
 //! - [`server`]: `oxbow serve`: settings, start-up, graceful shutdown.
 //! - [`client`], [`cli`]: a small Kafka client and the CLI subcommands built on it.
 
@@ -26,4 +27,5 @@ pub mod kafka;
 pub mod metrics;
 pub mod records;
 pub mod retention;
+pub mod security;
 pub mod server;

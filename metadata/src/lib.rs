@@ -17,6 +17,7 @@
 //! - [`catalog_view`]: how stored entries and epoch histories resolve into what readers see.
 //! - [`group`]: consumer group offsets and versioned coordinator records.
 //! - [`wal_replicas`]: each broker's WAL replica set (replicas, in-sync replicas).
+//! - [`security`]: ACL, SCRAM-credential and client-quota records (opaque, versioned, watched).
 //! - [`store`]: the [`MetadataStore`] trait every backend implements.
 //! - [`kv`]: the key-value seam (etcd's model: range, txn, watch, leases) and its two
 //!   implementations, [`kv::EtcdKv`] and [`kv::RedbKv`].
@@ -62,6 +63,7 @@ pub mod kv;
 pub mod kv_store;
 pub mod leader_epochs;
 pub mod lease;
+pub mod security;
 pub mod store;
 pub mod testing;
 pub mod topic;
@@ -83,6 +85,7 @@ pub use group::{CommittedOffset, GroupRecord};
 pub use kv_store::KvStore;
 pub use leader_epochs::{EpochStart, LeaderEpochHistory, LEADER_EPOCHS_MAX};
 pub use lease::{run_lease_keeper, LeaseGuard};
+pub use security::{SecurityEvent, SecurityKind, SecurityRecord, SECURITY_RECORD_BYTES_MAX};
 pub use store::{
     BrokerRegistration, Lease, LeaseId, MetadataFootprint, MetadataStore, LEASE_TTL_MIN,
 };

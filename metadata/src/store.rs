@@ -4,6 +4,7 @@
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogFootprint, CatalogReplace};
 use crate::error::Result;
 use crate::group::{CommittedOffset, GroupRecord};
+use crate::security::{SecurityEvent, SecurityKind, SecurityRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::topic_configs::ConfigAlteration;
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
@@ -327,6 +328,34 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn metadata_footprint(&self) -> Result<Option<MetadataFootprint>> {
         Ok(None)
     }
+
+    // ---- security records (ACLs, SCRAM credentials, client quotas) ----
+
+    /// Every record of `kind`, sorted by name.
+    async fn security_records(&self, kind: SecurityKind) -> Result<Vec<SecurityRecord>>;
+    /// Compare-and-swap of one record: `expected_version` `None` creates it (Conflict if it
+    /// exists), `Some(v)` replaces the record at version `v` (Conflict otherwise). Returns
+    /// the new version. An empty name or a value over
+    /// [`crate::SECURITY_RECORD_BYTES_MAX`] gives [`crate::ErrorKind::Invalid`].
+    async fn put_security_record(
+        &self,
+        kind: SecurityKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64>;
+    /// Deletes one record: `expected_version` `Some(v)` only at version `v` (Conflict
+    /// otherwise), `None` whatever its version. Deleting a record that is not there is
+    /// not an error.
+    async fn delete_security_record(
+        &self,
+        kind: SecurityKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()>;
+    /// Every change of every security record from now on (subscribe, then list: see
+    /// [`crate::watch`]).
+    async fn watch_security(&self) -> Result<Watch<SecurityEvent>>;
 }
 
 /// The metadata service's size ([`MetadataStore::metadata_footprint`]).

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 #[path = "conformance/catalog.rs"]
 mod catalog;
 use catalog::*;
+#[path = "conformance/security.rs"]
+mod security;
+use security::security_records;
 
 const TTL: Duration = Duration::from_secs(2);
 /// Long enough for any expected event or expiry (TTL plus etcd's expiry sweep).
@@ -787,6 +790,7 @@ async fn run_all(store: &dyn MetadataStore) {
     controller_election(store).await;
     brokers_and_leases(store).await;
     wal_replica_sets(store).await;
+    security_records(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

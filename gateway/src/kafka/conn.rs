@@ -14,14 +14,14 @@ use super::handlers::{self, Reply};
 use super::request_reader::RequestReader;
 use super::ConnectionLimits;
 use crate::broker::Broker;
+use crate::security::Session;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -40,14 +40,21 @@ enum Outgoing {
 
 type Pending = BoxFuture<'static, Outgoing>;
 
-pub async fn run(
-    stream: TcpStream,
-    peer: std::net::SocketAddr,
+/// Serves one connection over `stream` (plain TCP, or TLS once its handshake is done) as
+/// `session`.
+pub async fn run<S>(
+    stream: S,
+    session: Session,
     broker: Arc<Broker>,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let (read_half, mut write_half) = stream.into_split();
+) -> anyhow::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let peer = session.peer;
+    // Both halves are used from this one task, so the split's lock is never contended.
+    let (read_half, mut write_half) = tokio::io::split(stream);
     // `RequestReader::next` is cancel-safe, so it can sit in the select below.
     let mut frames = RequestReader::new(
         read_half,
@@ -102,7 +109,7 @@ pub async fn run(
                 Some(Ok(frame)) => {
                     idle.touch();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-                    match dispatch(&broker, peer, frame.freeze()).await {
+                    match dispatch(&broker, &session, frame.freeze()).await {
                         Ok(p) => pending.push_back(p),
                         Err(e) => {
                             broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
@@ -191,7 +198,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// Runs the ordered part of one request and returns its response-to-be.
 async fn dispatch(
     broker: &Arc<Broker>,
-    peer: std::net::SocketAddr,
+    session: &Session,
     frame: Bytes,
 ) -> Result<Pending, FrameError> {
     let p = frame::prelude(&frame)?;
@@ -209,7 +216,7 @@ async fn dispatch(
         }
     };
     let correlation_id = header.correlation_id;
-    let reply = handlers::handle(broker, &header, peer, request).await;
+    let reply = handlers::handle(broker, &header, session, request).await;
     let encode = move |body| match frame::encode_response(key, version, correlation_id, &body) {
         Ok(b) => Outgoing::Send(b),
         Err(e) => {

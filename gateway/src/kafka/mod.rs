@@ -98,7 +98,15 @@ pub async fn serve(
         let broker = broker.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            if let Err(e) = conn::run(stream, peer, broker.clone(), limits, shutdown).await {
+            if let Err(e) = conn::run(
+                stream,
+                crate::security::Session::plaintext(peer),
+                broker.clone(),
+                limits,
+                shutdown,
+            )
+            .await
+            {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");
             }
             broker

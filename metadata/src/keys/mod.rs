@@ -16,6 +16,7 @@
 //! | [`group`]       | `groups/{group}`                                       | group record               | no               |
 //! | [`wal_replicas`]| `wal_replicas/{broker_id:010}`                         | `WalReplicaSet`            | no               |
 //! | [`controller`]  | `controller`                                           | `{"broker_id"}`            | yes              |
+//! | [`security`]    | `security/{acls,scram,quotas}/{name}`                  | opaque (the broker's JSON) | no               |
 //!
 //! Topics, their ids and their partition states share the `topics/` prefix so one etcd
 //! watch sees all their changes in revision order, and none of the (far more frequent)
@@ -42,6 +43,7 @@ pub mod group;
 pub mod object_index;
 pub mod offset;
 pub mod partition;
+pub mod security;
 pub mod topic;
 pub mod topic_id;
 pub mod wal_replicas;

@@ -21,6 +21,7 @@ mod catalog;
 mod catalog_follow;
 mod catalog_index;
 mod reclaim;
+mod security;
 mod topics;
 mod watch;
 
@@ -687,6 +688,36 @@ impl<K: Kv> MetadataStore for KvStore<K> {
 
     async fn compact_history(&self, revision: i64) -> Result<()> {
         self.kv.compact(revision).await
+    }
+
+    async fn security_records(
+        &self,
+        kind: crate::SecurityKind,
+    ) -> Result<Vec<crate::SecurityRecord>> {
+        self.list_security(kind).await
+    }
+
+    async fn put_security_record(
+        &self,
+        kind: crate::SecurityKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64> {
+        self.put_security(kind, name, value, expected_version).await
+    }
+
+    async fn delete_security_record(
+        &self,
+        kind: crate::SecurityKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()> {
+        self.delete_security(kind, name, expected_version).await
+    }
+
+    async fn watch_security(&self) -> Result<Watch<crate::SecurityEvent>> {
+        self.subscribe_security().await
     }
 
     async fn metadata_footprint(&self) -> Result<Option<crate::store::MetadataFootprint>> {

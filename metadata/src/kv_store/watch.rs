@@ -16,7 +16,11 @@ use std::future::Future;
 use tokio::sync::mpsc;
 
 /// Maps every event of `source` through `map` into a new watch, after `first` if given.
-fn forward<T, F, Fut>(mut source: Watch<Vec<WatchEvent>>, first: Option<T>, mut map: F) -> Watch<T>
+pub(super) fn forward<T, F, Fut>(
+    mut source: Watch<Vec<WatchEvent>>,
+    first: Option<T>,
+    mut map: F,
+) -> Watch<T>
 where
     T: Send + 'static,
     F: FnMut(WatchEvent) -> Fut + Send + 'static,

@@ -339,4 +339,42 @@ impl MetadataStore for FaultyMetadata {
         self.read()?;
         self.inner.watch_controller().await
     }
+    async fn security_records(
+        &self,
+        kind: oxbow_metadata::SecurityKind,
+    ) -> Result<Vec<oxbow_metadata::SecurityRecord>> {
+        self.read()?;
+        self.inner.security_records(kind).await
+    }
+    async fn put_security_record(
+        &self,
+        kind: oxbow_metadata::SecurityKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .put_security_record(kind, name, value, expected_version)
+            .await;
+        self.after_write(r)
+    }
+    async fn delete_security_record(
+        &self,
+        kind: oxbow_metadata::SecurityKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .delete_security_record(kind, name, expected_version)
+            .await;
+        self.after_write(r)
+    }
+    async fn watch_security(&self) -> Result<Watch<oxbow_metadata::SecurityEvent>> {
+        self.read()?;
+        self.inner.watch_security().await
+    }
 }

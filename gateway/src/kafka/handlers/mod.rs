@@ -16,6 +16,7 @@ mod reassign;
 mod topics;
 
 use crate::broker::Broker;
+use crate::security::Session;
 use futures::future::BoxFuture;
 use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -36,14 +37,14 @@ pub enum Reply {
 pub async fn handle(
     broker: &Arc<Broker>,
     header: &RequestHeader,
-    peer: std::net::SocketAddr,
+    session: &Session,
     request: RequestKind,
 ) -> Reply {
     let v = header.request_api_version;
     let response = match request {
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_deref().unwrap_or("").to_string();
-            return groups::join(broker, r, v, client_id, peer);
+            return groups::join(broker, r, v, client_id, session.peer);
         }
         RequestKind::SyncGroup(r) => return groups::sync(broker, r, v),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(broker, r)),
