@@ -29,8 +29,12 @@ use std::time::Duration;
 pub struct BrokerSettings {
     pub broker_id: BrokerId,
     /// Host clients are told to connect to for the Kafka protocol.
+    /// (On the inter-broker listener: what this broker registers as its `kafka_addr`.)
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// Every listener's advertised (host, port) by name: what a client asking through that
+    /// listener is told this broker's address is.
+    pub listeners: BTreeMap<String, (String, i32)>,
     /// Create a topic on first produce or metadata request for it (Kafka's
     /// `auto.create.topics.enable`). Convenient in development; typos become topics.
     pub auto_create_topics: bool,

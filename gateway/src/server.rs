@@ -31,6 +31,8 @@ use crate::cluster;
 use crate::config::ByteSize;
 use crate::http::{self, HttpState};
 use crate::kafka;
+use crate::security::listeners::{self, ListenerArgs};
+use crate::security::SecurityProtocol;
 use anyhow::Context;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::lease::{register, run_lease_keeper, NewLeaseHook};
@@ -59,9 +61,11 @@ pub enum LogFormat {
 /// Flags of `oxbow serve`; each also reads from the `OXBOW_*` variable named in its help.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address the Kafka protocol listens on.
+    /// Address the Kafka protocol listens on (one PLAINTEXT listener; --listeners replaces it).
     #[arg(long, env = "OXBOW_KAFKA_ADDR", default_value = "127.0.0.1:9092")]
     pub kafka_addr: SocketAddr,
+    #[command(flatten)]
+    pub listeners: ListenerArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -294,22 +298,12 @@ fn cluster_id(data_dir: &Path) -> anyhow::Result<String> {
     }
 }
 
-fn advertised(args: &ServeArgs, bound: SocketAddr) -> anyhow::Result<(String, i32)> {
-    match &args.advertised_kafka_addr {
-        Some(a) => {
-            let (host, port) = a.rsplit_once(':').with_context(|| {
-                format!("--advertised-kafka-addr '{a}' must be host:port")
-            })?;
-            let port: i32 = port.parse().with_context(|| {
-                format!("--advertised-kafka-addr '{a}': port '{port}' is not a number")
-            })?;
-            Ok((host.trim_matches(['[', ']']).to_string(), port))
-        }
-        None if bound.ip().is_unspecified() => anyhow::bail!(
-            "--kafka-addr {} listens on every interface; set --advertised-kafka-addr to the host:port clients should use",
-            args.kafka_addr
-        ),
-        None => Ok((bound.ip().to_string(), i32::from(bound.port()))),
+/// `host:port`, bracketing an IPv6 host.
+fn join_host_port(host: &str, port: i32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -358,10 +352,37 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         fd_limit,
         u64::from(args.connections_max) + u64::from(args.http_connections_max),
     );
+    let plan = listeners::plan(
+        &args.listeners,
+        args.kafka_addr,
+        args.advertised_kafka_addr.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    for l in &plan.listeners {
+        if l.protocol != SecurityProtocol::Plaintext {
+            anyhow::bail!(
+                "listener {}: {} listeners are not supported yet (only PLAINTEXT)",
+                l.name,
+                l.protocol
+            );
+        }
+    }
     // Bind first: a port conflict should fail fast, before any recovery work.
-    let kafka_listener = TcpListener::bind(args.kafka_addr)
-        .await
-        .with_context(|| format!("binding --kafka-addr {}", args.kafka_addr))?;
+    let mut kafka_listeners = Vec::new();
+    let mut advertised_listeners = std::collections::BTreeMap::new();
+    for spec in &plan.listeners {
+        let socket = TcpListener::bind(spec.bind)
+            .await
+            .with_context(|| format!("binding listener {} at {}", spec.name, spec.bind))?;
+        let bound = socket.local_addr()?;
+        let advertised = listeners::advertised(spec, bound).map_err(anyhow::Error::msg)?;
+        advertised_listeners.insert(spec.name.clone(), advertised);
+        kafka_listeners.push((spec.clone(), socket, bound));
+    }
+    let (advertised_host, advertised_port) = advertised_listeners
+        .get(&plan.inter_broker)
+        .cloned()
+        .context("the inter-broker listener is not among the listeners")?;
     let http_listener = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("binding --http-addr {}", args.http_addr))?;
@@ -369,9 +390,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding --internal-addr {}", args.internal_addr))?;
     let internal_bound = internal_listener.local_addr()?;
-    let kafka_bound = kafka_listener.local_addr()?;
     let http_bound = http_listener.local_addr()?;
-    let (advertised_host, advertised_port) = advertised(&args, kafka_bound)?;
 
     let metadata = open_store(&args.metadata, &args.data_dir)
         .await
@@ -379,12 +398,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let registration = BrokerRegistration {
         broker_id: args.broker_id,
         az: args.az.clone(),
-        kafka_addr: format!("{advertised_host}:{advertised_port}"),
+        kafka_addr: join_host_port(&advertised_host, advertised_port),
         http_addr: http_bound.to_string(),
         internal_addr: args
             .advertised_internal_addr
             .clone()
             .unwrap_or_else(|| internal_bound.to_string()),
+        listeners: advertised_listeners
+            .iter()
+            .map(|(name, (host, port))| (name.clone(), join_host_port(host, *port)))
+            .collect(),
     };
     let lease_guard = LeaseGuard::new();
     let lease = register(
@@ -436,6 +459,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             broker_id: args.broker_id,
             advertised_host,
             advertised_port,
+            listeners: advertised_listeners,
             auto_create_topics: args.auto_create_topics,
             default_partitions: args.default_partitions,
             max_request_bytes: args.max_request_bytes.as_usize(),
@@ -565,17 +589,30 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.metadata_history_retention,
         stop_serving.clone(),
     ));
-    background.spawn(kafka::serve(
-        kafka_listener,
-        broker.clone(),
-        kafka::ConnectionLimits {
-            connections_max: args.connections_max as usize,
-            idle_max: args.connections_max_idle,
-            request_read_timeout: args.request_read_timeout,
-        },
-        stop_serving.clone(),
-        connections.clone(),
+    // `--connections-max` bounds the connections of all listeners together.
+    let connection_slots = Arc::new(tokio::sync::Semaphore::new(
+        (args.connections_max as usize).max(1),
     ));
+    let mut kafka_bound = Vec::new();
+    for (spec, socket, bound) in kafka_listeners {
+        kafka_bound.push(format!("{}://{bound}", spec.name));
+        background.spawn(kafka::serve(
+            socket,
+            kafka::ListenerContext {
+                name: spec.name,
+                protocol: spec.protocol,
+            },
+            broker.clone(),
+            kafka::ConnectionLimits {
+                connections_max: args.connections_max as usize,
+                idle_max: args.connections_max_idle,
+                request_read_timeout: args.request_read_timeout,
+            },
+            connection_slots.clone(),
+            stop_serving.clone(),
+            connections.clone(),
+        ));
+    }
     let router = http::router(HttpState {
         broker: broker.clone(),
         ready: ready.clone(),
@@ -595,7 +632,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     ready.store(true, Ordering::Release);
     tracing::info!(
-        kafka = %kafka_bound, http = %http_bound, data_dir = %args.data_dir.display(),
+        kafka = %kafka_bound.join(","), http = %http_bound, data_dir = %args.data_dir.display(),
         broker_id = args.broker_id, "oxbow is serving"
     );
 

@@ -243,6 +243,7 @@ mod tests {
             kafka_addr: "k".into(),
             http_addr: "h".into(),
             internal_addr: String::new(),
+            listeners: Default::default(),
         };
         let lease = store
             .register_broker(b.clone(), Duration::from_secs(2))

@@ -27,6 +27,23 @@ pub struct BrokerRegistration {
     /// `host:port` other brokers use (WAL replication); empty until that exists.
     #[serde(default)]
     pub internal_addr: String,
+    /// Every Kafka listener's advertised `host:port` by listener name (Kafka's
+    /// `advertised.listeners`): a client is told the addresses on the listener it asked
+    /// through. Empty in registrations written before listeners existed: then `kafka_addr`
+    /// serves every listener.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub listeners: std::collections::BTreeMap<String, String>,
+}
+
+impl BrokerRegistration {
+    /// The advertised `host:port` on `listener`, if the broker has that listener (Kafka
+    /// leaves a broker without it out of the answer).
+    pub fn endpoint(&self, listener: &str) -> Option<&str> {
+        if self.listeners.is_empty() {
+            return Some(&self.kafka_addr);
+        }
+        self.listeners.get(listener).map(String::as_str)
+    }
 }
 
 /// The id of a lease (etcd's lease id; in the embedded backend a counter kept in the file,

@@ -66,6 +66,7 @@ fn registration(id: i32) -> BrokerRegistration {
         kafka_addr: format!("127.0.0.1:{}", 9000 + id),
         http_addr: format!("127.0.0.1:{}", 8000 + id),
         internal_addr: String::new(),
+        listeners: Default::default(),
     }
 }
 

@@ -225,6 +225,7 @@ async fn lease_keeper_keeps_then_revokes_and_guard_lapses_without_it() {
         kafka_addr: "127.0.0.1:9093".into(),
         http_addr: "127.0.0.1:8083".into(),
         internal_addr: String::new(),
+        listeners: Default::default(),
     };
     let ttl = Duration::from_secs(2);
 

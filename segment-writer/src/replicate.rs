@@ -617,6 +617,7 @@ mod tests {
             kafka_addr: String::new(),
             http_addr: String::new(),
             internal_addr: format!("127.0.0.1:{}", 9000 + id),
+            listeners: Default::default(),
         }
     }
 

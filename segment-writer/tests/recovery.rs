@@ -25,6 +25,7 @@ fn registration(id: i32, internal_addr: String) -> BrokerRegistration {
         kafka_addr: String::new(),
         http_addr: String::new(),
         internal_addr,
+        listeners: Default::default(),
     }
 }
 

@@ -77,6 +77,7 @@ impl Cluster {
                     kafka_addr: String::new(),
                     http_addr: String::new(),
                     internal_addr: addr,
+                    listeners: Default::default(),
                 },
                 Duration::from_secs(120),
             )

@@ -170,6 +170,7 @@ mod tests {
             kafka_addr: format!("127.0.0.1:{}", 9000 + id),
             http_addr: String::new(),
             internal_addr: String::new(),
+            listeners: Default::default(),
         }
     }
 

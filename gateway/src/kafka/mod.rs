@@ -20,6 +20,7 @@ pub mod request_reader;
 pub mod versions;
 
 use crate::broker::Broker;
+use crate::security::{Principal, SecurityProtocol, Session};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,16 +56,25 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Accepts connections until `shutdown`, then returns; connections finish in-flight
-/// requests and close (tracked by `tracker`).
+/// Which listener a connection arrived on (`--listeners`).
+#[derive(Clone, Debug)]
+pub struct ListenerContext {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+}
+
+/// Accepts connections on one listener until `shutdown`, then returns; connections finish
+/// in-flight requests and close (tracked by `tracker`). `limit` holds one permit per
+/// connection the broker may have open, shared by every listener.
 pub async fn serve(
     listener: TcpListener,
+    context: ListenerContext,
     broker: Arc<Broker>,
     limits: ConnectionLimits,
+    limit: Arc<Semaphore>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let limit = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -97,16 +107,15 @@ pub async fn serve(
             .fetch_add(1, Ordering::Relaxed);
         let broker = broker.clone();
         let shutdown = shutdown.clone();
+        let context = context.clone();
         tracker.spawn(async move {
-            if let Err(e) = conn::run(
-                stream,
-                crate::security::Session::plaintext(peer),
-                broker.clone(),
-                limits,
-                shutdown,
-            )
-            .await
-            {
+            let session = Session {
+                peer,
+                listener: context.name.clone(),
+                protocol: context.protocol,
+                principal: Principal::anonymous(),
+            };
+            if let Err(e) = conn::run(stream, session, broker.clone(), limits, shutdown).await {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");
             }
             broker

@@ -7,6 +7,9 @@
 //!
 //! # Layout
 //! - this file: the vocabulary (principal, security protocol, session).
+//! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
+
+pub mod listeners;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -66,6 +66,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
         broker_id: 1,
         advertised_host: "127.0.0.1".into(),
         advertised_port: 9092,
+        listeners: [("PLAINTEXT".to_string(), ("127.0.0.1".to_string(), 9092))].into(),
         auto_create_topics,
         default_partitions: 2,
         max_request_bytes: 100 << 20,

@@ -286,6 +286,7 @@ impl Cluster {
             kafka_addr: format!("b{id}:9092"),
             http_addr: String::new(),
             internal_addr: internal_addr(id),
+            listeners: Default::default(),
         };
         let guard = LeaseGuard::new();
         let lease = match register(&*metadata, &registration, LEASE_TTL, &guard).await {

@@ -442,6 +442,7 @@ mod tests {
             broker_id: 1,
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
+            listeners: [("PLAINTEXT".to_string(), ("127.0.0.1".to_string(), 9092))].into(),
             auto_create_topics: false,
             default_partitions: 1,
             max_request_bytes: 1 << 20,

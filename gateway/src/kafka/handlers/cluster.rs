@@ -3,10 +3,11 @@
 //! `cluster::placement::coordinator_for` picks (rendezvous hashing of the group id), so every
 //! broker gives the same answer. On one node this broker is all of them.
 
-use super::metadata::{controller_id, live_brokers};
+use super::metadata::{controller_id, live_brokers, own_endpoint};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::cluster::split_host_port;
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -27,7 +28,11 @@ const KEY_TRANSACTION: i8 = 1;
 pub const TRANSACTIONS_UNSUPPORTED: &str =
     "transactions are not supported by this broker yet (use an idempotent producer: enable.idempotence without transactional.id)";
 
-pub fn describe(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn describe(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DescribeClusterRequest,
+) -> DescribeClusterResponse {
     let s = &broker.settings;
     let r = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&s.cluster_id))
@@ -39,7 +44,7 @@ pub fn describe(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeCl
             .with_error_message(Some(str_bytes("only broker endpoints are exposed")));
     }
     r.with_brokers(
-        live_brokers(broker)
+        live_brokers(broker, &session.listener)
             .into_iter()
             .map(|(id, host, port, az)| {
                 DescribeClusterBroker::default()
@@ -53,18 +58,19 @@ pub fn describe(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeCl
 }
 
 /// (node id, host, port) of the broker coordinating `group`, if it is reachable.
-fn coordinator_of(broker: &Broker, group: &str) -> Option<(i32, String, i32)> {
-    let s = &broker.settings;
+fn coordinator_of(broker: &Broker, listener: &str, group: &str) -> Option<(i32, String, i32)> {
     let id = broker.cluster.coordinator_for(group);
-    if id == s.broker_id {
-        return Some((id, s.advertised_host.clone(), s.advertised_port));
+    if id == broker.settings.broker_id {
+        let (host, port) = own_endpoint(broker, listener);
+        return Some((id, host, port));
     }
-    let (host, port) = split_host_port(&broker.cluster.broker(id)?.kafka_addr)?;
+    let (host, port) = split_host_port(broker.cluster.broker(id)?.endpoint(listener)?)?;
     Some((id, host, port))
 }
 
 pub fn find_coordinator(
     broker: &Arc<Broker>,
+    session: &Session,
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
@@ -99,7 +105,7 @@ pub fn find_coordinator(
                 ))),
             );
         }
-        match coordinator_of(broker, key) {
+        match coordinator_of(broker, &session.listener, key) {
             Some((id, host, port)) => (id, host, port, 0, None),
             None => (
                 -1,

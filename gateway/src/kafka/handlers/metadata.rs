@@ -13,6 +13,7 @@ use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::cluster::split_host_port;
 use crate::error::BrokerError;
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -21,8 +22,10 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use oxbow_metadata::TopicMetadata;
 use std::sync::Arc;
 
-/// Every live broker as (id, host, port, az), sorted by id, this broker always included.
-pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {
+/// Every live broker as (id, host, port, az) on `listener`, sorted by id, this broker
+/// always included (it is answering on that listener). A broker without the listener is
+/// left out, as Kafka leaves it out.
+pub fn live_brokers(broker: &Broker, listener: &str) -> Vec<(i32, String, i32, Option<String>)> {
     let s = &broker.settings;
     let mut out: Vec<_> = broker
         .cluster
@@ -30,19 +33,25 @@ pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> 
         .into_iter()
         .filter(|b| b.broker_id != s.broker_id)
         .filter_map(|b| {
-            let (host, port) = split_host_port(&b.kafka_addr)?;
+            let (host, port) = split_host_port(b.endpoint(listener)?)?;
             Some((b.broker_id, host, port, b.az))
         })
         .collect();
     let my_az = broker.cluster.broker(s.broker_id).and_then(|b| b.az);
-    out.push((
-        s.broker_id,
-        s.advertised_host.clone(),
-        s.advertised_port,
-        my_az,
-    ));
+    let (host, port) = own_endpoint(broker, listener);
+    out.push((s.broker_id, host, port, my_az));
     out.sort_by_key(|b| b.0);
     out
+}
+
+/// This broker's advertised (host, port) on `listener` (the inter-broker one if it has no
+/// such listener, which cannot happen for a listener a request arrived on).
+pub fn own_endpoint(broker: &Broker, listener: &str) -> (String, i32) {
+    let s = &broker.settings;
+    s.listeners
+        .get(listener)
+        .cloned()
+        .unwrap_or_else(|| (s.advertised_host.clone(), s.advertised_port))
 }
 
 /// The controller to report: the elected one if live, else this broker (admin clients send
@@ -55,8 +64,8 @@ pub fn controller_id(broker: &Broker) -> i32 {
         .unwrap_or(broker.settings.broker_id)
 }
 
-pub fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
-    live_brokers(broker)
+pub fn brokers(broker: &Broker, listener: &str) -> Vec<MetadataResponseBroker> {
+    live_brokers(broker, listener)
         .into_iter()
         .map(|(id, host, port, az)| {
             MetadataResponseBroker::default()
@@ -113,7 +122,12 @@ fn topic_error(name: Option<&str>, id: uuid::Uuid, e: &BrokerError) -> MetadataR
         .with_error_code(e.code())
 }
 
-pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
     // v0 asks for every topic with an empty list; v1+ with null.
     let all = match &req.topics {
         None => true,
@@ -150,7 +164,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         out
     };
     MetadataResponse::default()
-        .with_brokers(brokers(broker))
+        .with_brokers(brokers(broker, &session.listener))
         // cluster_id exists from v2, controller_id from v1.
         .with_cluster_id((version >= 2).then(|| str_bytes(&broker.settings.cluster_id)))
         .with_controller_id(BrokerId(if version >= 1 {

@@ -64,7 +64,9 @@ pub async fn handle(
         RequestKind::Produce(r) => return produce::handle(broker, r, v).await,
         RequestKind::Fetch(r) => return fetch::handle(broker, r, v),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::handle(broker, session, r, v).await)
+        }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
         }
@@ -88,10 +90,10 @@ pub async fn handle(
         }
         RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(broker, r).await),
         RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(cluster::describe(broker, r))
+            ResponseKind::DescribeCluster(cluster::describe(broker, session, r))
         }
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(cluster::find_coordinator(broker, r, v))
+            ResponseKind::FindCoordinator(cluster::find_coordinator(broker, session, r, v))
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_id::init(broker, r).await)
