@@ -45,6 +45,7 @@ pub mod decompress;
 pub mod error;
 pub mod faulty_store;
 pub mod fence;
+pub mod internal_auth;
 pub mod key_compact;
 pub mod leadership;
 pub mod leadership_state;
