@@ -53,7 +53,19 @@ async fn describe(store: &dyn MetadataStore) -> String {
 }
 
 fn table_names(path: &Path) -> Vec<String> {
-    let db = redb::Database::open(path).expect("open");
+    // A dropped store's background tasks (its watch-fed catalogue) end asynchronously and
+    // hold the file until they do: wait for them, within a bound.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let db = loop {
+        match redb::Database::open(path) {
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.expect("open"),
+        }
+    };
     let txn = db.begin_read().expect("read");
     let names = txn
         .list_tables()
