@@ -604,7 +604,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
             broker.clone(),
             kafka::ConnectionLimits {
-                connections_max: args.connections_max as usize,
                 idle_max: args.connections_max_idle,
                 request_read_timeout: args.request_read_timeout,
             },

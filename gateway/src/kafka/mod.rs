@@ -37,8 +37,6 @@ pub const CONNECTIONS_MAX: u32 = 10_000;
 /// The bounds on each client connection (flags of `oxbow serve`).
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
-    /// Most concurrent connections (`--connections-max`).
-    pub connections_max: usize,
     /// Close a connection with no request in flight and no frame arriving for this long
     /// (`--connections-max-idle`, Kafka's `connections.max.idle.ms`).
     pub idle_max: Duration,
@@ -49,7 +47,6 @@ pub struct ConnectionLimits {
 impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
-            connections_max: CONNECTIONS_MAX as usize,
             idle_max: Duration::from_secs(600),
             request_read_timeout: Duration::from_secs(60),
         }

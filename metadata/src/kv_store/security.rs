@@ -9,6 +9,15 @@ use crate::kv::{CmpOp, Compare, EventKind, Get, KeyRange, Kv, Op, Target, Txn};
 use crate::security::{validate, SecurityEvent, SecurityKind, SecurityRecord};
 use crate::watch::Watch;
 
+/// Holds iff the record at `key` is at `version` (its modification revision).
+fn at_version(key: &str, version: i64) -> Compare {
+    Compare::new(
+        KeyRange::key(key),
+        Target::ModRevision(version),
+        CmpOp::Equal,
+    )
+}
+
 impl<K: Kv> KvStore<K> {
     pub(super) async fn list_security(&self, kind: SecurityKind) -> Result<Vec<SecurityRecord>> {
         let resp = self
@@ -40,11 +49,7 @@ impl<K: Kv> KvStore<K> {
         let key = keys::security::ser_key(&self.root, kind, name);
         let when = match expected_version {
             None => Compare::absent(key.clone()),
-            Some(v) => Compare::new(
-                KeyRange::key(key.clone()),
-                Target::ModRevision(v),
-                CmpOp::Equal,
-            ),
+            Some(v) => at_version(&key, v),
         };
         let resp = self
             .kv
@@ -69,11 +74,7 @@ impl<K: Kv> KvStore<K> {
         let txn = match expected_version {
             None => Txn::new().then([Op::delete(KeyRange::key(key))]),
             Some(v) => Txn::new()
-                .when([Compare::new(
-                    KeyRange::key(key.clone()),
-                    Target::ModRevision(v),
-                    CmpOp::Equal,
-                )])
+                .when([at_version(&key, v)])
                 .then([Op::delete(KeyRange::key(key))]),
         };
         if !self.kv.txn(txn).await?.succeeded {
