@@ -63,6 +63,9 @@ pub struct Broker {
     pub coordinator: Arc<crate::groups::Coordinator>,
     /// Live brokers and the controller, as this broker sees them.
     pub cluster: Arc<ClusterView>,
+    /// ACL bindings, SCRAM credentials and client quotas, as the metadata service holds
+    /// them (kept current by `security::cache::run_security_follower`).
+    pub security: Arc<crate::security::cache::SecurityCache>,
     /// Kafka clients to other brokers, one per broker, for HTTP produce requests to
     /// partitions they lead (the REST front end of any broker takes any partition).
     forwarders:
@@ -123,6 +126,8 @@ impl Broker {
             settings.broker_id,
             metadata.list_brokers().await?,
         ));
+        let security =
+            Arc::new(crate::security::cache::SecurityCache::load(metadata.as_ref()).await?);
         let coordinator = Arc::new(crate::groups::Coordinator::new(
             metadata.clone(),
             crate::groups::CoordinatorSettings {
@@ -133,6 +138,7 @@ impl Broker {
             settings,
             coordinator,
             cluster,
+            security,
             metadata,
             leadership: Leadership::new(log.clone()),
             log,

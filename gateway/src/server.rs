@@ -547,6 +547,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.clone(),
         stop_serving.clone(),
     ));
+    background.spawn(crate::security::cache::run_security_follower(
+        metadata.clone(),
+        broker.security.clone(),
+        stop_serving.clone(),
+    ));
     background.spawn(cluster::follower::run_topic_follower(
         broker.clone(),
         handoff_tx,

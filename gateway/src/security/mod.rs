@@ -8,7 +8,9 @@
 //! # Layout
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
+//! - [`cache`]: the broker's watched copy of the security keyspace.
 
+pub mod cache;
 pub mod listeners;
 
 use std::fmt;
