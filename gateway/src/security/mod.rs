@@ -9,9 +9,11 @@
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
+//! - [`quota`]: client quotas (entities, precedence, rates, throttles).
 
 pub mod cache;
 pub mod listeners;
+pub mod quota;
 
 use std::fmt;
 use std::net::SocketAddr;
