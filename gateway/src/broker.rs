@@ -66,6 +66,8 @@ pub struct Broker {
     /// ACL bindings, SCRAM credentials and client quotas, as the metadata service holds
     /// them (kept current by `security::cache::run_security_follower`).
     pub security: Arc<crate::security::cache::SecurityCache>,
+    /// Client quotas and their meters (derived from `security`).
+    pub quotas: crate::security::quota::Quotas,
     /// Kafka clients to other brokers, one per broker, for HTTP produce requests to
     /// partitions they lead (the REST front end of any broker takes any partition).
     forwarders:
@@ -138,6 +140,7 @@ impl Broker {
             settings,
             coordinator,
             cluster,
+            quotas: crate::security::quota::Quotas::new(security.clone()),
             security,
             metadata,
             leadership: Leadership::new(log.clone()),

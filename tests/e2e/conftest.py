@@ -8,12 +8,14 @@ validate the tests; tests marked `oxbow_only` are skipped then.
 from __future__ import annotations
 
 import atexit
+import shutil
 import signal
 
 import pytest
 
 import brokers
-from brokers import TARGET, make_broker
+from brokers import KAFKA_LIBS, TARGET, make_broker
+from helpers import run
 
 
 def pytest_report_header(config):
@@ -101,3 +103,38 @@ def broker(broker_factory):
 def shared_broker(module_broker_factory):
     """One broker with default settings shared by a test module (use unique topic names)."""
     return module_broker_factory()
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    """Runs a main class of Apache Kafka's jars (its CLI tools) with quiet logging."""
+    if shutil.which("java") is None:
+        pytest.fail("java not found (scripts/test.sh installs it)")
+    if not any(KAFKA_LIBS.glob("kafka-tools-*.jar")):
+        pytest.fail(f"no Kafka tool jars in {KAFKA_LIBS}: run `scripts/test.sh setup`")
+    log4j = tmp_path_factory.mktemp("java") / "tools-log4j2.properties"
+    log4j.write_text(
+        "status = error\n"
+        "appender.err.type = Console\n"
+        "appender.err.name = STDERR\n"
+        "appender.err.target = SYSTEM_ERR\n"
+        "appender.err.layout.type = PatternLayout\n"
+        "appender.err.layout.pattern = [%d] %p %m (%c)%n\n"
+        "rootLogger.level = WARN\n"
+        "rootLogger.appenderRef.err.ref = STDERR\n"
+    )
+
+    def run_java(main: str, *args: str, input: str | None = None, timeout: float = 120, check: bool = True):
+        cmd = [
+            "java",
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",  # short-lived tools: start fast
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            f"{KAFKA_LIBS}/*",
+            main,
+            *args,
+        ]
+        return run(cmd, input=input, timeout=timeout, check=check)
+
+    return run_java

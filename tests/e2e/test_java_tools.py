@@ -8,51 +8,15 @@ Unchanged means default client settings: Java producers default to enable.idempo
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
-from brokers import KAFKA_LIBS
 from helpers import consume_partitions, create_topic, run, topic_names, unique, wait_until
 
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
-
-
-@pytest.fixture(scope="module")
-def java(tmp_path_factory):
-    if shutil.which("java") is None:
-        pytest.fail("java not found (scripts/test.sh installs it)")
-    if not any(KAFKA_LIBS.glob("kafka-tools-*.jar")):
-        pytest.fail(f"no Kafka tool jars in {KAFKA_LIBS}: run `scripts/test.sh setup`")
-    log4j = tmp_path_factory.mktemp("java") / "tools-log4j2.properties"
-    log4j.write_text(
-        "status = error\n"
-        "appender.err.type = Console\n"
-        "appender.err.name = STDERR\n"
-        "appender.err.target = SYSTEM_ERR\n"
-        "appender.err.layout.type = PatternLayout\n"
-        "appender.err.layout.pattern = [%d] %p %m (%c)%n\n"
-        "rootLogger.level = WARN\n"
-        "rootLogger.appenderRef.err.ref = STDERR\n"
-    )
-
-    def run_java(main: str, *args: str, input: str | None = None, timeout: float = 120, check: bool = True):
-        cmd = [
-            "java",
-            "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",  # short-lived tools: start fast
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            f"{KAFKA_LIBS}/*",
-            main,
-            *args,
-        ]
-        return run(cmd, input=input, timeout=timeout, check=check)
-
-    return run_java
 
 
 def test_topic_command_create_list_describe_delete(shared_broker, java):

@@ -34,6 +34,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The supported range of `key`, if any.

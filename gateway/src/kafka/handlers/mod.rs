@@ -12,6 +12,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod producer_id;
+mod quotas;
 mod reassign;
 mod topics;
 
@@ -106,6 +107,13 @@ pub async fn handle(
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)
+        }
+        // Authorization (DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster) goes here.
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(quotas::describe(broker, r))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            ResponseKind::AlterClientQuotas(quotas::alter(broker, r).await)
         }
         other => {
             // Unreachable: the connection refuses versions not in SUPPORTED before decoding.
