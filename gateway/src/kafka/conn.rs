@@ -12,8 +12,10 @@
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
 use super::request_reader::RequestReader;
+use super::throttle::{self, Gate};
 use super::ConnectionLimits;
 use crate::broker::Broker;
+use crate::security::quota::Throttle;
 use crate::security::Session;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -29,11 +31,12 @@ use tokio_util::sync::CancellationToken;
 /// (backpressure to the client instead of unbounded memory).
 const IN_FLIGHT_MAX: usize = 128;
 
-/// What a finished request puts on the wire.
+/// What a finished request puts on the wire, and how long to read nothing afterwards
+/// (a client over its quota, KIP-219).
 enum Outgoing {
-    Send(Bytes),
+    Send(Bytes, Throttle),
     /// Nothing (`acks=0`).
-    Nothing,
+    Nothing(Throttle),
     /// The response could not be encoded: close rather than leave the client waiting.
     Close,
 }
@@ -65,15 +68,18 @@ where
     let mut closing = false;
     let mut result = Ok(());
     let mut idle = IdleClock::new(limits.idle_max);
+    // Reading resumes at this instant: the connection is muted for a quota's throttle.
+    let mut muted_until: Option<Instant> = None;
     loop {
         if closing && pending.is_empty() {
             break;
         }
-        let idle_deadline = idle.deadline(pending.is_empty() && !closing);
+        let idle_deadline = idle.deadline(pending.is_empty() && !closing && muted_until.is_none());
         tokio::select! {
             biased;
             Some(response) = pending.next(), if !pending.is_empty() => match response {
-                Outgoing::Send(bytes) => {
+                Outgoing::Send(bytes, throttle) => {
+                    mute(&mut muted_until, throttle);
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     if let Err(e) = write_response(&mut write_half, &bytes, limits.idle_max).await {
                         if e.kind() == std::io::ErrorKind::TimedOut {
@@ -83,13 +89,14 @@ where
                     }
                     idle.touch();
                 }
-                Outgoing::Nothing => {}
+                Outgoing::Nothing(throttle) => mute(&mut muted_until, throttle),
                 Outgoing::Close => {
                     result = Err(anyhow::anyhow!("a response could not be encoded"));
                     break;
                 }
             },
-            frame = frames.next(), if !closing && pending.len() < IN_FLIGHT_MAX => match frame {
+            _ = sleep_until(muted_until), if muted_until.is_some() => muted_until = None,
+            frame = frames.next(), if !closing && muted_until.is_none() && pending.len() < IN_FLIGHT_MAX => match frame {
                 None => closing = true,
                 Some(Err(e)) => {
                     // A client that goes away mid-frame is routine; an oversized or
@@ -110,7 +117,13 @@ where
                     idle.touch();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
                     match dispatch(&broker, &session, frame.freeze()).await {
-                        Ok(p) => pending.push_back(p),
+                        Ok((p, throttle)) => {
+                            // Over quota on arrival (a produce): read nothing more for the
+                            // throttle from now, not from when the response goes out, or
+                            // a pipelining client would have many more requests read first.
+                            mute(&mut muted_until, throttle);
+                            pending.push_back(p);
+                        }
                         Err(e) => {
                             broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(error = %e, "closing connection: request cannot be served");
@@ -187,6 +200,17 @@ async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Mutes reading for `throttle` from now, unless it already is for longer.
+fn mute(muted_until: &mut Option<Instant>, throttle: Throttle) {
+    if throttle.ms == 0 {
+        return;
+    }
+    let until = Instant::now() + std::time::Duration::from_millis(throttle.ms);
+    if muted_until.is_none_or(|m| m < until) {
+        *muted_until = Some(until);
+    }
+}
+
 /// Sleeps until `deadline`; never wakes without one (the select guards that branch).
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -195,15 +219,17 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Runs the ordered part of one request and returns its response-to-be.
+/// Runs the ordered part of one request and returns its response-to-be, and the throttle
+/// of its quota if known on arrival.
 async fn dispatch(
     broker: &Arc<Broker>,
     session: &Session,
     frame: Bytes,
-) -> Result<Pending, FrameError> {
+) -> Result<(Pending, Throttle), FrameError> {
+    let frame_bytes = frame.len();
     let p = frame::prelude(&frame)?;
     broker.metrics.count_request(p.api_key);
-    let (key, version, header, request) = match frame::decode_request(p, frame)? {
+    let (key, version, header, mut request) = match frame::decode_request(p, frame)? {
         frame::Request::Decoded {
             key,
             version,
@@ -212,26 +238,57 @@ async fn dispatch(
         } => (key, version, header, body),
         frame::Request::UnsupportedApiVersions { correlation_id } => {
             let bytes = handlers::api_versions::unsupported_version_response(correlation_id);
-            return Ok(async move { Outgoing::Send(bytes) }.boxed());
+            let out = async move { Outgoing::Send(bytes, Throttle::none()) }.boxed();
+            return Ok((out, Throttle::none()));
         }
     };
     let correlation_id = header.correlation_id;
-    let reply = handlers::handle(broker, &header, session, request).await;
-    let encode = move |body| match frame::encode_response(key, version, correlation_id, &body) {
-        Ok(b) => Outgoing::Send(b),
+    let encode = move |body, throttle| match frame::encode_response(
+        key,
+        version,
+        correlation_id,
+        &body,
+    ) {
+        Ok(b) => Outgoing::Send(b, throttle),
         Err(e) => {
             tracing::error!(error = %e, ?key, version, "cannot encode response; closing the connection");
             Outgoing::Close
         }
     };
-    Ok(match reply {
-        Reply::Now(body) => {
-            let bytes = encode(*body);
+    let user = session.principal.name.clone();
+    let client_id = header.client_id.as_deref().unwrap_or("").to_string();
+    let mut request_throttle = Throttle::none();
+    if let Gate::Answer(body, throttle) = throttle::before(
+        broker,
+        &user,
+        &client_id,
+        frame_bytes,
+        &mut request,
+        &mut request_throttle,
+    ) {
+        let out = encode(*body, throttle);
+        return Ok((async move { out }.boxed(), Throttle::none()));
+    }
+    let reply = handlers::handle(broker, &header, session, request).await;
+    let pending = match reply {
+        Reply::Now(mut body) => {
+            let throttle = throttle::after(broker, &user, &client_id, &mut body, request_throttle);
+            let bytes = encode(*body, throttle);
             async move { bytes }.boxed()
         }
-        Reply::Later(fut) => async move { encode(fut.await) }.boxed(),
-        Reply::NoResponse => async { Outgoing::Nothing }.boxed(),
-    })
+        Reply::Later(fut) => {
+            let broker = broker.clone();
+            async move {
+                let mut body = fut.await;
+                let throttle =
+                    throttle::after(&broker, &user, &client_id, &mut body, request_throttle);
+                encode(body, throttle)
+            }
+            .boxed()
+        }
+        Reply::NoResponse => async move { Outgoing::Nothing(request_throttle) }.boxed(),
+    };
+    Ok((pending, request_throttle))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! - [`frame`]: sans-I/O framing and header decoding.
 //! - [`request_reader`]: request frames off the socket, bounded in memory and read time.
 //! - [`conn`]: one connection's loop (and its idle timeout).
+//! - `throttle`: client quotas on the request path (throttle times, muting).
 //! - [`versions`]: the API versions advertised, and nothing else is accepted.
 //! - `handlers/`: one module per API.
 
@@ -17,6 +18,7 @@ pub mod conn;
 pub mod frame;
 mod handlers;
 pub mod request_reader;
+mod throttle;
 pub mod versions;
 
 use crate::broker::Broker;

@@ -148,6 +148,26 @@ impl Meters {
         rate.throttle_ms(bound, now_ms)
     }
 
+    /// Records `value` unless that takes the rate over `bound`, in which case it is taken
+    /// back and the throttle returned (Kafka's fetch: the response is replaced by an empty
+    /// one, and what was not sent is not counted).
+    pub fn record_unless_over(
+        &mut self,
+        meter: &MeterKey,
+        key: QuotaKey,
+        value: f64,
+        bound: f64,
+        now_ms: u64,
+    ) -> u64 {
+        let rate = self.rate(meter, key, now_ms);
+        rate.record(value, now_ms);
+        let throttle = rate.throttle_ms(bound, now_ms);
+        if throttle > 0 {
+            rate.record(-value, now_ms);
+        }
+        throttle
+    }
+
     /// The throttle time a request would get now, recording nothing (a fetch checks first,
     /// then records only what it sends).
     pub fn peek(&mut self, meter: &MeterKey, key: QuotaKey, bound: f64, now_ms: u64) -> u64 {
@@ -256,6 +276,15 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m.peek(&k("b"), QuotaKey::ProducerByteRate, 1.0, 2), 0);
         assert_eq!(m.len(), 1, "a peek creates nothing");
+        // A value that would go over is taken back: the rate is as before.
+        let before = m
+            .measure(&k("a"), QuotaKey::ProducerByteRate, 3)
+            .expect("meter");
+        assert!(m.record_unless_over(&k("a"), QuotaKey::ProducerByteRate, 1e9, 100.0, 3) > 0);
+        let after = m
+            .measure(&k("a"), QuotaKey::ProducerByteRate, 3)
+            .expect("meter");
+        assert!((after - before).abs() < 1e-6, "{before} {after}");
         for i in 0..(METERS_MAX + 10) {
             m.record(
                 &k(&i.to_string()),

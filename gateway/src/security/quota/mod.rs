@@ -106,6 +106,25 @@ impl Quotas {
         }
     }
 
+    /// Records `bytes` unless that takes the rate over the quota; then nothing is recorded
+    /// and the throttle is returned (the response is to be withheld).
+    pub fn record_unless_over(
+        &self,
+        user: &str,
+        client_id: &str,
+        key: QuotaKey,
+        bytes: u64,
+    ) -> Throttle {
+        let Some((bound, meter)) = self.table().resolve(user, client_id, key) else {
+            return Throttle::none();
+        };
+        let now = self.now_ms();
+        let mut meters = self.meters.lock().unwrap_or_else(|p| p.into_inner());
+        Throttle {
+            ms: meters.record_unless_over(&meter, key, bytes as f64, bound, now),
+        }
+    }
+
     /// The throttle a request of `key` would get now, recording nothing, and the bytes a
     /// response may hold at most under the quota (Kafka caps a fetch's `max_bytes` at the
     /// quota times the sampled span).
