@@ -587,5 +587,48 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "High watermark minus committed offset, per group and partition.",
         &lag,
     );
+    render_quotas(broker, &mut out);
     out
+}
+
+/// Most quota meters shown in `/metrics` (one series each per metric).
+const QUOTA_SERIES_MAX: usize = 1000;
+
+/// Per metered quota entity: its rate, and how often and how long it was throttled.
+fn render_quotas(broker: &crate::broker::Broker, out: &mut String) {
+    let mut rate = Vec::new();
+    let mut throttled = Vec::new();
+    let mut throttle_ms = Vec::new();
+    for s in broker.quotas.stats(QUOTA_SERIES_MAX) {
+        let labels = format!(
+            "quota=\"{}\",user=\"{}\",client_id=\"{}\"",
+            s.key.name(),
+            escape(s.meter.user.as_deref().unwrap_or("")),
+            escape(s.meter.client_id.as_deref().unwrap_or(""))
+        );
+        rate.push((labels.clone(), s.rate));
+        throttled.push((labels.clone(), s.throttled as f64));
+        throttle_ms.push((labels, s.throttle_ms_total as f64));
+    }
+    write_metric(
+        out,
+        "oxbow_quota_rate",
+        "gauge",
+        "Current rate of a metered quota entity (bytes/s), over Kafka's 11 one-second samples.",
+        &rate,
+    );
+    write_metric(
+        out,
+        "oxbow_quota_throttled_requests_total",
+        "counter",
+        "Requests of a quota entity answered with a throttle.",
+        &throttled,
+    );
+    write_metric(
+        out,
+        "oxbow_quota_throttle_time_ms_total",
+        "counter",
+        "Throttle time asked of a quota entity, in all (ms).",
+        &throttle_ms,
+    );
 }

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 from confluent_kafka import Producer, TopicPartition
 
+from brokers import TARGET
 from helpers import consumer, create_topic, produce_all, producer, unique
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
@@ -149,6 +151,14 @@ def test_a_producer_over_its_quota_is_throttled_and_another_is_not(shared_broker
     assert not any(throttled[quiet]), f"the tenant without a quota was throttled: {throttled[quiet][:5]}"
     assert rate * 0.4 < held < rate * 2, held
     assert free > rate * 4, free
+    if TARGET == "oxbow":
+        metrics = urllib.request.urlopen(f"{shared_broker.http}/metrics", timeout=10).read().decode()
+        line = next(
+            (l for l in metrics.splitlines() if l.startswith("oxbow_quota_throttled_requests_total") and noisy in l),
+            None,
+        )
+        assert line is not None and float(line.split()[-1]) > 0, line
+        assert not any(quiet in l for l in metrics.splitlines() if l.startswith("oxbow_quota_")), "unmetered tenant shown"
 
 
 def test_a_consumer_over_its_quota_is_held_to_it(shared_broker, java):

@@ -125,6 +125,20 @@ impl Rate {
 struct Meter {
     rate: Rate,
     used_ms: u64,
+    /// Requests throttled, and the throttle time asked in all (for metrics).
+    throttled: u64,
+    throttle_ms_total: u64,
+}
+
+/// One meter's state, for metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeterStats {
+    pub meter: MeterKey,
+    pub key: QuotaKey,
+    /// Units per second now.
+    pub rate: f64,
+    pub throttled: u64,
+    pub throttle_ms_total: u64,
 }
 
 /// Every metered (entity, quota key) of a broker, bounded in number.
@@ -143,9 +157,11 @@ impl Meters {
         bound: f64,
         now_ms: u64,
     ) -> u64 {
-        let rate = self.rate(meter, key, now_ms);
-        rate.record(value, now_ms);
-        rate.throttle_ms(bound, now_ms)
+        let m = self.meter(meter, key, now_ms);
+        m.rate.record(value, now_ms);
+        let throttle = m.rate.throttle_ms(bound, now_ms);
+        m.count(throttle);
+        throttle
     }
 
     /// Records `value` unless that takes the rate over `bound`, in which case it is taken
@@ -159,12 +175,13 @@ impl Meters {
         bound: f64,
         now_ms: u64,
     ) -> u64 {
-        let rate = self.rate(meter, key, now_ms);
-        rate.record(value, now_ms);
-        let throttle = rate.throttle_ms(bound, now_ms);
+        let m = self.meter(meter, key, now_ms);
+        m.rate.record(value, now_ms);
+        let throttle = m.rate.throttle_ms(bound, now_ms);
         if throttle > 0 {
-            rate.record(-value, now_ms);
+            m.rate.record(-value, now_ms);
         }
+        m.count(throttle);
         throttle
     }
 
@@ -188,11 +205,31 @@ impl Meters {
         self.meters.len()
     }
 
+    /// At most `limit` meters' state, in key order (metrics stay bounded however many
+    /// client ids come and go).
+    pub fn stats(&mut self, now_ms: u64, limit: usize) -> Vec<MeterStats> {
+        let mut ids: Vec<&(MeterKey, QuotaKey)> = self.meters.keys().collect();
+        ids.sort();
+        let ids: Vec<(MeterKey, QuotaKey)> = ids.into_iter().take(limit).cloned().collect();
+        ids.into_iter()
+            .filter_map(|(meter, key)| {
+                let m = self.meters.get_mut(&(meter.clone(), key))?;
+                Some(MeterStats {
+                    rate: m.rate.measure(now_ms),
+                    throttled: m.throttled,
+                    throttle_ms_total: m.throttle_ms_total,
+                    meter,
+                    key,
+                })
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.meters.is_empty()
     }
 
-    fn rate(&mut self, meter: &MeterKey, key: QuotaKey, now_ms: u64) -> &mut Rate {
+    fn meter(&mut self, meter: &MeterKey, key: QuotaKey, now_ms: u64) -> &mut Meter {
         let id = (meter.clone(), key);
         if !self.meters.contains_key(&id) && self.meters.len() >= METERS_MAX {
             self.meters
@@ -211,9 +248,20 @@ impl Meters {
         let m = self.meters.entry(id).or_insert_with(|| Meter {
             rate: Rate::new(now_ms),
             used_ms: now_ms,
+            throttled: 0,
+            throttle_ms_total: 0,
         });
         m.used_ms = now_ms;
-        &mut m.rate
+        m
+    }
+}
+
+impl Meter {
+    fn count(&mut self, throttle_ms: u64) {
+        if throttle_ms > 0 {
+            self.throttled += 1;
+            self.throttle_ms_total += throttle_ms;
+        }
     }
 }
 
@@ -285,6 +333,9 @@ mod tests {
             .measure(&k("a"), QuotaKey::ProducerByteRate, 3)
             .expect("meter");
         assert!((after - before).abs() < 1e-6, "{before} {after}");
+        let stats = m.stats(3, 10);
+        assert_eq!(stats.len(), 1);
+        assert_eq!(stats[0].throttled, 1);
         for i in 0..(METERS_MAX + 10) {
             m.record(
                 &k(&i.to_string()),

@@ -139,6 +139,13 @@ impl Quotas {
         (Throttle { ms }, Some(cap.max(1.0) as u64))
     }
 
+    /// At most `limit` meters' rates and throttle counts, for `/metrics`.
+    pub fn stats(&self, limit: usize) -> Vec<meter::MeterStats> {
+        let now = self.now_ms();
+        let mut meters = self.meters.lock().unwrap_or_else(|p| p.into_inner());
+        meters.stats(now, limit)
+    }
+
     /// The current rate of an entity's meter (bytes per second), if it has one.
     pub fn rate(&self, meter: &MeterKey, key: QuotaKey) -> Option<f64> {
         let now = self.now_ms();
