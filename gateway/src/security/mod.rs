@@ -9,10 +9,12 @@
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
+//! - [`oauth`]: OAUTHBEARER token validation against a JWKS.
 //! - [`quota`]: client quotas (entities, precedence, rates, throttles).
 
 pub mod cache;
 pub mod listeners;
+pub mod oauth;
 pub mod quota;
 
 use std::fmt;
