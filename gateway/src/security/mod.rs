@@ -9,7 +9,9 @@
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
+//! - [`acl`]: ACL authorization (the model, the decision, the storage).
 
+pub mod acl;
 pub mod cache;
 pub mod listeners;
 
