@@ -1,6 +1,7 @@
 //! One module per Kafka API. Each takes the decoded request and returns the response body;
 //! APIs that wait (produce durability, fetch long-poll) return the waiting part as a future.
 
+mod acls;
 pub mod api_versions;
 mod cluster;
 mod configs;
@@ -106,6 +107,15 @@ pub async fn handle(
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)
+        }
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(acls::create(broker, session, r).await)
+        }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(acls::describe(broker, session, r))
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(acls::delete(broker, session, r).await)
         }
         other => {
             // Unreachable: the connection refuses versions not in SUPPORTED before decoding.

@@ -113,12 +113,25 @@ pub enum AclWriteError {
     TooLarge(String),
 }
 
+impl AclWriteError {
+    /// The Kafka error code of the failure.
+    pub fn code(&self) -> i16 {
+        use kafka_protocol::error::ResponseError;
+        match self {
+            AclWriteError::Metadata(e) => crate::error::map_metadata(e).kafka.code(),
+            // Retriable, as the metadata service's own conflicts.
+            AclWriteError::Contended(_) => ResponseError::RequestTimedOut.code(),
+            AclWriteError::TooLarge(_) => ResponseError::InvalidRequest.code(),
+        }
+    }
+}
+
 /// One pattern's change: a pure function from its current entries to the new ones.
 async fn modify(
     metadata: &dyn MetadataStore,
     cache: &SecurityCache,
     pattern: &ResourcePattern,
-    change: &dyn Fn(&mut BTreeSet<AccessControlEntry>),
+    change: &(dyn Fn(&mut BTreeSet<AccessControlEntry>) + Sync),
 ) -> Result<(), AclWriteError> {
     let name = record_name(pattern);
     // The cached copy is the first guess; a conflict re-reads the store.
