@@ -331,7 +331,7 @@ mod tests {
         {
             r.expect("created");
         }
-        for r in create(store.as_ref(), &cache, &[a.clone()]).await {
+        for r in create(store.as_ref(), &cache, std::slice::from_ref(&a)).await {
             r.expect("created again");
         }
         let stored = store
@@ -384,12 +384,12 @@ mod tests {
         let fresh = SecurityCache::load(store.as_ref()).await.expect("load");
         let a = binding(PatternType::Literal, "t", "User:a", AclOperation::Read);
         let b = binding(PatternType::Literal, "t", "User:b", AclOperation::Read);
-        create(store.as_ref(), &fresh, &[a.clone()])
+        create(store.as_ref(), &fresh, std::slice::from_ref(&a))
             .await
             .remove(0)
             .expect("a");
         // `stale` never saw `a`: its create conflicts, re-reads, and keeps both.
-        create(store.as_ref(), &stale, &[b.clone()])
+        create(store.as_ref(), &stale, std::slice::from_ref(&b))
             .await
             .remove(0)
             .expect("b");
