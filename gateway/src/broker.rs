@@ -48,6 +48,8 @@ pub struct BrokerSettings {
     /// what a topic that sets no `retention.*` is retained by, and described with.
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
+    /// Who may do what (`--authorizer`, `--super-users`, `--allow-everyone-if-no-acl-found`).
+    pub authorization: crate::security::acl::AuthorizerSettings,
 }
 
 /// Shared broker state; one per process.
@@ -68,6 +70,8 @@ pub struct Broker {
     pub security: Arc<crate::security::cache::SecurityCache>,
     /// Client quotas and their meters (derived from `security`).
     pub quotas: crate::security::quota::Quotas,
+    /// ACL decisions over `security` (see [`Broker::authz`]).
+    pub authorizer: crate::security::acl::Authorizer,
     /// Kafka clients to other brokers, one per broker, for HTTP produce requests to
     /// partitions they lead (the REST front end of any broker takes any partition).
     forwarders:
@@ -136,7 +140,9 @@ impl Broker {
                 initial_rebalance_delay: GROUP_INITIAL_REBALANCE_DELAY,
             },
         ));
+        let authorizer = crate::security::acl::Authorizer::new(settings.authorization.clone());
         Ok(Arc::new(Broker {
+            authorizer,
             settings,
             coordinator,
             cluster,
@@ -285,6 +291,28 @@ impl Broker {
         let id = ids.0;
         ids.0 += 1;
         Ok(id)
+    }
+
+    /// The authorization entry point: a view of the ACLs for one request's session, against
+    /// which a handler checks every resource it touches (`view.allows(op, type, name)`;
+    /// many checks share one index, no I/O). With `--authorizer none` it allows all.
+    pub fn authz(&self, session: &crate::security::Session) -> crate::security::acl::AuthzView {
+        self.authorizer.view(
+            &self.security,
+            &session.principal,
+            &session.peer.ip().to_canonical().to_string(),
+        )
+    }
+
+    /// One check: may the session do `op` on the resource?
+    pub fn authorize(
+        &self,
+        session: &crate::security::Session,
+        op: crate::security::acl::AclOperation,
+        resource_type: crate::security::acl::ResourceType,
+        name: &str,
+    ) -> bool {
+        self.authz(session).allows(op, resource_type, name)
     }
 
     /// A topic by name, if it exists.

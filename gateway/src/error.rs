@@ -67,7 +67,7 @@ impl BrokerError {
     }
 }
 
-fn map_metadata(e: &oxbow_metadata::Error) -> Mapped {
+pub(crate) fn map_metadata(e: &oxbow_metadata::Error) -> Mapped {
     use oxbow_metadata::Error as E;
     match e {
         E::InvalidTopicName { .. } => mapped(ResponseError::InvalidTopicException, 422, 42202),
@@ -121,6 +121,21 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::Unavailable => mapped(ResponseError::KafkaStorageError, 503, 50304),
         LogKind::Internal => mapped(ResponseError::UnknownServerError, 500, 50001),
     }
+}
+
+/// A request refused by the authorizer, by the type of the resource it was refused on
+/// (Kafka's `*_AUTHORIZATION_FAILED`; REST Proxy's 403 40301).
+pub fn authorization_failed(resource_type: crate::security::acl::ResourceType) -> Mapped {
+    use crate::security::acl::ResourceType as R;
+    let kafka = match resource_type {
+        R::Topic => ResponseError::TopicAuthorizationFailed,
+        R::Group => ResponseError::GroupAuthorizationFailed,
+        R::Cluster => ResponseError::ClusterAuthorizationFailed,
+        R::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
+        R::DelegationToken => ResponseError::DelegationTokenAuthorizationFailed,
+        R::User | R::Unknown | R::Any => ResponseError::ClusterAuthorizationFailed,
+    };
+    mapped(kafka, 403, 40301)
 }
 
 pub type Result<T, E = BrokerError> = std::result::Result<T, E>;

@@ -66,6 +66,8 @@ pub struct ServeArgs {
     pub kafka_addr: SocketAddr,
     #[command(flatten)]
     pub listeners: ListenerArgs,
+    #[command(flatten)]
+    pub authorization: crate::security::acl::AuthorizationArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -358,6 +360,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.advertised_kafka_addr.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
+    let authorization = args.authorization.settings().map_err(anyhow::Error::msg)?;
     for l in &plan.listeners {
         if l.protocol != SecurityProtocol::Plaintext {
             anyhow::bail!(
@@ -471,6 +474,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
             log_retention_ms: args.log_retention_ms,
             log_retention_bytes: args.log_retention_bytes,
+            authorization,
         },
         metadata.clone(),
         log.clone(),

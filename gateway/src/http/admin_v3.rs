@@ -18,10 +18,13 @@ use super::body::{json, parse_json, require_json};
 use super::error::ApiError;
 use super::extract::{ApiPath, Body};
 use super::topics::existing_topic;
-use super::AppState;
+use super::{authz, AppState};
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use oxbow_metadata::topic::ConfigValue;
 use oxbow_metadata::{AlterOp, ConfigAlteration, ConfigChange, TopicMetadata, TopicSpec};
 use serde::{Deserialize, Serialize};
@@ -168,14 +171,17 @@ pub(crate) async fn cluster(
 /// `GET /v3/clusters/{c}/topics`.
 pub(crate) async fn list_topics(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath(cluster_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let id = check_cluster(&app, &cluster_id)?;
+    let authz = app.http.broker.authz(&authz::session_or_anonymous(session));
     let data = app
         .http
         .broker
         .topics()
         .iter()
+        .filter(|t| authz.allows(AclOperation::Describe, ResourceType::Topic, &t.name))
         .map(|t| topic_view(id, t))
         .collect();
     Ok(json(
@@ -194,6 +200,7 @@ pub(crate) async fn list_topics(
 /// `POST /v3/clusters/{c}/topics`: 201 with the topic; 409/40902 if it exists.
 pub(crate) async fn create_topic(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath(cluster_id): ApiPath<String>,
     headers: HeaderMap,
     Body(body): Body,
@@ -202,6 +209,11 @@ pub(crate) async fn create_topic(
     require_json(&headers)?;
     let request: CreateTopicRequest = parse_json(&body)?;
     let broker = &app.http.broker;
+    authz::require_create(
+        broker,
+        &authz::session_or_anonymous(session),
+        &request.topic_name,
+    )?;
     let spec = topic_spec(request, broker.settings.default_partitions);
     let created = broker.create_topic(spec).await?;
     Ok(json(StatusCode::CREATED, &topic_view(id, &created)))

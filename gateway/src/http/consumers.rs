@@ -52,11 +52,14 @@ use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery, Body};
 use super::records::embed;
 use super::records::read_limits;
-use super::AppState;
+use super::{authz, AppState};
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
+use axum::Extension;
 use axum::Router;
 use bytes::Bytes;
 use instance::{InstanceConfig, OffsetReset, Tp};
@@ -282,12 +285,26 @@ fn parse_subscribe(req: SubscribeRequest) -> Result<member::Subscription, ApiErr
 /// `POST .../subscription`.
 async fn subscribe(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath((group, id)): ApiPath<(String, String)>,
     headers: HeaderMap,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let instance = app.consumers.get(&group, &id)?;
     let subscription = parse_subscribe(required_json(&headers, &body)?)?;
+    // READ on every topic named (`http::authz`; a pattern is not checked here).
+    if let member::Subscription::Topics(topics) = &subscription {
+        let session = authz::session_or_anonymous(session);
+        for t in topics {
+            authz::require(
+                &app.http.broker,
+                &session,
+                AclOperation::Read,
+                ResourceType::Topic,
+                t,
+            )?;
+        }
+    }
     app.consumers.subscribe(&instance, subscription)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -351,6 +368,7 @@ fn tps(partitions: Vec<PartitionJson>) -> Result<Vec<Tp>, ApiError> {
 /// `POST .../assignments`.
 async fn assign(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath((group, id)): ApiPath<(String, String)>,
     headers: HeaderMap,
     Body(body): Body,
@@ -358,6 +376,16 @@ async fn assign(
     let instance = app.consumers.get(&group, &id)?;
     let req: Partitions = required_json(&headers, &body)?;
     let tps = tps(req.partitions)?;
+    let session = authz::session_or_anonymous(session);
+    for (topic, _) in &tps {
+        authz::require(
+            &app.http.broker,
+            &session,
+            AclOperation::Read,
+            ResourceType::Topic,
+            topic,
+        )?;
+    }
     for tp in &tps {
         offsets::existing(&app.http.broker, tp)?;
     }

@@ -135,6 +135,13 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, 50001, message)
     }
 
+    /// Refused by the authorizer (`--authorizer acl`): 403, REST Proxy's 40301.
+    pub fn forbidden(rt: crate::security::acl::ResourceType, message: impl Into<String>) -> Self {
+        let m = crate::error::authorization_failed(rt);
+        let status = StatusCode::from_u16(m.http_status).unwrap_or(StatusCode::FORBIDDEN);
+        ApiError::new(status, m.rest_code, message)
+    }
+
     pub fn status(&self) -> StatusCode {
         self.status
     }

@@ -379,7 +379,7 @@ pub async fn serve(
             a = listener.accept() => a,
         };
         let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Usually out of file descriptors; back off instead of spinning.
                 tracing::warn!(error = %e, "HTTP accept failed");
@@ -387,6 +387,7 @@ pub async fn serve(
                 continue;
             }
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
         broker
             .metrics
@@ -396,7 +397,7 @@ pub async fn serve(
         let routed = routed.clone();
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
-            serve_connection(stream, routed, &broker, limits, shutdown).await;
+            serve_connection(stream, peer, routed, &broker, limits, shutdown).await;
             broker
                 .metrics
                 .http_connections_open
@@ -408,6 +409,7 @@ pub async fn serve(
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     routed: TowerToHyperService<Router>,
     broker: &Broker,
     limits: HttpLimits,
@@ -423,6 +425,11 @@ async fn serve_connection(
     });
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = RequestGuard::start(&clock);
+        let mut request = request;
+        // Who is asking (ACL host matching): `http::authz`.
+        request
+            .extensions_mut()
+            .insert(super::authz::PeerAddr(peer));
         let request = request.map(|inner| TimedBody {
             inner,
             timeout: limits.body_timeout,

@@ -14,6 +14,7 @@
 //! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`,
 //!   `.../topics/{t}/configs[/{name}|:alter]`
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`
+//! - [`authz`]: ACL checks of every route under `--authorizer acl` (403/40301)
 //!
 //! # Errors
 //! Every error is `{"error_code": N, "message": "..."}` (`application/json`), where `N` is
@@ -27,6 +28,7 @@
 //! | 400    | 40001 | body is not JSON (syntax error, truncated, empty) |
 //! | 400    | 40002 | body could not be read |
 //! | 400    | 40003 | path is not UTF-8 after percent-decoding |
+//! | 403    | 40301 | not authorized (`--authorizer acl`, see [`authz`]) |
 //! | 404    | 40400 | no such endpoint |
 //! | 404    | 40402 | partition path segment is not a partition number |
 //! | 404    | 40404 | v3 cluster id is not this cluster's |
@@ -53,6 +55,7 @@
 //! sees a plain-text error.
 
 pub mod admin_v3;
+pub mod authz;
 pub mod body;
 pub mod consumers;
 pub mod error;
@@ -154,6 +157,8 @@ pub fn router(state: HttpState) -> Router {
                 .delete(admin_v3::reset_topic_config),
         )
         .merge(consumers::routes())
+        // Every route above (not the fallback): ACL checks, and the request's session.
+        .route_layer(middleware::from_fn_with_state(app.clone(), authz::check))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(app.clone(), observe))

@@ -10,8 +10,11 @@ use super::error::ApiError;
 use super::extract::{partition_param, ApiPath};
 use super::AppState;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use oxbow_metadata::{PartitionState, TopicMetadata};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -94,12 +97,21 @@ pub(super) fn existing_partition<'t>(
 }
 
 /// `GET /topics`: the names of every topic, sorted.
-pub(crate) async fn list(State(app): State<AppState>) -> Response {
+pub(crate) async fn list(
+    State(app): State<AppState>,
+    session: Option<Extension<Session>>,
+) -> Response {
+    // Only the topics the client may describe (`http::authz`).
+    let authz = app
+        .http
+        .broker
+        .authz(&super::authz::session_or_anonymous(session));
     let names: Vec<String> = app
         .http
         .broker
         .topics()
         .iter()
+        .filter(|t| authz.allows(AclOperation::Describe, ResourceType::Topic, &t.name))
         .map(|t| t.name.clone())
         .collect();
     v2_ok(&names)

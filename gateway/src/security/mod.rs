@@ -11,7 +11,9 @@
 //! - [`cache`]: the broker's watched copy of the security keyspace.
 //! - [`oauth`]: OAUTHBEARER token validation against a JWKS.
 //! - [`quota`]: client quotas (entities, precedence, rates, throttles).
+//! - [`acl`]: ACL authorization (the model, the decision, the storage).
 
+pub mod acl;
 pub mod cache;
 pub mod listeners;
 pub mod oauth;

@@ -4,9 +4,10 @@
 //! broker gives the same answer. On one node this broker is all of them.
 
 use super::metadata::{controller_id, live_brokers, own_endpoint};
-use super::str_bytes;
+use super::{denied, str_bytes};
 use crate::broker::Broker;
 use crate::cluster::split_host_port;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -34,6 +35,19 @@ pub fn describe(
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
     let s = &broker.settings;
+    // DESCRIBE on the cluster (Kafka).
+    if !broker.authorize(
+        session,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return DescribeClusterResponse::default()
+            .with_cluster_id(str_bytes(&s.cluster_id))
+            .with_endpoint_type(req.endpoint_type)
+            .with_error_code(denied(ResourceType::Cluster))
+            .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
+    }
     let r = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&s.cluster_id))
         .with_controller_id(BrokerId(controller_id(broker)))
@@ -74,8 +88,20 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
+    let authz = broker.authz(session);
     // (node, host, port, error code, message) for one key.
     let answer = |key: &str| {
+        // DESCRIBE on the group or the transactional id, before anything is said of it.
+        let resource = match req.key_type {
+            KEY_GROUP => Some(ResourceType::Group),
+            KEY_TRANSACTION => Some(ResourceType::TransactionalId),
+            _ => None,
+        };
+        if let Some(rt) = resource {
+            if !authz.allows(AclOperation::Describe, rt, key) {
+                return (-1, String::new(), -1, denied(rt), None);
+            }
+        }
         if req.key_type == KEY_TRANSACTION {
             // Until transactions exist, the one answer every client treats as fatal at once
             // (librdkafka, the Java client, kafka-python, franz-go): a retriable code

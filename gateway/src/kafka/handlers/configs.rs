@@ -7,9 +7,11 @@
 //! Every key of a BROKER resource is refused with INVALID_REQUEST, Kafka's answer for a
 //! config it cannot change at run time ("Cannot update these configs dynamically").
 
-use super::str_bytes;
 use super::topics::{SOURCE_DEFAULT, SOURCE_TOPIC_OVERRIDE};
+use super::{denied, str_bytes};
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, AuthzView, ResourceType, CLUSTER_NAME};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -76,11 +78,34 @@ fn synonyms(c: &ConfigValue) -> Vec<DescribeConfigsSynonym> {
     out
 }
 
+/// The refusal of a config request on one resource: `op` (DESCRIBE_CONFIGS or
+/// ALTER_CONFIGS) on the topic, or on the cluster for a broker resource (Kafka's
+/// `ConfigHelper` and `AuthHelper`).
+fn config_refusal(
+    authz: &AuthzView,
+    resource_type: i8,
+    name: &str,
+    op: AclOperation,
+) -> Option<(i16, String)> {
+    let (rt, resource) = match resource_type {
+        RESOURCE_TOPIC => (ResourceType::Topic, name),
+        _ => (ResourceType::Cluster, CLUSTER_NAME),
+    };
+    (!authz.allows(op, rt, resource)).then(|| {
+        (
+            denied(rt),
+            format!("{op} on {rt} {resource} is not authorized"),
+        )
+    })
+}
+
 pub fn describe(
     broker: &Arc<Broker>,
+    session: &Session,
     req: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
+    let authz = broker.authz(session);
     let documented = req.include_documentation && version >= 3;
     let with_synonyms = req.include_synonyms;
     let mut results = Vec::with_capacity(req.resources.len());
@@ -93,6 +118,18 @@ pub fn describe(
         let r = DescribeConfigsResult::default()
             .with_resource_type(res.resource_type)
             .with_resource_name(res.resource_name.clone());
+        if let Some((code, message)) = config_refusal(
+            &authz,
+            res.resource_type,
+            &name,
+            AclOperation::DescribeConfigs,
+        ) {
+            results.push(
+                r.with_error_code(code)
+                    .with_error_message(Some(str_bytes(&message))),
+            );
+            continue;
+        }
         let r = match res.resource_type {
             RESOURCE_TOPIC => match broker.topic(&name) {
                 None => r
@@ -238,8 +275,10 @@ fn unique_keys<'a>(names: impl Iterator<Item = &'a StrBytes>) -> Result<Vec<Stri
 /// IncrementalAlterConfigs (API 44): per key SET / DELETE / APPEND / SUBTRACT.
 pub async fn incremental_alter(
     broker: &Arc<Broker>,
+    session: &Session,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
+    let authz = broker.authz(session);
     let mut responses = Vec::with_capacity(req.resources.len());
     for res in req.resources {
         let name = res.resource_name.to_string();
@@ -263,15 +302,21 @@ pub async fn incremental_alter(
                 .collect::<Result<Vec<_>, String>>()
                 .map(ConfigAlteration::Incremental)
         });
-        let (code, message) = alter_resource(
-            broker,
-            res.resource_type,
-            &name,
-            keys.unwrap_or_default(),
-            alteration,
-            req.validate_only,
-        )
-        .await;
+        let refusal = config_refusal(&authz, res.resource_type, &name, AclOperation::AlterConfigs);
+        let (code, message) = match refusal {
+            Some((code, message)) => (code, Some(message)),
+            None => {
+                alter_resource(
+                    broker,
+                    res.resource_type,
+                    &name,
+                    keys.unwrap_or_default(),
+                    alteration,
+                    req.validate_only,
+                )
+                .await
+            }
+        };
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
@@ -284,7 +329,12 @@ pub async fn incremental_alter(
 }
 
 /// AlterConfigs (API 33): the given entries become the resource's whole override set.
-pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let authz = broker.authz(session);
     let mut responses = Vec::with_capacity(req.resources.len());
     for res in req.resources {
         let name = res.resource_name.to_string();
@@ -299,15 +349,21 @@ pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfi
                 .collect::<Result<BTreeMap<_, _>, String>>()
                 .map(ConfigAlteration::Replace)
         });
-        let (code, message) = alter_resource(
-            broker,
-            res.resource_type,
-            &name,
-            keys.unwrap_or_default(),
-            alteration,
-            req.validate_only,
-        )
-        .await;
+        let refusal = config_refusal(&authz, res.resource_type, &name, AclOperation::AlterConfigs);
+        let (code, message) = match refusal {
+            Some((code, message)) => (code, Some(message)),
+            None => {
+                alter_resource(
+                    broker,
+                    res.resource_type,
+                    &name,
+                    keys.unwrap_or_default(),
+                    alteration,
+                    req.validate_only,
+                )
+                .await
+            }
+        };
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)

@@ -7,8 +7,10 @@
 //! request's timeout (REQUEST_TIMED_OUT past it). The answer's low watermark is the log start
 //! after the call, stored by compare-and-swap fenced by this broker's leadership.
 
-use super::topic_name;
+use super::{denied, topic_name};
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -23,17 +25,28 @@ const HIGH_WATERMARK: i64 = -1;
 /// Longest a request waits for its records to be sealed, whatever its timeout says.
 const WAIT_MAX: Duration = Duration::from_secs(30);
 
-pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    let authz = broker.authz(session);
     let wait = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(WAIT_MAX);
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
         let topic = broker.topic(&name);
+        // DELETE on the topic, as Kafka.
+        let allowed = authz.allows(AclOperation::Delete, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let r = DeleteRecordsPartitionResult::default()
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
+            if !allowed {
+                partitions.push(r.with_error_code(denied(ResourceType::Topic)));
+                continue;
+            }
             partitions.push(match &topic {
                 None => r.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                 Some(topic) => match delete(broker, topic, p.partition_index, p.offset, wait).await

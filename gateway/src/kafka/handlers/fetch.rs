@@ -10,9 +10,11 @@
 //! no records, for the client to truncate to (KIP-595).
 
 use super::leader_epoch::check_current_leader_epoch;
-use super::{topic_name, Reply};
+use super::{denied, topic_name, Reply};
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, AuthzView, ResourceType};
+use crate::security::Session;
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
@@ -43,12 +45,20 @@ enum Source {
     Failed(i16),
 }
 
-pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
+pub fn handle(broker: &Arc<Broker>, session: &Session, req: FetchRequest, version: i16) -> Reply {
     let broker = broker.clone();
-    Reply::Later(async move { ResponseKind::Fetch(fetch(broker, req, version).await) }.boxed())
+    let authz = broker.authz(session);
+    Reply::Later(
+        async move { ResponseKind::Fetch(fetch(broker, authz, req, version).await) }.boxed(),
+    )
 }
 
-async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+async fn fetch(
+    broker: Arc<Broker>,
+    authz: AuthzView,
+    req: FetchRequest,
+    version: i16,
+) -> FetchResponse {
     let mut wanted = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
@@ -69,6 +79,11 @@ async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchRes
     let mut sources = Vec::with_capacity(wanted.len());
     let mut watches = Vec::new();
     for w in &wanted {
+        // READ on the topic (Kafka's `KafkaApis.handleFetchRequest`).
+        if !authz.allows(AclOperation::Read, ResourceType::Topic, &w.topic) {
+            sources.push(Source::Failed(denied(ResourceType::Topic)));
+            continue;
+        }
         let source = match broker.topic(&w.topic) {
             None => Source::Failed(ResponseError::UnknownTopicOrPartition.code()),
             Some(topic) => match broker.partition(&topic, w.partition).await {

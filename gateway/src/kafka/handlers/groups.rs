@@ -7,9 +7,11 @@
 //! answered NOT_COORDINATOR, which clients handle by asking FindCoordinator again.
 //! ListGroups lists only the groups this broker coordinates (clients ask every broker).
 
-use super::{str_bytes, topic_name, Reply};
+use super::{denied, str_bytes, topic_name, Reply};
 use crate::broker::Broker;
 use crate::groups::group::JoinRequest;
+use crate::security::acl::{AclOperation, AuthzView, ResourceType, CLUSTER_NAME};
+use crate::security::Session;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -42,22 +44,31 @@ fn group_id(id: &str) -> GroupId {
 }
 
 /// `Some(NOT_COORDINATOR)` if another broker coordinates `group`.
+/// GROUP_AUTHORIZATION_FAILED unless the session may do `op` on the group.
+fn group_refusal(broker: &Broker, session: &Session, op: AclOperation, group: &str) -> Option<i16> {
+    (!broker.authorize(session, op, ResourceType::Group, group))
+        .then(|| denied(ResourceType::Group))
+}
+
 fn not_coordinator(broker: &Broker, group: &str) -> Option<i16> {
     (!broker.coordinates(group)).then(|| ResponseError::NotCoordinator.code())
 }
 
 pub fn join(
     broker: &Arc<Broker>,
+    session: &Session,
     req: JoinGroupRequest,
     version: i16,
     client_id: String,
-    peer: std::net::SocketAddr,
 ) -> Reply {
     let broker = broker.clone();
+    let peer = session.peer;
+    // READ on the group, for every group protocol request (Kafka).
+    let refused = group_refusal(&broker, session, AclOperation::Read, &req.group_id.0);
     Reply::Later(
         async move {
             let id = req.group_id.0.to_string();
-            if let Some(code) = not_coordinator(&broker, &id) {
+            if let Some(code) = refused.or_else(|| not_coordinator(&broker, &id)) {
                 return ResponseKind::JoinGroup(
                     JoinGroupResponse::default()
                         .with_error_code(code)
@@ -124,11 +135,12 @@ pub fn join(
     )
 }
 
-pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply {
+pub fn sync(broker: &Arc<Broker>, session: &Session, req: SyncGroupRequest, version: i16) -> Reply {
     let broker = broker.clone();
+    let refused = group_refusal(&broker, session, AclOperation::Read, &req.group_id.0);
     Reply::Later(
         async move {
-            if let Some(code) = not_coordinator(&broker, &req.group_id.0) {
+            if let Some(code) = refused.or_else(|| not_coordinator(&broker, &req.group_id.0)) {
                 return ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code));
             }
             let r = broker
@@ -157,8 +169,14 @@ pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply 
     )
 }
 
-pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
-    if let Some(code) = not_coordinator(broker, &req.group_id.0) {
+pub fn heartbeat(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: HeartbeatRequest,
+) -> HeartbeatResponse {
+    if let Some(code) = group_refusal(broker, session, AclOperation::Read, &req.group_id.0)
+        .or_else(|| not_coordinator(broker, &req.group_id.0))
+    {
         return HeartbeatResponse::default().with_error_code(code);
     }
     let code = broker.coordinator.heartbeat(
@@ -170,9 +188,16 @@ pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatRespon
     HeartbeatResponse::default().with_error_code(code)
 }
 
-pub fn leave(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub fn leave(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     let id = req.group_id.0.to_string();
-    if let Some(code) = not_coordinator(broker, &id) {
+    if let Some(code) = group_refusal(broker, session, AclOperation::Read, &id)
+        .or_else(|| not_coordinator(broker, &id))
+    {
         return LeaveGroupResponse::default().with_error_code(code);
     }
     if version < 3 {
@@ -197,9 +222,13 @@ pub fn leave(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Leav
 
 pub async fn list(
     broker: &Arc<Broker>,
+    session: &Session,
     req: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
+    // DESCRIBE on the cluster lists every group; else those the session may describe.
+    let authz = broker.authz(session);
+    let all = authz.allows(AclOperation::Describe, ResourceType::Cluster, CLUSTER_NAME);
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     match broker.coordinator.list().await {
         Ok(groups) => ListGroupsResponse::default().with_groups(
@@ -207,6 +236,9 @@ pub async fn list(
                 .into_iter()
                 .filter(|(_, _, st)| states.is_empty() || states.contains(&st.to_lowercase()))
                 .filter(|(id, _, _)| broker.coordinates(id))
+                .filter(|(id, _, _)| {
+                    all || authz.allows(AclOperation::Describe, ResourceType::Group, id)
+                })
                 .map(|(id, pt, st)| {
                     let g = ListedGroup::default()
                         .with_group_id(group_id(&id))
@@ -234,12 +266,15 @@ pub async fn list(
 
 pub async fn describe(
     broker: &Arc<Broker>,
+    session: &Session,
     req: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
-        if let Some(code) = not_coordinator(broker, &id.0) {
+        if let Some(code) = group_refusal(broker, session, AclOperation::Describe, &id.0)
+            .or_else(|| not_coordinator(broker, &id.0))
+        {
             groups.push(
                 DescribedGroup::default()
                     .with_group_id(id.clone())
@@ -287,10 +322,15 @@ pub async fn describe(
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub async fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn delete(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in &req.groups_names {
-        let code = match not_coordinator(broker, &id.0) {
+        let refused = group_refusal(broker, session, AclOperation::Delete, &id.0);
+        let code = match refused.or_else(|| not_coordinator(broker, &id.0)) {
             Some(code) => code,
             None => broker.coordinator.delete(&id.0).await,
         };
@@ -305,11 +345,16 @@ pub async fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGro
 
 pub async fn commit(
     broker: &Arc<Broker>,
+    session: &Session,
     req: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
     let id = req.group_id.0.to_string();
+    let authz = broker.authz(session);
+    // READ on the group, then READ on each topic (Kafka).
+    let group_allowed = authz.allows(AclOperation::Read, ResourceType::Group, &id);
     let check = match not_coordinator(broker, &id) {
+        _ if !group_allowed => Err(ResponseError::GroupAuthorizationFailed),
         Some(_) => Err(ResponseError::NotCoordinator),
         None => broker.coordinator.check_commit(
             &id,
@@ -323,12 +368,16 @@ pub async fn commit(
     for t in &req.topics {
         let name = t.name.0.to_string();
         let topic = broker.topic(&name);
+        let topic_allowed = authz.allows(AclOperation::Read, ResourceType::Topic, &name);
         codes.push(
             t.partitions
                 .iter()
                 .map(|p| {
                     if let Err(e) = check {
                         return e.code();
+                    }
+                    if !topic_allowed {
+                        return denied(ResourceType::Topic);
                     }
                     if topic
                         .as_ref()
@@ -387,12 +436,20 @@ pub async fn commit(
 }
 
 /// Offsets of one group: the requested partitions (or all committed ones when `None`).
+///
+/// DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; a requested topic the session
+/// may not describe answers TOPIC_AUTHORIZATION_FAILED per partition, and an all-topics
+/// fetch leaves such topics out (Kafka's `handleOffsetFetchRequest`).
 async fn offsets_for(
     broker: &Arc<Broker>,
+    authz: &AuthzView,
     group: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     version: i16,
-) -> Result<Vec<(String, Vec<(i32, i64, i32, String)>)>, i16> {
+) -> Result<Vec<(String, Vec<OffsetRow>)>, i16> {
+    if !authz.allows(AclOperation::Describe, ResourceType::Group, group) {
+        return Err(denied(ResourceType::Group));
+    }
     if let Some(code) = not_coordinator(broker, group) {
         return Err(code);
     }
@@ -405,36 +462,71 @@ async fn offsets_for(
         Some(topics) => topics
             .into_iter()
             .map(|(t, parts)| {
+                let allowed = authz.allows(AclOperation::Describe, ResourceType::Topic, &t);
                 let rows = parts
                     .into_iter()
                     .map(|p| match stored.get(&(t.clone(), p)) {
-                        Some(o) => (p, o.offset, epoch(o.leader_epoch), o.metadata.clone()),
-                        None => (p, -1, -1, String::new()),
+                        _ if !allowed => OffsetRow {
+                            partition: p,
+                            offset: -1,
+                            leader_epoch: -1,
+                            metadata: String::new(),
+                            error: denied(ResourceType::Topic),
+                        },
+                        Some(o) => OffsetRow {
+                            partition: p,
+                            offset: o.offset,
+                            leader_epoch: epoch(o.leader_epoch),
+                            metadata: o.metadata.clone(),
+                            error: 0,
+                        },
+                        None => OffsetRow {
+                            partition: p,
+                            offset: -1,
+                            leader_epoch: -1,
+                            metadata: String::new(),
+                            error: 0,
+                        },
                     })
                     .collect();
                 (t, rows)
             })
             .collect(),
         None => {
-            let mut by_topic: BTreeMap<String, Vec<(i32, i64, i32, String)>> = BTreeMap::new();
+            let mut by_topic: BTreeMap<String, Vec<OffsetRow>> = BTreeMap::new();
             for ((t, p), o) in stored {
-                by_topic.entry(t).or_default().push((
-                    p,
-                    o.offset,
-                    epoch(o.leader_epoch),
-                    o.metadata,
-                ));
+                if !authz.allows(AclOperation::Describe, ResourceType::Topic, &t) {
+                    continue;
+                }
+                by_topic.entry(t).or_default().push(OffsetRow {
+                    partition: p,
+                    offset: o.offset,
+                    leader_epoch: epoch(o.leader_epoch),
+                    metadata: o.metadata,
+                    error: 0,
+                });
             }
             by_topic.into_iter().collect()
         }
     })
 }
 
+/// One partition's answer of OffsetFetch.
+struct OffsetRow {
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: String,
+    error: i16,
+}
+
 pub async fn fetch(
     broker: &Arc<Broker>,
+    session: &Session,
     req: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
+    let authz = broker.authz(session);
     if version >= 8 {
         let mut groups = Vec::with_capacity(req.groups.len());
         for g in &req.groups {
@@ -445,7 +537,7 @@ pub async fn fetch(
             });
             let r = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
             groups.push(
-                match offsets_for(broker, &g.group_id.0, wanted, version).await {
+                match offsets_for(broker, &authz, &g.group_id.0, wanted, version).await {
                     Err(code) => r.with_error_code(code),
                     Ok(topics) => r.with_topics(
                         topics
@@ -455,12 +547,13 @@ pub async fn fetch(
                                     .with_name(topic_name(&t))
                                     .with_partitions(
                                         rows.into_iter()
-                                            .map(|(p, o, e, m)| {
+                                            .map(|r| {
                                                 OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(o)
-                                                    .with_committed_leader_epoch(e)
-                                                    .with_metadata(Some(str_bytes(&m)))
+                                                    .with_partition_index(r.partition)
+                                                    .with_committed_offset(r.offset)
+                                                    .with_committed_leader_epoch(r.leader_epoch)
+                                                    .with_metadata(Some(str_bytes(&r.metadata)))
+                                                    .with_error_code(r.error)
                                             })
                                             .collect(),
                                     )
@@ -477,13 +570,36 @@ pub async fn fetch(
             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
             .collect()
     });
-    match offsets_for(broker, &req.group_id.0, wanted, version).await {
+    match offsets_for(broker, &authz, &req.group_id.0, wanted.clone(), version).await {
         Err(code) => {
             let r = OffsetFetchResponse::default();
             if version >= 2 {
                 r.with_error_code(code)
             } else {
-                r
+                // v1 has no top-level error: each requested partition carries it.
+                r.with_topics(
+                    wanted
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(t, parts)| {
+                            OffsetFetchResponseTopic::default()
+                                .with_name(topic_name(&t))
+                                .with_partitions(
+                                    parts
+                                        .into_iter()
+                                        .map(|p| {
+                                            OffsetFetchResponsePartition::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(-1)
+                                                .with_committed_leader_epoch(-1)
+                                                .with_metadata(Some(str_bytes("")))
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                )
             }
         }
         Ok(topics) => OffsetFetchResponse::default().with_topics(
@@ -494,12 +610,13 @@ pub async fn fetch(
                         .with_name(topic_name(&t))
                         .with_partitions(
                             rows.into_iter()
-                                .map(|(p, o, e, m)| {
+                                .map(|r| {
                                     OffsetFetchResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_committed_offset(o)
-                                        .with_committed_leader_epoch(e)
-                                        .with_metadata(Some(str_bytes(&m)))
+                                        .with_partition_index(r.partition)
+                                        .with_committed_offset(r.offset)
+                                        .with_committed_leader_epoch(r.leader_epoch)
+                                        .with_metadata(Some(str_bytes(&r.metadata)))
+                                        .with_error_code(r.error)
                                 })
                                 .collect(),
                         )
@@ -511,17 +628,29 @@ pub async fn fetch(
 
 pub async fn delete_offsets(
     broker: &Arc<Broker>,
+    session: &Session,
     req: OffsetDeleteRequest,
 ) -> OffsetDeleteResponse {
-    let wanted: Vec<(String, i32)> = req
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (t.name.0.to_string(), p.partition_index))
-        })
-        .collect();
+    let authz = broker.authz(session);
+    // DELETE on the group; READ on each topic, else that topic's partitions are
+    // refused and kept (Kafka).
+    if !authz.allows(AclOperation::Delete, ResourceType::Group, &req.group_id.0) {
+        return OffsetDeleteResponse::default().with_error_code(denied(ResourceType::Group));
+    }
+    let mut refused: Vec<(String, i32)> = Vec::new();
+    let mut wanted: Vec<(String, i32)> = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let allowed = authz.allows(AclOperation::Read, ResourceType::Topic, &name);
+        for p in &t.partitions {
+            let tp = (name.clone(), p.partition_index);
+            if allowed {
+                wanted.push(tp);
+            } else {
+                refused.push(tp);
+            }
+        }
+    }
     if let Some(code) = not_coordinator(broker, &req.group_id.0) {
         return OffsetDeleteResponse::default().with_error_code(code);
     }
@@ -538,7 +667,10 @@ pub async fn delete_offsets(
         Ok(results) => {
             let mut by_topic: BTreeMap<String, Vec<OffsetDeleteResponsePartition>> =
                 BTreeMap::new();
-            for (t, p, code) in results {
+            let refused = refused
+                .into_iter()
+                .map(|(t, p)| (t, p, denied(ResourceType::Topic)));
+            for (t, p, code) in results.into_iter().chain(refused) {
                 by_topic.entry(t).or_default().push(
                     OffsetDeleteResponsePartition::default()
                         .with_partition_index(p)

@@ -9,6 +9,8 @@
 
 use super::topic_name;
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -39,11 +41,33 @@ pub(super) fn check_current_leader_epoch(
 
 pub async fn handle(
     broker: &Arc<Broker>,
+    session: &Session,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    let authz = broker.authz(session);
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.topic.0.to_string();
+        // DESCRIBE on the topic, as Kafka asks of consumers.
+        if !authz.allows(AclOperation::Describe, ResourceType::Topic, &name) {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    EpochEndOffset::default()
+                        .with_partition(p.partition)
+                        .with_leader_epoch(-1)
+                        .with_end_offset(-1)
+                        .with_error_code(super::denied(ResourceType::Topic))
+                })
+                .collect();
+            topics.push(
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(topic_name(&name))
+                    .with_partitions(partitions),
+            );
+            continue;
+        }
         let topic = broker.topic(&name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {

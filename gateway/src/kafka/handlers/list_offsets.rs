@@ -5,8 +5,10 @@
 //! Clients keep it as their position's epoch and validate it after a leader change.
 
 use super::leader_epoch::check_current_leader_epoch;
-use super::topic_name;
+use super::{denied, topic_name};
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -21,16 +23,28 @@ const LATEST_TIMESTAMP: i64 = -1;
 
 pub async fn handle(
     broker: &Arc<Broker>,
+    session: &Session,
     req: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    let authz = broker.authz(session);
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
         let topic = broker.topic(&name);
+        // DESCRIBE on the topic, as Kafka.
+        let allowed = authz.allows(AclOperation::Describe, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let r = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            if !allowed {
+                partitions.push(
+                    r.with_error_code(denied(ResourceType::Topic))
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                );
+                continue;
+            }
             let Some(topic) = &topic else {
                 partitions.push(
                     r.with_error_code(ResponseError::UnknownTopicOrPartition.code())

@@ -9,10 +9,11 @@
 //! and refresh instead of dialling a dead broker. Replicas and ISR are the leader alone:
 //! partitions have no follower replicas in Oxbow (durability is the WAL replicas and S3).
 
-use super::{str_bytes, topic_name};
+use super::{denied, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::cluster::split_host_port;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -134,18 +135,57 @@ pub async fn handle(
         Some(t) => t.is_empty() && version == 0,
     };
     let allow_create = version < 4 || req.allow_auto_topic_creation;
+    let authz = broker.authz(session);
+    let describable = |name: &str| authz.allows(AclOperation::Describe, ResourceType::Topic, name);
+    let refused = |name: Option<&str>, id: uuid::Uuid| {
+        MetadataResponseTopic::default()
+            .with_name(name.map(topic_name))
+            .with_topic_id(id)
+            .with_error_code(denied(ResourceType::Topic))
+    };
     let topics = if all {
+        // Every topic the client may describe; the others are left out (Kafka).
         broker
             .topics()
             .iter()
+            .filter(|t| describable(&t.name))
             .map(|t| describe_topic(broker, t, version))
             .collect()
     } else {
+        let cluster_create =
+            authz.allows(AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME);
         let mut out = Vec::new();
         for t in req.topics.unwrap_or_default() {
             let by_name = t.name.as_ref().map(|n| n.0.to_string());
+            // DESCRIBE first, whether the topic exists or not, so a refused client
+            // learns nothing of it; a topic named by id is not named back.
+            let refused_name = match &by_name {
+                Some(name) => (!describable(name)).then_some(Some(name.as_str())),
+                None => broker
+                    .topic_by_id(t.topic_id)
+                    .filter(|topic| !describable(&topic.name))
+                    .map(|_| None),
+            };
+            if let Some(name) = refused_name {
+                out.push(refused(name, t.topic_id));
+                continue;
+            }
             let result = match &by_name {
-                Some(name) => broker.topic_or_create(name, allow_create).await,
+                Some(name) => {
+                    let missing = broker.topic(name).is_none();
+                    // Auto-creation needs CREATE on the cluster or the topic, else
+                    // TOPIC_AUTHORIZATION_FAILED (Kafka's handleTopicMetadataRequest).
+                    if missing
+                        && allow_create
+                        && broker.settings.auto_create_topics
+                        && !cluster_create
+                        && !authz.allows(AclOperation::Create, ResourceType::Topic, name)
+                    {
+                        out.push(refused(Some(name), t.topic_id));
+                        continue;
+                    }
+                    broker.topic_or_create(name, allow_create).await
+                }
                 None => broker
                     .topic_by_id(t.topic_id)
                     .ok_or_else(|| BrokerError::UnknownTopic(t.topic_id.to_string())),

@@ -1,6 +1,7 @@
 //! One module per Kafka API. Each takes the decoded request and returns the response body;
 //! APIs that wait (produce durability, fetch long-poll) return the waiting part as a future.
 
+mod acls;
 pub mod api_versions;
 mod cluster;
 mod configs;
@@ -45,51 +46,61 @@ pub async fn handle(
     let response = match request {
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_deref().unwrap_or("").to_string();
-            return groups::join(broker, r, v, client_id, session.peer);
+            return groups::join(broker, session, r, v, client_id);
         }
-        RequestKind::SyncGroup(r) => return groups::sync(broker, r, v),
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(broker, r)),
-        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(broker, r, v)),
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(broker, r, v).await),
+        RequestKind::SyncGroup(r) => return groups::sync(broker, session, r, v),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(broker, session, r)),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(groups::leave(broker, session, r, v))
+        }
+        RequestKind::ListGroups(r) => {
+            ResponseKind::ListGroups(groups::list(broker, session, r, v).await)
+        }
         RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(groups::describe(broker, r, v).await)
+            ResponseKind::DescribeGroups(groups::describe(broker, session, r, v).await)
         }
-        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete(broker, r).await),
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(groups::delete(broker, session, r).await)
+        }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(groups::commit(broker, r, v).await)
+            ResponseKind::OffsetCommit(groups::commit(broker, session, r, v).await)
         }
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::fetch(broker, r, v).await),
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(groups::fetch(broker, session, r, v).await)
+        }
         RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(groups::delete_offsets(broker, r).await)
+            ResponseKind::OffsetDelete(groups::delete_offsets(broker, session, r).await)
         }
-        RequestKind::Produce(r) => return produce::handle(broker, r, v).await,
-        RequestKind::Fetch(r) => return fetch::handle(broker, r, v),
+        RequestKind::Produce(r) => return produce::handle(broker, session, r, v).await,
+        RequestKind::Fetch(r) => return fetch::handle(broker, session, r, v),
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, session, r, v).await)
         }
         RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
+            ResponseKind::DeleteRecords(delete_records::handle(broker, session, r).await)
         }
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
+            ResponseKind::ListOffsets(list_offsets::handle(broker, session, r, v).await)
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(topics::create(broker, r, v).await)
+            ResponseKind::CreateTopics(topics::create(broker, session, r, v).await)
         }
         RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(topics::delete(broker, r, v).await)
+            ResponseKind::DeleteTopics(topics::delete(broker, session, r, v).await)
         }
         RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(topics::create_partitions(broker, r).await)
+            ResponseKind::CreatePartitions(topics::create_partitions(broker, session, r).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(configs::describe(broker, r, v))
+            ResponseKind::DescribeConfigs(configs::describe(broker, session, r, v))
         }
-        RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(broker, r).await)
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            configs::incremental_alter(broker, session, r).await,
+        ),
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(configs::alter(broker, session, r).await)
         }
-        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(broker, r).await),
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(cluster::describe(broker, session, r))
         }
@@ -97,23 +108,31 @@ pub async fn handle(
             ResponseKind::FindCoordinator(cluster::find_coordinator(broker, session, r, v))
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(producer_id::init(broker, r).await)
+            ResponseKind::InitProducerId(producer_id::init(broker, session, r).await)
         }
         RequestKind::AlterPartitionReassignments(r) => {
-            ResponseKind::AlterPartitionReassignments(reassign::alter(broker, r, v).await)
+            ResponseKind::AlterPartitionReassignments(reassign::alter(broker, session, r, v).await)
         }
         RequestKind::ListPartitionReassignments(r) => {
-            ResponseKind::ListPartitionReassignments(reassign::list(broker, r).await)
+            ResponseKind::ListPartitionReassignments(reassign::list(broker, session, r).await)
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)
+            ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, session, r).await)
         }
-        // Authorization (DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster) goes here.
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(acls::create(broker, session, r).await)
+        }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(acls::describe(broker, session, r))
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(acls::delete(broker, session, r).await)
+        }
         RequestKind::DescribeClientQuotas(r) => {
-            ResponseKind::DescribeClientQuotas(quotas::describe(broker, r))
+            ResponseKind::DescribeClientQuotas(quotas::describe(broker, session, r))
         }
         RequestKind::AlterClientQuotas(r) => {
-            ResponseKind::AlterClientQuotas(quotas::alter(broker, r).await)
+            ResponseKind::AlterClientQuotas(quotas::alter(broker, session, r).await)
         }
         other => {
             // Unreachable: the connection refuses versions not in SUPPORTED before decoding.
@@ -122,6 +141,11 @@ pub async fn handle(
         }
     };
     Reply::Now(Box::new(response))
+}
+
+/// The error code of a request refused on a resource of type `rt`.
+pub(crate) fn denied(rt: crate::security::acl::ResourceType) -> i16 {
+    crate::error::authorization_failed(rt).kafka.code()
 }
 
 pub(crate) fn topic_name(name: &str) -> TopicName {

@@ -1,9 +1,11 @@
 //! Produce: every partition's batch is appended in request order (the ordered part); the
 //! response waits until each is as durable as `acks` asks, or the request's timeout.
 
-use super::{str_bytes, topic_name, Reply};
+use super::{denied, str_bytes, topic_name, Reply};
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::Session;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -70,7 +72,23 @@ async fn open_side_by_side(broker: &Arc<Broker>, req: &ProduceRequest) {
     }
 }
 
-pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: ProduceRequest,
+    version: i16,
+) -> Reply {
+    let authz = broker.authz(session);
+    // WRITE on the transactional id (Kafka refuses the whole request), then WRITE on each
+    // topic, checked before whether it exists. (Since KIP-679 an idempotent producer is
+    // authorized at InitProducerId, not here.)
+    let txn_refused = req.transactional_id.as_ref().is_some_and(|id| {
+        !authz.allows(
+            AclOperation::Write,
+            ResourceType::TransactionalId,
+            id.as_str(),
+        )
+    });
     let acks = if req.acks == -1 {
         Acks::All
     } else {
@@ -78,16 +96,27 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
     };
     let acks_invalid = !(-1..=1).contains(&req.acks);
     let transactional = req.transactional_id.is_some();
-    if !acks_invalid && !transactional {
+    if !acks_invalid && !transactional && !txn_refused {
         open_side_by_side(broker, &req).await;
     }
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let name = t.name.0.to_string();
         let topic = broker.topic(&name);
+        let topic_refused = !authz.allows(AclOperation::Write, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
-            let outcome = if acks_invalid {
+            let outcome = if txn_refused {
+                Outcome::Failed(
+                    denied(ResourceType::TransactionalId),
+                    "WRITE on the transactional id is not authorized".into(),
+                )
+            } else if topic_refused {
+                Outcome::Failed(
+                    denied(ResourceType::Topic),
+                    format!("WRITE on topic '{name}' is not authorized"),
+                )
+            } else if acks_invalid {
                 Outcome::Failed(
                     ResponseError::InvalidRequiredAcks.code(),
                     format!("acks must be 0, 1 or -1, not {}", req.acks),

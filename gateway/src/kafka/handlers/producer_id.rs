@@ -3,14 +3,33 @@
 //! reserved in the metadata service, epoch 0; a producer that asks with its current id and
 //! epoch (KIP-360, after an unknown-producer or timeout error) gets the epoch bumped.
 
+use super::denied;
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use std::sync::Arc;
 
-pub async fn init(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn init(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: InitProducerIdRequest,
+) -> InitProducerIdResponse {
     let r = InitProducerIdResponse::default();
+    let authz = broker.authz(session);
     if let Some(id) = &req.transactional_id {
+        // WRITE on the transactional id (checked first, as Kafka does).
+        if !authz.allows(
+            AclOperation::Write,
+            ResourceType::TransactionalId,
+            id.as_str(),
+        ) {
+            return r
+                .with_error_code(denied(ResourceType::TransactionalId))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+        }
         // FindCoordinator(transaction) already refused this producer; a client that skips
         // it gets the same fatal code (InitProducerId has no error message).
         tracing::warn!(
@@ -19,6 +38,19 @@ pub async fn init(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProdu
         );
         return r
             .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+    // (KIP-679), else CLUSTER_AUTHORIZATION_FAILED, as Kafka.
+    if !authz.allows(
+        AclOperation::IdempotentWrite,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) && !authz.allows_some(AclOperation::Write, ResourceType::Topic)
+    {
+        return r
+            .with_error_code(denied(ResourceType::Cluster))
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
     }

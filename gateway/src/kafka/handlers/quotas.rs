@@ -2,14 +2,18 @@
 //! client id, as `kafka-configs.sh --entity-type users|clients` reads and sets them.
 //! Quotas live in the security keyspace (one record per entity, `security::quota::model`)
 //! and every broker's cache; an alteration is a compare-and-swap per entity, retried a few
-//! times if another admin changed the same entity meanwhile.
+//! times if another admin changed the same entity meanwhile. Authorized as in Kafka:
+//! DESCRIBE_CONFIGS on the cluster to describe, ALTER_CONFIGS on the cluster to alter
+//! (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::quota::model::{
     apply_ops, entity_from_components, Filter, QuotaEntity, QuotaError, QuotaKey, QuotaOp,
     QuotaRecord,
 };
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     alter_client_quotas_response, describe_client_quotas_response, AlterClientQuotasRequest,
@@ -26,8 +30,18 @@ const ENTRIES_MAX: usize = 10_000;
 
 pub fn describe(
     broker: &Arc<Broker>,
+    session: &Session,
     req: DescribeClientQuotasRequest,
 ) -> DescribeClientQuotasResponse {
+    if !broker.authorize(
+        session,
+        AclOperation::DescribeConfigs,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return DescribeClientQuotasResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let components = req.components.iter().map(|c| {
         (
             c.entity_type.as_str(),
@@ -81,8 +95,15 @@ pub fn describe(
 
 pub async fn alter(
     broker: &Arc<Broker>,
+    session: &Session,
     req: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
+    let allowed = broker.authorize(
+        session,
+        AclOperation::AlterConfigs,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    );
     let mut seen = HashSet::new();
     let mut entries = Vec::with_capacity(req.entries.len().min(ENTRIES_MAX));
     for (i, entry) in req.entries.into_iter().enumerate() {
@@ -101,6 +122,13 @@ pub async fn alter(
                 .with_error_message(message.map(|m| str_bytes(&m)))
                 .with_entity(wire_entity.clone())
         };
+        if !allowed {
+            entries.push(answer(
+                Some(ResponseError::ClusterAuthorizationFailed),
+                None,
+            ));
+            continue;
+        }
         if i >= ENTRIES_MAX {
             entries.push(answer(
                 Some(ResponseError::InvalidRequest),

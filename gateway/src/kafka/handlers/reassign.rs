@@ -11,9 +11,11 @@
 //! ListPartitionReassignments shows those still in progress. `replicas: null` cancels a
 //! pending request.
 
-use super::{str_bytes, topic_name};
+use super::{denied, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -36,9 +38,21 @@ type Outcome = (i16, Option<String>);
 
 pub async fn alter(
     broker: &Arc<Broker>,
+    session: &Session,
     req: AlterPartitionReassignmentsRequest,
     version: i16,
 ) -> AlterPartitionReassignmentsResponse {
+    // ALTER on the cluster (Kafka).
+    if !broker.authorize(
+        session,
+        AclOperation::Alter,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(denied(ResourceType::Cluster))
+            .with_error_message(Some(str_bytes("ALTER on the cluster is not authorized")));
+    }
     let mut responses = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = t.name.0.to_string();
@@ -139,8 +153,20 @@ fn failed(e: BrokerError) -> Outcome {
 
 pub async fn list(
     broker: &Arc<Broker>,
+    session: &Session,
     req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
+    // DESCRIBE on the cluster (Kafka).
+    if !broker.authorize(
+        session,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(denied(ResourceType::Cluster))
+            .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
+    }
     let topics: Vec<TopicMetadata> = match broker.metadata.list_topics().await {
         Ok(t) => t,
         Err(e) => {

@@ -1,8 +1,10 @@
 //! CreateTopics, DeleteTopics, CreatePartitions.
 
-use super::{str_bytes, topic_name};
+use super::{denied, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
@@ -23,9 +25,13 @@ pub const SOURCE_DEFAULT: i8 = 5;
 
 pub async fn create(
     broker: &Arc<Broker>,
+    session: &Session,
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    let authz = broker.authz(session);
+    // CREATE on the cluster covers every topic; else CREATE on each topic (Kafka).
+    let cluster_create = authz.allows(AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME);
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
@@ -33,6 +39,16 @@ pub async fn create(
         let r = CreatableTopicResult::default()
             .with_name(topic_name(&name))
             .with_error_message(None);
+        if !cluster_create && !authz.allows(AclOperation::Create, ResourceType::Topic, &name) {
+            results.push(
+                r.with_error_code(denied(ResourceType::Topic))
+                    .with_error_message(Some(str_bytes("Authorization failed."))),
+            );
+            continue;
+        }
+        // The created topic's configs are shown only to who may describe them.
+        let may_describe_configs =
+            authz.allows(AclOperation::DescribeConfigs, ResourceType::Topic, &name);
         if !t.assignments.is_empty() {
             results.push(
                 r.with_error_code(ResponseError::InvalidReplicaAssignment.code())
@@ -82,6 +98,20 @@ pub async fn create(
                     results.push(r);
                     continue;
                 }
+                if !may_describe_configs {
+                    results.push(
+                        r.with_topic_id(if version >= 7 {
+                            topic_id
+                        } else {
+                            uuid::Uuid::nil()
+                        })
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                        .with_topic_config_error_code(denied(ResourceType::Topic))
+                        .with_configs(None),
+                    );
+                    continue;
+                }
                 r.with_topic_id(if version >= 7 {
                     topic_id
                 } else {
@@ -115,9 +145,11 @@ pub async fn create(
 
 pub async fn delete(
     broker: &Arc<Broker>,
+    session: &Session,
     req: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
+    let authz = broker.authz(session);
     // v6 names topics by name or id; earlier versions by name only.
     let mut wanted: Vec<(Option<String>, uuid::Uuid)> = req
         .topic_names
@@ -145,6 +177,20 @@ pub async fn delete(
             results.push(r.with_error_code(ResponseError::UnknownTopicId.code()));
             continue;
         };
+        // DESCRIBE (to learn the topic exists) and DELETE, checked before existence, so a
+        // refused client learns nothing (Kafka's ControllerApis.deleteTopics). A topic
+        // named by id is not named back to who may not describe it.
+        if !authz.allows(AclOperation::Describe, ResourceType::Topic, &resolved) {
+            results.push(r.with_error_code(denied(ResourceType::Topic)));
+            continue;
+        }
+        if !authz.allows(AclOperation::Delete, ResourceType::Topic, &resolved) {
+            results.push(
+                r.with_name(Some(topic_name(&resolved)))
+                    .with_error_code(denied(ResourceType::Topic)),
+            );
+            continue;
+        }
         results.push(match broker.delete_topic(&resolved).await {
             Ok(t) => r
                 .with_name(Some(topic_name(&t.name)))
@@ -157,12 +203,22 @@ pub async fn delete(
 
 pub async fn create_partitions(
     broker: &Arc<Broker>,
+    session: &Session,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
+    let authz = broker.authz(session);
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
         let r = CreatePartitionsTopicResult::default().with_name(topic_name(&name));
+        // ALTER on the topic (Kafka).
+        if !authz.allows(AclOperation::Alter, ResourceType::Topic, &name) {
+            results.push(
+                r.with_error_code(denied(ResourceType::Topic))
+                    .with_error_message(Some(str_bytes("Authorization failed."))),
+            );
+            continue;
+        }
         let outcome = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
             Err(BrokerError::InvalidRequest(
                 "manual replica assignment is not supported".into(),
