@@ -29,6 +29,9 @@
 
 use ring::hmac;
 
+mod peer;
+pub use peer::{InternalAuth, HANDSHAKE_TIMEOUT};
+
 /// First bytes of every handshake frame. An old-protocol frame (a length prefix) never
 /// starts with these, so a peer without authentication is refused at its first frame.
 pub const MAGIC: [u8; 4] = *b"OXIA";
@@ -63,6 +66,8 @@ pub enum AuthError {
     BadProof,
     #[error("secret of {0} bytes; at least {SECRET_LEN_MIN} required")]
     SecretTooShort(usize),
+    #[error("{0} secrets given; at most two (the one to prove with, then one more to accept)")]
+    TooManySecrets(usize),
 }
 
 /// The cluster secrets a broker knows: the one it proves with (`current`) and optionally
@@ -99,15 +104,20 @@ impl Secrets {
     }
 
     /// From a secret file's contents: the first non-empty line is the secret to prove
-    /// with, an optional second non-empty line one more to accept (for rotation).
+    /// with, an optional second non-empty line one more to accept (for rotation). A third
+    /// is refused: it is a mistake (a rotation half done by hand), not a secret to ignore.
     pub fn from_file_contents(contents: &[u8]) -> Result<Self, AuthError> {
-        let mut lines = contents
+        let lines: Vec<&[u8]> = contents
             .split(|b| *b == b'\n')
             .map(|l| l.trim_ascii())
-            .filter(|l| !l.is_empty());
-        let current = lines.next().unwrap_or_default();
-        let previous = lines.next();
-        Secrets::new(current, previous)
+            .filter(|l| !l.is_empty())
+            .collect();
+        match lines.as_slice() {
+            [] => Secrets::new(&[], None),
+            [current] => Secrets::new(current, None),
+            [current, previous] => Secrets::new(current, Some(previous)),
+            more => Err(AuthError::TooManySecrets(more.len())),
+        }
     }
 
     fn prove(&self, label: &[u8], t: &Transcript) -> [u8; PROOF_LEN] {
@@ -286,29 +296,46 @@ pub enum HandshakeError {
     Auth(#[from] AuthError),
     #[error("internal-auth handshake timed out")]
     Timeout,
+    /// The peer proved the secret but is not the broker the dialer meant to reach, or
+    /// claims another broker's WAL than the one it authenticated as.
+    #[error("authenticated as broker {authenticated}, expected broker {expected}")]
+    WrongBroker { expected: i32, authenticated: i32 },
+    /// The peer closed the connection before sending a byte of its frame.
+    #[error("the peer closed the connection at the handshake")]
+    Closed,
     #[error("internal-auth handshake: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Reads exactly one fixed-size handshake frame: no length comes from the peer.
+/// Reads exactly one fixed-size handshake frame: no length comes from the peer. The magic
+/// is read and checked first, so a peer speaking the old protocol (a frame's length prefix
+/// first, and frames shorter than a handshake's) is refused at once, not at the deadline.
 async fn read_frame<C: tokio::io::AsyncRead + Unpin>(
     conn: &mut C,
     len: usize,
 ) -> Result<Vec<u8>, HandshakeError> {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; len];
-    conn.read_exact(&mut buf).await?;
+    let first = conn.read(&mut buf[..MAGIC.len()]).await?;
+    if first == 0 {
+        return Err(HandshakeError::Closed);
+    }
+    conn.read_exact(&mut buf[first..MAGIC.len()]).await?;
+    if buf[..MAGIC.len()] != MAGIC {
+        return Err(AuthError::BadMagic.into());
+    }
+    conn.read_exact(&mut buf[MAGIC.len()..]).await?;
     Ok(buf)
 }
 
-/// Runs the dialer's side on a fresh connection, bounded by `deadline` (the broker's
+/// Runs the dialer's side on a fresh connection, bounded by `deadline` (from the broker's
 /// `Clock`); returns the server's authenticated broker id.
 pub async fn client<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     conn: &mut C,
     secrets: Secrets,
     client_id: u32,
     nonce_c: [u8; NONCE_LEN],
-    deadline: tokio::time::Sleep,
+    deadline: oxbow_metadata::clock::Sleep,
 ) -> Result<u32, HandshakeError> {
     use tokio::io::AsyncWriteExt;
     let run = async {
@@ -321,6 +348,9 @@ pub async fn client<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         Ok(server_id)
     };
     tokio::select! {
+        // Polled in order: tokio's random branch order would make the simulation's runs
+        // differ for one seed.
+        biased;
         r = run => r,
         () = deadline => Err(HandshakeError::Timeout),
     }
@@ -334,7 +364,7 @@ pub async fn server<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     secrets: Secrets,
     server_id: u32,
     nonce_s: [u8; NONCE_LEN],
-    deadline: tokio::time::Sleep,
+    deadline: oxbow_metadata::clock::Sleep,
 ) -> Result<u32, HandshakeError> {
     use tokio::io::AsyncWriteExt;
     let run = async {
@@ -346,6 +376,9 @@ pub async fn server<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         Ok(hs.on_proof(&proof)?)
     };
     tokio::select! {
+        // Polled in order: tokio's random branch order would make the simulation's runs
+        // differ for one seed.
+        biased;
         r = run => r,
         () = deadline => Err(HandshakeError::Timeout),
     }
