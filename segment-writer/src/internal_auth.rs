@@ -372,7 +372,17 @@ pub async fn server<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         let (hs, challenge) = ServerHandshake::on_hello(secrets, server_id, nonce_s, &hello)?;
         conn.write_all(&challenge).await?;
         conn.flush().await?;
-        let proof = read_frame(conn, PROOF_FRAME_LEN).await?;
+        // A peer gone after our challenge tried and gave up (say, on our proof): a
+        // failed handshake, unlike a connection closed before its first byte.
+        let proof = read_frame(conn, PROOF_FRAME_LEN)
+            .await
+            .map_err(|e| match e {
+                HandshakeError::Closed => HandshakeError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection after the challenge",
+                )),
+                e => e,
+            })?;
         Ok(hs.on_proof(&proof)?)
     };
     tokio::select! {
