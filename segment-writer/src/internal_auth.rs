@@ -26,6 +26,16 @@
 //! one it also accepts (a file's first and second lines). Three rolling restarts move a
 //! cluster from `OLD` to `NEW` with no refused connection: `OLD\nNEW`, then `NEW\nOLD`,
 //! then `NEW`.
+//!
+//! Turning it on: there is no mixed mode. A broker with secrets and one without refuse each
+//! other (one fails on the other's magic, the other reads it as an oversized frame length),
+//! so while a restart rolls the two halves neither replicate to each other nor answer each
+//! other's tail requests: `acks=all` with `min.insync.replicas` ≥ 2 is refused and a
+//! failover's recovery waits (retried) for a replica of its half. Nothing acknowledged is
+//! lost; restart all brokers together, or roll quickly.
+//!
+//! Wiring: [`InternalAuth`] (`internal_auth/peer.rs`) runs [`client`] and [`server`] for a
+//! broker, with its id, secrets, `Clock` and `Rng`, and counts and logs failures.
 
 use ring::hmac;
 
