@@ -306,10 +306,12 @@ pub enum HandshakeError {
     Auth(#[from] AuthError),
     #[error("internal-auth handshake timed out")]
     Timeout,
-    /// The peer proved the secret but is not the broker the dialer meant to reach, or
-    /// claims another broker's WAL than the one it authenticated as.
+    /// The peer proved the secret but is not the broker the dialer meant to reach.
     #[error("authenticated as broker {authenticated}, expected broker {expected}")]
     WrongBroker { expected: i32, authenticated: i32 },
+    /// The peer proved the secret as one broker, then claimed another broker's WAL.
+    #[error("authenticated as broker {authenticated}, but claims broker {claimed}'s WAL")]
+    ClaimsAnother { authenticated: i32, claimed: i32 },
     /// The peer closed the connection before sending a byte of its frame.
     #[error("the peer closed the connection at the handshake")]
     Closed,

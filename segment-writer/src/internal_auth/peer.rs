@@ -179,9 +179,9 @@ impl InternalAuth {
             Some(id) if id != claimed => {
                 self.failed(
                     peer,
-                    &HandshakeError::WrongBroker {
-                        expected: id,
-                        authenticated: claimed,
+                    &HandshakeError::ClaimsAnother {
+                        authenticated: id,
+                        claimed,
                     },
                 );
                 false
