@@ -8,9 +8,9 @@
 //! a peer that fails it is closed having been sent nothing but the challenge, before any
 //! frame of it is read. Then each connection is one replication stream (first frame
 //! `Hello`, whose source must be the broker the peer authenticated as) or one tail request
-//! (`FetchTail`, any authenticated broker: recoveries ask everyone). A stream's frames are read
-//! by one task and written by another, so everything that arrived while the previous fsync
-//! ran shares the next one (group commit, as in the WAL).
+//! (`FetchTail`, from any authenticated broker: recoveries ask everyone). A stream's
+//! frames are read by one task and written by another, so everything that arrived while
+//! the previous fsync ran shares the next one (group commit, as in the WAL).
 
 use crate::error::{Error, Result};
 use crate::internal_auth::InternalAuth;
