@@ -104,7 +104,10 @@ mod tests {
         let secret = "s3cr3t-0123456789abcdef0123456789abcdef";
         let ok = write("ok", format!("{secret}\n").as_bytes());
         let read = read_internal_auth_secrets(&ok).expect("a good file");
-        assert!(!format!("{read:?}").contains("s3cr3t"), "Debug shows the secret");
+        assert!(
+            !format!("{read:?}").contains("s3cr3t"),
+            "Debug shows the secret"
+        );
         let rotating = write("rotating", format!("{secret}\n{secret}-old\n").as_bytes());
         assert!(read_internal_auth_secrets(&rotating).is_ok());
         for (path, why) in [
