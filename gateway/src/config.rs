@@ -1,7 +1,45 @@
 //! Typed settings values parsed from flags and `OXBOW_*` environment variables.
 
+use oxbow_segment_writer::internal_auth::Secrets;
 use std::fmt;
+use std::io::Read;
+use std::path::Path;
 use std::str::FromStr;
+
+/// Largest `--internal-auth-secret-file` read: two secrets are a few hundred bytes; a path
+/// to something else (a device, a log) must not make the broker read it whole.
+const SECRET_FILE_BYTES_MAX: u64 = 64 << 10;
+
+/// Reads `--internal-auth-secret-file` (see [`Secrets::from_file_contents`]). The error
+/// names the flag and the path, never a byte of the file.
+pub fn read_internal_auth_secrets(path: &Path) -> Result<Secrets, String> {
+    let bad = |why: String| format!("--internal-auth-secret-file {}: {why}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let mut contents = Vec::new();
+    file.take(SECRET_FILE_BYTES_MAX + 1)
+        .read_to_end(&mut contents)
+        .map_err(|e| bad(format!("cannot read: {e}")))?;
+    if contents.len() as u64 > SECRET_FILE_BYTES_MAX {
+        return Err(bad(format!(
+            "larger than {SECRET_FILE_BYTES_MAX} bytes; expected one or two lines"
+        )));
+    }
+    let secrets = Secrets::from_file_contents(&contents).map_err(|e| bad(e.to_string()));
+    // Best effort: overwritten rather than left as is in freed memory.
+    contents.fill(0);
+    let secrets = secrets?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(path = %path.display(),
+                    "--internal-auth-secret-file is readable by other users; chmod 600 it");
+            }
+        }
+    }
+    Ok(secrets)
+}
 
 /// A size in bytes, written as `1048576`, `512KiB`, `16MiB`, `2GiB` (also `KB`/`MB`/`GB`,
 /// which mean the same powers of 1024 here, as in Kafka's docs).
@@ -54,6 +92,44 @@ impl fmt::Display for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_auth_secret_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, contents: &[u8]| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, contents).expect("write");
+            p
+        };
+        let secret = "s3cr3t-0123456789abcdef0123456789abcdef";
+        let ok = write("ok", format!("{secret}\n").as_bytes());
+        let read = read_internal_auth_secrets(&ok).expect("a good file");
+        assert!(
+            !format!("{read:?}").contains("s3cr3t"),
+            "Debug shows the secret"
+        );
+        let rotating = write("rotating", format!("{secret}\n{secret}-old\n").as_bytes());
+        assert!(read_internal_auth_secrets(&rotating).is_ok());
+        for (path, why) in [
+            (dir.path().join("absent"), "cannot open"),
+            (write("short", b"s3cr3t\n"), "at least 32"),
+            (write("empty", b"\n\n"), "at least 32"),
+            (
+                write(
+                    "three",
+                    format!("{secret}\n{secret}\n{secret}\n").as_bytes(),
+                ),
+                "at most two",
+            ),
+            (write("huge", &vec![b'x'; 70 << 10]), "larger than"),
+            (dir.path().to_path_buf(), "cannot read"),
+        ] {
+            let err = read_internal_auth_secrets(&path).expect_err(why);
+            assert!(err.starts_with("--internal-auth-secret-file "), "{err}");
+            assert!(err.contains(why), "{err}");
+            assert!(!err.contains("s3cr3t"), "the secret leaked: {err}");
+        }
+    }
 
     #[test]
     fn parses_sizes() {

@@ -336,6 +336,13 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "In-sync copies of this broker's WAL, its own included (acks=all needs min.insync.replicas).",
         &one(broker.log.replicator.in_sync_copies() as f64),
     );
+    write_metric(
+        &mut out,
+        "oxbow_internal_auth_failures_total",
+        "counter",
+        "Internal-port handshakes that failed, either side (wrong or missing --internal-auth-secret-file, a peer not the broker it claims, a timeout).",
+        &one(broker.log.internal_auth().failures() as f64),
+    );
     let cm = &broker.log.compact_metrics;
     for (name, help, value) in [
         (

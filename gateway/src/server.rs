@@ -178,6 +178,14 @@ pub struct ServeArgs {
     /// host:port other brokers are told to use for --internal-addr (default: the bound address).
     #[arg(long, env = "OXBOW_ADVERTISED_INTERNAL_ADDR")]
     pub advertised_internal_addr: Option<String>,
+    /// File holding the cluster's internal-port secret: brokers prove it to each other
+    /// (mutual HMAC-SHA256 challenge–response) before any WAL copy, trim or tail crosses
+    /// --internal-addr. First line: the secret (at least 32 bytes, e.g. `openssl rand -hex
+    /// 32`); an optional second line: one more secret to accept while rotating. Unset: the
+    /// internal port serves whoever reaches it. Every broker of a cluster needs it: a broker
+    /// with it and one without refuse each other.
+    #[arg(long, env = "OXBOW_INTERNAL_AUTH_SECRET_FILE")]
+    pub internal_auth_secret_file: Option<PathBuf>,
     /// Copies of the WAL, this broker's included, each in a different zone (capped by the
     /// zones with live brokers). More copies survive more zone losses; each copy costs a
     /// cross-zone transfer of every produced byte and a replica's disk.
@@ -349,6 +357,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.max_request_bytes
         );
     }
+    // Before binding anything: a bad secret file stops the broker with the flag named.
+    let internal_auth_secrets = args
+        .internal_auth_secret_file
+        .as_deref()
+        .map(crate::config::read_internal_auth_secrets)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let fd_limit = crate::fd_limit::raise_to_hard_limit();
     crate::fd_limit::check_capacity(
         fd_limit,
@@ -393,6 +408,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding --internal-addr {}", args.internal_addr))?;
     let internal_bound = internal_listener.local_addr()?;
+    if internal_auth_secrets.is_none() && !internal_bound.ip().is_loopback() {
+        tracing::warn!(internal_addr = %internal_bound,
+            "the internal port is reachable beyond this host and unauthenticated: anyone reaching it can read and trim WAL copies; set --internal-auth-secret-file on every broker");
+    }
     let http_bound = http_listener.local_addr()?;
 
     let metadata = open_store(&args.metadata, &args.data_dir)
@@ -441,6 +460,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 az: args.az.clone(),
                 replication_factor: args.wal_replication_factor,
                 replica_lag_max: args.replica_lag_max,
+                internal_auth: internal_auth_secrets,
             },
             durability: match args.durability {
                 Durability::Wal => oxbow_segment_writer::Durability::Wal,
@@ -515,7 +535,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     background.spawn(log.replicator.clone().run(stop_sealing.clone()));
     background.spawn(serve_internal(
         internal_listener,
-        args.broker_id,
+        log.internal_auth().clone(),
         log.replica_store.clone(),
         stop_sealing.clone(),
         background.clone(),

@@ -26,8 +26,21 @@
 //! one it also accepts (a file's first and second lines). Three rolling restarts move a
 //! cluster from `OLD` to `NEW` with no refused connection: `OLD\nNEW`, then `NEW\nOLD`,
 //! then `NEW`.
+//!
+//! Turning it on: there is no mixed mode. A broker with secrets and one without refuse each
+//! other (one fails on the other's magic, the other reads it as an oversized frame length),
+//! so while a restart rolls the two halves neither replicate to each other nor answer each
+//! other's tail requests: `acks=all` with `min.insync.replicas` ≥ 2 is refused and a
+//! failover's recovery waits (retried) for a replica of its half. Nothing acknowledged is
+//! lost; restart all brokers together, or roll quickly.
+//!
+//! Wiring: [`InternalAuth`] (`internal_auth/peer.rs`) runs [`client`] and [`server`] for a
+//! broker, with its id, secrets, `Clock` and `Rng`, and counts and logs failures.
 
 use ring::hmac;
+
+mod peer;
+pub use peer::{InternalAuth, HANDSHAKE_TIMEOUT};
 
 /// First bytes of every handshake frame. An old-protocol frame (a length prefix) never
 /// starts with these, so a peer without authentication is refused at its first frame.
@@ -63,6 +76,8 @@ pub enum AuthError {
     BadProof,
     #[error("secret of {0} bytes; at least {SECRET_LEN_MIN} required")]
     SecretTooShort(usize),
+    #[error("{0} secrets given; at most two (the one to prove with, then one more to accept)")]
+    TooManySecrets(usize),
 }
 
 /// The cluster secrets a broker knows: the one it proves with (`current`) and optionally
@@ -99,15 +114,20 @@ impl Secrets {
     }
 
     /// From a secret file's contents: the first non-empty line is the secret to prove
-    /// with, an optional second non-empty line one more to accept (for rotation).
+    /// with, an optional second non-empty line one more to accept (for rotation). A third
+    /// is refused: it is a mistake (a rotation half done by hand), not a secret to ignore.
     pub fn from_file_contents(contents: &[u8]) -> Result<Self, AuthError> {
-        let mut lines = contents
+        let lines: Vec<&[u8]> = contents
             .split(|b| *b == b'\n')
             .map(|l| l.trim_ascii())
-            .filter(|l| !l.is_empty());
-        let current = lines.next().unwrap_or_default();
-        let previous = lines.next();
-        Secrets::new(current, previous)
+            .filter(|l| !l.is_empty())
+            .collect();
+        match lines.as_slice() {
+            [] => Secrets::new(&[], None),
+            [current] => Secrets::new(current, None),
+            [current, previous] => Secrets::new(current, Some(previous)),
+            more => Err(AuthError::TooManySecrets(more.len())),
+        }
     }
 
     fn prove(&self, label: &[u8], t: &Transcript) -> [u8; PROOF_LEN] {
@@ -286,29 +306,48 @@ pub enum HandshakeError {
     Auth(#[from] AuthError),
     #[error("internal-auth handshake timed out")]
     Timeout,
+    /// The peer proved the secret but is not the broker the dialer meant to reach.
+    #[error("authenticated as broker {authenticated}, expected broker {expected}")]
+    WrongBroker { expected: i32, authenticated: i32 },
+    /// The peer proved the secret as one broker, then claimed another broker's WAL.
+    #[error("authenticated as broker {authenticated}, but claims broker {claimed}'s WAL")]
+    ClaimsAnother { authenticated: i32, claimed: i32 },
+    /// The peer closed the connection before sending a byte of its frame.
+    #[error("the peer closed the connection at the handshake")]
+    Closed,
     #[error("internal-auth handshake: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Reads exactly one fixed-size handshake frame: no length comes from the peer.
+/// Reads exactly one fixed-size handshake frame: no length comes from the peer. The magic
+/// is read and checked first, so a peer speaking the old protocol (a frame's length prefix
+/// first, and frames shorter than a handshake's) is refused at once, not at the deadline.
 async fn read_frame<C: tokio::io::AsyncRead + Unpin>(
     conn: &mut C,
     len: usize,
 ) -> Result<Vec<u8>, HandshakeError> {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; len];
-    conn.read_exact(&mut buf).await?;
+    let first = conn.read(&mut buf[..MAGIC.len()]).await?;
+    if first == 0 {
+        return Err(HandshakeError::Closed);
+    }
+    conn.read_exact(&mut buf[first..MAGIC.len()]).await?;
+    if buf[..MAGIC.len()] != MAGIC {
+        return Err(AuthError::BadMagic.into());
+    }
+    conn.read_exact(&mut buf[MAGIC.len()..]).await?;
     Ok(buf)
 }
 
-/// Runs the dialer's side on a fresh connection, bounded by `deadline` (the broker's
+/// Runs the dialer's side on a fresh connection, bounded by `deadline` (from the broker's
 /// `Clock`); returns the server's authenticated broker id.
 pub async fn client<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     conn: &mut C,
     secrets: Secrets,
     client_id: u32,
     nonce_c: [u8; NONCE_LEN],
-    deadline: tokio::time::Sleep,
+    deadline: oxbow_metadata::clock::Sleep,
 ) -> Result<u32, HandshakeError> {
     use tokio::io::AsyncWriteExt;
     let run = async {
@@ -321,6 +360,9 @@ pub async fn client<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         Ok(server_id)
     };
     tokio::select! {
+        // Polled in order: tokio's random branch order would make the simulation's runs
+        // differ for one seed.
+        biased;
         r = run => r,
         () = deadline => Err(HandshakeError::Timeout),
     }
@@ -334,7 +376,7 @@ pub async fn server<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     secrets: Secrets,
     server_id: u32,
     nonce_s: [u8; NONCE_LEN],
-    deadline: tokio::time::Sleep,
+    deadline: oxbow_metadata::clock::Sleep,
 ) -> Result<u32, HandshakeError> {
     use tokio::io::AsyncWriteExt;
     let run = async {
@@ -342,10 +384,23 @@ pub async fn server<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         let (hs, challenge) = ServerHandshake::on_hello(secrets, server_id, nonce_s, &hello)?;
         conn.write_all(&challenge).await?;
         conn.flush().await?;
-        let proof = read_frame(conn, PROOF_FRAME_LEN).await?;
+        // A peer gone after our challenge tried and gave up (say, on our proof): a
+        // failed handshake, unlike a connection closed before its first byte.
+        let proof = read_frame(conn, PROOF_FRAME_LEN)
+            .await
+            .map_err(|e| match e {
+                HandshakeError::Closed => HandshakeError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection after the challenge",
+                )),
+                e => e,
+            })?;
         Ok(hs.on_proof(&proof)?)
     };
     tokio::select! {
+        // Polled in order: tokio's random branch order would make the simulation's runs
+        // differ for one seed.
+        biased;
         r = run => r,
         () = deadline => Err(HandshakeError::Timeout),
     }

@@ -12,6 +12,8 @@
 //! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
 //!   protocol between brokers; [`transport`]: how brokers dial each other (TCP, or the
 //!   simulation's network of zones).
+//! - [`internal_auth`]: the brokers' mutual authentication on the internal port (a pure
+//!   handshake core, and [`internal_auth::InternalAuth`], which runs it on every connection).
 //! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas;
 //!   [`recovery_state`]: recoveries waiting for a replica to answer, and their backoff.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).

@@ -23,6 +23,7 @@
 use crate::batch;
 use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
+use crate::internal_auth::InternalAuth;
 use crate::recovery_state::RecoveryKey;
 use crate::replicate::{ReplicationSettings, Replicator};
 use crate::transport::{ReplicaTransport, TcpTransport};
@@ -127,6 +128,9 @@ pub struct LogManager {
     pub(crate) commit: Arc<CommitTracker>,
     /// Streams the WAL to replicas; run by [`Replicator::run`].
     pub replicator: Arc<Replicator>,
+    /// How internal connections authenticate, both ways (the replica server's copy comes
+    /// from [`LogManager::internal_auth`]); its failure counter is exported on `/metrics`.
+    internal_auth: InternalAuth,
     /// Compaction counters (shared with the compactor task; exported on `/metrics`).
     pub compact_metrics: Arc<crate::compact::CompactMetrics>,
     /// Other brokers' WAL copies held here (`{data dir}/replicas`, beside `wal/`).
@@ -212,6 +216,12 @@ impl LogManager {
             }
             Durability::Direct => (None, Vec::new()),
         };
+        let internal_auth = InternalAuth::new(
+            settings.broker_id,
+            settings.replication.internal_auth.clone(),
+            clock.clone(),
+            rng.clone(),
+        );
         let durable_sequence = wal.as_ref().map_or(0, Wal::durable_sequence);
         let commit = Arc::new(CommitTracker::new(durable_sequence));
         let mut replication = settings.replication.clone();
@@ -225,6 +235,7 @@ impl LogManager {
             metadata.clone(),
             commit.clone(),
             transport.clone(),
+            internal_auth.clone(),
             clock.clone(),
             durable_sequence,
             // Raised by the first seal; until then no replica counts as covering the
@@ -258,11 +269,13 @@ impl LogManager {
             metadata.clone(),
             replica_store.clone(),
             transport,
+            internal_auth.clone(),
             clock.clone(),
             rng.clone(),
             if lost_wal { previous } else { None },
         );
         let manager = Arc::new(LogManager {
+            internal_auth,
             compact_metrics: Arc::default(),
             replica_store,
             settings,
@@ -317,6 +330,12 @@ impl LogManager {
         }
         out.extend(self.recovery.not_ready_reasons());
         out
+    }
+
+    /// How this broker's internal connections authenticate: give a clone to
+    /// [`crate::serve_internal`]; its [`InternalAuth::failures`] go on `/metrics`.
+    pub fn internal_auth(&self) -> &InternalAuth {
+        &self.internal_auth
     }
 
     /// Why the WAL stopped accepting writes (`None`: healthy, or no WAL).

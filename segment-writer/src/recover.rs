@@ -17,6 +17,7 @@
 
 use crate::batch;
 use crate::error::{Error, Result};
+use crate::internal_auth::InternalAuth;
 use crate::replica_proto::{read_frame, write_frame, Frame};
 use crate::replica_store::ReplicaStore;
 use crate::transport::ReplicaTransport;
@@ -113,8 +114,10 @@ pub fn chain(tail: &Tail, tp: TopicPartition, from: Offset) -> Result<Vec<Bytes>
 /// lost WAL. Also answers whether the source was registered (alive) when asked: a tail
 /// fetched from a live source may grow, one fetched from a dead source cannot until it
 /// registers again.
+#[allow(clippy::too_many_arguments)] // components, then the request
 pub async fn fetch_tail(
     transport: &Arc<dyn ReplicaTransport>,
+    auth: &InternalAuth,
     metadata: &Arc<dyn MetadataStore>,
     me: BrokerId,
     local: &Arc<ReplicaStore>,
@@ -139,7 +142,7 @@ pub async fn fetch_tail(
         .map(|b| {
             let addr = b.internal_addr.clone();
             let id = b.broker_id;
-            async move { (id, fetch_from(&**transport, &addr, source).await) }
+            async move { (id, fetch_from(&**transport, auth, id, &addr, source).await) }
         });
     let mut answers = futures::future::join_all(asks).await;
     answers.push((me, own));
@@ -236,11 +239,15 @@ pub async fn fetch_tail(
 
 async fn fetch_from(
     transport: &dyn ReplicaTransport,
+    auth: &InternalAuth,
+    broker: BrokerId,
     addr: &str,
     source: BrokerId,
 ) -> Result<Vec<(u64, Bytes)>> {
     let go = async {
         let mut socket = transport.connect(addr).await?;
+        // Only the broker registered at `addr` may answer for what it holds.
+        auth.dial(&mut socket, broker, addr).await?;
         write_frame(&mut socket, &Frame::FetchTail { source }).await?;
         let mut out = Vec::new();
         loop {

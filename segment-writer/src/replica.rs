@@ -3,12 +3,17 @@
 //! them when their source says so, and answers tail requests from brokers recovering a dead
 //! source's partitions.
 //!
-//! Lifecycle: [`serve_internal`] accepts until shutdown; each connection is one replication
-//! stream (first frame `Hello`) or one tail request (`FetchTail`). A stream's frames are read
-//! by one task and written by another, so everything that arrived while the previous fsync
-//! ran shares the next one (group commit, as in the WAL).
+//! Lifecycle: [`serve_internal`] accepts until shutdown; each connection first runs the
+//! internal-auth handshake ([`crate::internal_auth`], with `--internal-auth-secret-file`):
+//! a peer that fails it is closed having been sent nothing but the challenge, before any
+//! frame of it is read. Then each connection is one replication stream (first frame
+//! `Hello`, whose source must be the broker the peer authenticated as) or one tail request
+//! (`FetchTail`, from any authenticated broker: recoveries ask everyone). A stream's
+//! frames are read by one task and written by another, so everything that arrived while
+//! the previous fsync ran shares the next one (group commit, as in the WAL).
 
 use crate::error::{Error, Result};
+use crate::internal_auth::InternalAuth;
 use crate::replica_proto::{read_frame, write_frame, Frame};
 use crate::replica_store::ReplicaStore;
 use crate::transport::{BoxConn, ReplicaListener};
@@ -24,10 +29,10 @@ const CONNECTIONS_MAX: usize = 256;
 /// Frames queued between a stream's reader and its writer (backpressure beyond).
 const STREAM_QUEUE_FRAMES: usize = 64;
 
-/// Serves the internal protocol until `shutdown`.
+/// Serves the internal protocol until `shutdown`, as broker `auth.broker_id()`.
 pub async fn serve_internal<L: ReplicaListener>(
     mut listener: L,
-    me: BrokerId,
+    auth: InternalAuth,
     store: Arc<ReplicaStore>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -53,6 +58,7 @@ pub async fn serve_internal<L: ReplicaListener>(
             continue;
         };
         let store = store.clone();
+        let auth = auth.clone();
         let stop = shutdown.clone();
         tasks.spawn(async move {
             let _permit = permit;
@@ -61,7 +67,7 @@ pub async fn serve_internal<L: ReplicaListener>(
                 // simulation's runs differ for one seed.
                 biased;
                 _ = stop.cancelled() => {}
-                r = connection(socket, me, store) => {
+                r = connection(socket, &peer, &auth, store) => {
                     if let Err(e) = r {
                         tracing::info!(%peer, error = %e, "internal connection ended");
                     }
@@ -71,7 +77,17 @@ pub async fn serve_internal<L: ReplicaListener>(
     }
 }
 
-async fn connection(socket: BoxConn, me: BrokerId, store: Arc<ReplicaStore>) -> Result<()> {
+async fn connection(
+    mut socket: BoxConn,
+    peer: &str,
+    auth: &InternalAuth,
+    store: Arc<ReplicaStore>,
+) -> Result<()> {
+    let me = auth.broker_id();
+    // Counted and logged (rate-limited) inside; the connection just closes.
+    let Ok(authenticated) = auth.accept(&mut socket, peer).await else {
+        return Ok(());
+    };
     let (mut rd, mut wr) = tokio::io::split(socket);
     match read_frame(&mut rd).await? {
         Some(Frame::Hello {
@@ -79,6 +95,11 @@ async fn connection(socket: BoxConn, me: BrokerId, store: Arc<ReplicaStore>) -> 
             incarnation,
             start_sequence,
         }) => {
+            // A broker may stream (and trim) only its own WAL's copy: closed unanswered
+            // otherwise, like any other failed authentication.
+            if !auth.may_act_for(authenticated, source, peer) {
+                return Ok(());
+            }
             if source == me {
                 write_frame(
                     &mut wr,

@@ -16,6 +16,7 @@
 
 use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
+use crate::internal_auth::InternalAuth;
 use crate::replica_proto::{read_frame, write_frame, Frame};
 use crate::transport::ReplicaTransport;
 use bytes::Bytes;
@@ -41,6 +42,11 @@ pub struct ReplicationSettings {
     /// An in-sync replica holding back an acknowledgement this long leaves the in-sync set:
     /// the longest `acks=all` stall a lost zone causes.
     pub replica_lag_max: Duration,
+    /// The cluster secrets every internal connection authenticates with
+    /// (`--internal-auth-secret-file`, [`crate::internal_auth`]); `None`: no handshake, and
+    /// anyone reaching the internal port is served. The handshake costs one round trip per
+    /// connection (streams are long-lived; tail requests are rare), nothing per write.
+    pub internal_auth: Option<crate::internal_auth::Secrets>,
 }
 
 impl Default for ReplicationSettings {
@@ -49,6 +55,7 @@ impl Default for ReplicationSettings {
             az: None,
             replication_factor: 1,
             replica_lag_max: Duration::from_secs(3),
+            internal_auth: None,
         }
     }
 }
@@ -120,6 +127,8 @@ pub struct Replicator {
     pub(crate) commit: Arc<CommitTracker>,
     /// How replica streams are dialled (TCP, or the simulation's network).
     transport: Arc<dyn ReplicaTransport>,
+    /// Authenticates every stream before its `Hello` (no-op without secrets).
+    auth: InternalAuth,
     clock: Arc<dyn Clock>,
     subscribers: Mutex<Subscribers>,
     /// Everything before it is in the object store (set by the sealer).
@@ -143,6 +152,7 @@ impl Replicator {
         metadata: Arc<dyn MetadataStore>,
         commit: Arc<CommitTracker>,
         transport: Arc<dyn ReplicaTransport>,
+        auth: InternalAuth,
         clock: Arc<dyn Clock>,
         next_sequence: u64,
         sealed_floor: u64,
@@ -154,6 +164,7 @@ impl Replicator {
             metadata,
             commit,
             transport,
+            auth,
             clock,
             subscribers: Mutex::new(Subscribers {
                 next_sequence,
@@ -522,9 +533,11 @@ impl Replicator {
         addr: &str,
         stop: &CancellationToken,
     ) -> Result<()> {
-        let socket = tokio::time::timeout(CONNECT_TIMEOUT, self.transport.connect(addr))
+        let mut socket = tokio::time::timeout(CONNECT_TIMEOUT, self.transport.connect(addr))
             .await
             .map_err(|_| Error::Replication(format!("connecting to {addr} timed out")))??;
+        // Before anything of the WAL goes out: the peer proves it is `replica`.
+        self.auth.dial(&mut socket, replica, addr).await?;
         let (mut rd, mut wr) = tokio::io::split(socket);
         let (mut groups, start_sequence) = self.subscribe(replica)?;
         write_frame(

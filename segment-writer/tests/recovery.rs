@@ -7,6 +7,7 @@
 
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore, TopicSpec, WalReplicaSet};
+use oxbow_segment_writer::internal_auth::InternalAuth;
 use oxbow_segment_writer::recovery_state::{RecoveryKey, BACKOFF_MAX, BACKOFF_MIN};
 use oxbow_segment_writer::{
     objects, serve_internal, ErrorKind, LogManager, LogSettings, ReplicaStore, WalSettings,
@@ -140,7 +141,7 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
     }
     let server = tokio::spawn(serve_internal(
         listener,
-        2,
+        InternalAuth::disabled(2),
         store,
         stop.clone(),
         TaskTracker::new(),

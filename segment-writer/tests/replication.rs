@@ -102,6 +102,7 @@ impl Cluster {
                     az: Some(format!("az{id}")),
                     replication_factor: 3,
                     replica_lag_max: Duration::from_millis(500),
+                    internal_auth: None,
                 },
             },
             self.metadata.clone(),
@@ -117,7 +118,7 @@ impl Cluster {
             tokio::spawn(log.clone().run_recoveries(stop.clone())),
             tokio::spawn(serve_internal(
                 listener,
-                id,
+                log.internal_auth().clone(),
                 log.replica_store.clone(),
                 stop.clone(),
                 TaskTracker::new(),

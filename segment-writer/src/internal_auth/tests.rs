@@ -125,6 +125,12 @@ fn secret_file_contents() {
     let s = Secrets::from_file_contents(&two).expect("two lines");
     assert!(s.previous.is_some());
     assert_eq!(run(s, secrets(A)), Ok((7, 9)));
+    let mut three = two.clone();
+    three.extend_from_slice(A);
+    assert_eq!(
+        Secrets::from_file_contents(&three).err(),
+        Some(AuthError::TooManySecrets(3))
+    );
     let dbg = format!("{:?}", Secrets::from_file_contents(A).expect("one line"));
     assert!(!dbg.contains("0123"), "{dbg}");
 }
@@ -133,7 +139,9 @@ fn secret_file_contents() {
 async fn driver_over_a_duplex_and_its_timeout() {
     use std::time::Duration;
     let (mut a, mut b) = tokio::io::duplex(4096);
-    let far = || tokio::time::sleep(Duration::from_secs(60));
+    let far = || -> oxbow_metadata::clock::Sleep {
+        Box::pin(tokio::time::sleep(Duration::from_secs(60)))
+    };
     let (c, s) = tokio::join!(
         client(&mut a, secrets(A), 7, [1; NONCE_LEN], far()),
         server(&mut b, secrets(A), 9, [2; NONCE_LEN], far()),
@@ -145,4 +153,29 @@ async fn driver_over_a_duplex_and_its_timeout() {
     let (_silent, mut b) = tokio::io::duplex(4096);
     let r = server(&mut b, secrets(A), 9, [2; NONCE_LEN], far()).await;
     assert!(matches!(r, Err(HandshakeError::Timeout)), "{r:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_protocol_peer_is_refused_at_once_and_a_silent_close_is_told_apart() {
+    use tokio::io::AsyncWriteExt;
+    let far = || -> oxbow_metadata::clock::Sleep {
+        Box::pin(tokio::time::sleep(std::time::Duration::from_secs(60)))
+    };
+    // An old-protocol Hello (a 25-byte frame: shorter than a handshake Hello) is refused
+    // on its first four bytes, not at the deadline (time is paused: waiting would time out).
+    let (mut old, mut b) = tokio::io::duplex(4096);
+    let mut hello = 21u32.to_be_bytes().to_vec();
+    hello.push(1);
+    hello.extend_from_slice(&[0; 20]);
+    old.write_all(&hello).await.expect("write");
+    let r = server(&mut b, secrets(A), 9, [2; NONCE_LEN], far()).await;
+    assert!(
+        matches!(r, Err(HandshakeError::Auth(AuthError::BadMagic))),
+        "{r:?}"
+    );
+    // A peer that hangs up before a byte.
+    let (gone, mut b) = tokio::io::duplex(4096);
+    drop(gone);
+    let r = server(&mut b, secrets(A), 9, [2; NONCE_LEN], far()).await;
+    assert!(matches!(r, Err(HandshakeError::Closed)), "{r:?}");
 }

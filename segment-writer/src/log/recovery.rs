@@ -49,6 +49,8 @@ pub(super) struct LogRecovery {
     replica_store: Arc<ReplicaStore>,
     /// Dials other brokers' internal ports (tail requests of recoveries).
     transport: Arc<dyn ReplicaTransport>,
+    /// Authenticates those connections (no-op without secrets).
+    auth: crate::internal_auth::InternalAuth,
     clock: Arc<dyn Clock>,
     /// Draws the retry backoff's jitter.
     rng: Arc<dyn Rng>,
@@ -69,11 +71,13 @@ pub(super) struct LogRecovery {
 impl LogRecovery {
     /// `own_previous`: the replica-set record of this broker's previous incarnation, if its
     /// WAL directory is new and that incarnation's tail is still owed.
+    #[allow(clippy::too_many_arguments)] // components and start state, each needed once
     pub(super) fn new(
         broker_id: BrokerId,
         metadata: Arc<dyn MetadataStore>,
         replica_store: Arc<ReplicaStore>,
         transport: Arc<dyn ReplicaTransport>,
+        auth: crate::internal_auth::InternalAuth,
         clock: Arc<dyn Clock>,
         rng: Arc<dyn Rng>,
         own_previous: Option<WalReplicaSet>,
@@ -83,6 +87,7 @@ impl LogRecovery {
             metadata,
             replica_store,
             transport,
+            auth,
             clock,
             rng,
             self_recovery: Mutex::new(own_previous),
@@ -277,6 +282,7 @@ impl LogRecovery {
         }
         let (tail, source_registered) = crate::recover::fetch_tail(
             &self.transport,
+            &self.auth,
             &self.metadata,
             self.broker_id,
             &self.replica_store,

@@ -20,6 +20,7 @@ use oxbow_metadata::{
     TopicId, TopicMetadata, TopicSpec,
 };
 use oxbow_segment_writer::faulty_store::FaultyObjectStore;
+use oxbow_segment_writer::internal_auth::Secrets;
 use oxbow_segment_writer::transport::SimNet;
 use oxbow_segment_writer::wal_disk::MemDisk;
 use oxbow_segment_writer::{
@@ -45,6 +46,12 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 
 pub fn zone(id: BrokerId) -> String {
     format!("az{id}")
+}
+
+/// The cluster's internal-auth secret: the same on every simulated broker.
+fn sim_secrets() -> Secrets {
+    Secrets::new(b"oxbow-simulation-cluster-secret-0123456789", None)
+        .expect("the simulation's secret is long enough")
 }
 
 fn internal_addr(id: BrokerId) -> String {
@@ -234,6 +241,9 @@ impl Cluster {
                 az: Some(zone(id)),
                 replication_factor: 3,
                 replica_lag_max: Duration::from_millis(500),
+                // Every simulated broker shares one secret, so every seed runs the
+                // handshake on every internal connection (nonces from the broker's Rng).
+                internal_auth: Some(sim_secrets()),
             },
         }
     }
@@ -348,7 +358,7 @@ impl Cluster {
             tokio::spawn(log.replicator.clone().run(stop.clone())),
             tokio::spawn(serve_internal(
                 listener,
-                id,
+                log.internal_auth().clone(),
                 log.replica_store.clone(),
                 stop.clone(),
                 TaskTracker::new(),
