@@ -9,9 +9,11 @@
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
+//! - [`sasl`]: SASL authentication (SCRAM, PLAIN, re-authentication), pure.
 
 pub mod cache;
 pub mod listeners;
+pub mod sasl;
 
 use std::fmt;
 use std::net::SocketAddr;
