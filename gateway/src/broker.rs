@@ -48,6 +48,8 @@ pub struct BrokerSettings {
     /// what a topic that sets no `retention.*` is retained by, and described with.
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
+    /// SASL on SASL_* listeners (`--sasl-enabled-mechanisms` and friends).
+    pub sasl: Arc<crate::security::sasl::SaslSettings>,
 }
 
 /// Shared broker state; one per process.

@@ -66,6 +66,8 @@ pub struct ServeArgs {
     pub kafka_addr: SocketAddr,
     #[command(flatten)]
     pub listeners: ListenerArgs,
+    #[command(flatten)]
+    pub sasl: crate::security::sasl::SaslArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -358,10 +360,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.advertised_kafka_addr.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
+    let sasl = args.sasl.settings().map_err(anyhow::Error::msg)?;
     for l in &plan.listeners {
-        if l.protocol != SecurityProtocol::Plaintext {
+        // SASL_SSL waits for TLS listeners (another part of issue 15).
+        if !matches!(
+            l.protocol,
+            SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext
+        ) {
             anyhow::bail!(
-                "listener {}: {} listeners are not supported yet (only PLAINTEXT)",
+                "listener {}: {} listeners are not supported yet (only PLAINTEXT and SASL_PLAINTEXT)",
                 l.name,
                 l.protocol
             );
@@ -471,6 +478,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
             log_retention_ms: args.log_retention_ms,
             log_retention_bytes: args.log_retention_bytes,
+            sasl: Arc::new(sasl),
         },
         metadata.clone(),
         log.clone(),

@@ -449,6 +449,7 @@ mod tests {
             cluster_id: "test".into(),
             log_retention_ms: 604_800_000,
             log_retention_bytes: -1,
+            sasl: Default::default(),
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }

@@ -13,6 +13,8 @@ mod metadata;
 mod produce;
 mod producer_id;
 mod reassign;
+pub mod sasl;
+mod scram_users;
 mod topics;
 
 use crate::broker::Broker;
@@ -107,6 +109,13 @@ pub async fn handle(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(leader_epoch::handle(broker, r).await)
         }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(scram_users::describe(broker, r).await)
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(scram_users::alter(broker, r).await)
+        }
+        // SaslHandshake/SaslAuthenticate are answered by the connection loop (sasl.rs).
         other => {
             // Unreachable: the connection refuses versions not in SUPPORTED before decoding.
             tracing::error!(request = ?std::mem::discriminant(&other), "request of an unadvertised API reached a handler");
