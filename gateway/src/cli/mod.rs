@@ -11,6 +11,7 @@
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
 //! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
 //! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
+//! - [`users`]: `oxbow users create|list|delete` (SCRAM credentials)
 
 use std::time::Duration;
 
@@ -23,12 +24,14 @@ pub mod groups;
 mod live_tests;
 pub mod produce;
 pub mod topics;
+pub mod users;
 
 pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;
 pub use produce::ProduceArgs;
 pub use topics::TopicsArgs;
+pub use users::UsersArgs;
 
 /// Where the broker is and how long to wait for it; shared by every subcommand.
 #[derive(Debug, Clone, clap::Args)]
