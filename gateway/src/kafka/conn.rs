@@ -327,7 +327,7 @@ fn sasl(
     let mut authenticated = false;
     let (body, close) = match request {
         RequestKind::SaslHandshake(r) => {
-            let (response, close) = handlers::sasl::handshake(auth, r);
+            let (response, close) = handlers::sasl::handshake(auth, version, r);
             (ResponseKind::SaslHandshake(response), close)
         }
         RequestKind::SaslAuthenticate(r) => {

@@ -34,8 +34,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::AlterConfigs, 0, 2),
-    // v0 (raw tokens after the handshake) was removed in Kafka 4 (KIP-896).
-    (ApiKey::SaslHandshake, 1, 1),
+    // v0 (raw tokens after the handshake) is advertised as Kafka 4 does, but refused
+    // (handlers/sasl.rs).
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),

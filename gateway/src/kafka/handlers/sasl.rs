@@ -1,4 +1,4 @@
-//! SaslHandshake (v1) and SaslAuthenticate (v0-2): the wire side of a connection's
+//! SaslHandshake (v1; v0 refused) and SaslAuthenticate (v0-2): the wire side of a connection's
 //! [`Authenticator`], with credentials read from the broker's security cache (never the
 //! metadata service: a login costs no round trip).
 //!
@@ -32,12 +32,23 @@ pub fn authenticator(broker: &Broker, session: &Session) -> Authenticator {
     )
 }
 
-/// Answers SaslHandshake; whether to close (after the failed-authentication delay).
+/// Answers SaslHandshake of `version`; whether to close (after the failed-authentication
+/// delay).
+///
+/// v0 is advertised, as Kafka 4 still does (older librdkafka, e.g. 2.0.2 in kcat 1.7.1,
+/// will not authenticate unless v0 is in range, then uses v1), but refused: after a v0
+/// handshake the client sends raw SASL tokens instead of SaslAuthenticate, which only
+/// pre-1.0 clients do.
 pub fn handshake(
     auth: &mut Authenticator,
+    version: i16,
     r: SaslHandshakeRequest,
 ) -> (SaslHandshakeResponse, bool) {
-    let reply = auth.handshake(r.mechanism.as_str());
+    let reply = if version == 0 {
+        auth.refuse_handshake(kafka_protocol::error::ResponseError::UnsupportedVersion)
+    } else {
+        auth.handshake(r.mechanism.as_str())
+    };
     let response = SaslHandshakeResponse::default()
         .with_error_code(reply.error.map_or(0, |e| e.code()))
         .with_mechanisms(reply.mechanisms.into_iter().map(super::str_bytes).collect());

@@ -2,7 +2,7 @@
 //! `KafkaChannel` run it (pure: the time and server nonces are handed in).
 //!
 //! On a SASL listener a connection starts unauthenticated: ApiVersions and SaslHandshake
-//! (v1) are served, then only SaslAuthenticate until the exchange ends; any other request
+//! are served, then only SaslAuthenticate until the exchange ends; any other request
 //! closes the connection ([`Gate::Close`]). A failure answers SASL_AUTHENTICATION_FAILED
 //! after `--connection-failed-authentication-delay`, then closes. Success sets the
 //! principal `User:{name}`.
@@ -226,6 +226,17 @@ impl Authenticator {
         }
     }
 
+    /// Refuses a SaslHandshake the broker cannot go on from (v0, whose raw-token framing is
+    /// not served): answered with `error` and the enabled list, then the connection closes.
+    pub fn refuse_handshake(&mut self, error: ResponseError) -> HandshakeReply {
+        self.state = State::Failed;
+        HandshakeReply {
+            error: Some(error),
+            mechanisms: self.enabled_names(),
+            close: true,
+        }
+    }
+
     /// Answers SaslAuthenticate of `version` carrying `token` (its gate said
     /// [`Gate::Sasl`]).
     pub fn authenticate(
@@ -409,6 +420,16 @@ mod tests {
 
     /// A SCRAM-SHA-256 client's final message for `server_first`.
     fn client_final(user_pw: &str, client_first_bare: &str, server_first: &str) -> String {
+        client_final_with_prefix(user_pw, client_first_bare, server_first, "")
+    }
+
+    /// Like [`client_final`], with `prefix` before the nonce (librdkafka 2.0's quirk).
+    fn client_final_with_prefix(
+        user_pw: &str,
+        client_first_bare: &str,
+        server_first: &str,
+        prefix: &str,
+    ) -> String {
         let hash = ScramHash::Sha256;
         let b64 = base64::engine::general_purpose::STANDARD;
         let salted = crate::security::sasl::credential::salted_password(
@@ -425,7 +446,7 @@ mod tests {
             .next()
             .and_then(|r| r.strip_prefix("r="))
             .expect("nonce");
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c=biws,r={prefix}{nonce}");
         let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
         let sig = ring::hmac::sign(
             &ring::hmac::Key::new(hash.hmac(), stored.as_ref()),
@@ -548,6 +569,20 @@ mod tests {
             Some(ResponseError::SaslAuthenticationFailed)
         );
         assert!(r.close);
+    }
+
+    #[test]
+    fn a_nonce_that_ends_with_the_servers_passes_as_in_kafka() {
+        let now = Instant::now();
+        let u = users();
+        let mut a = sasl(Duration::ZERO);
+        a.handshake("SCRAM-SHA-256");
+        let first = a.authenticate(2, b"n,,n=alice,r=cnonce", &u, now);
+        let server_first = String::from_utf8(first.auth_bytes).expect("utf8");
+        let quirky =
+            client_final_with_prefix("alice-pw", "n=alice,r=cnonce", &server_first, "cnonce");
+        let r = a.authenticate(2, quirky.as_bytes(), &u, now);
+        assert_eq!(r.authenticated, Some(Principal::user("alice")));
     }
 
     #[test]
