@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
+pub mod client_auth;
 pub mod cluster;
 pub mod consume;
 pub mod groups;
@@ -55,12 +56,21 @@ pub struct ConnectArgs {
         global = true
     )]
     pub timeout: Duration,
+
+    /// SASL authentication (a SASL_PLAINTEXT listener).
+    #[command(flatten)]
+    pub auth: client_auth::ClientAuthArgs,
 }
 
 impl ConnectArgs {
     /// Connects, turning "unreachable" into a hint about `--bootstrap`.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Client::connect(&self.bootstrap, self.timeout)
+        let options = crate::client::ClientOptions {
+            timeout: self.timeout,
+            sasl: self.auth.credentials()?,
+            ..crate::client::ClientOptions::default()
+        };
+        Client::connect_with(&self.bootstrap, options)
             .await
             .map_err(|err| match err {
                 ClientError::Unreachable { .. } => anyhow::anyhow!(
@@ -111,6 +121,7 @@ mod tests {
         let args = ConnectArgs {
             bootstrap: addr.clone(),
             timeout: Duration::from_secs(2),
+            auth: Default::default(),
         };
         let err = args.connect().await.expect_err("nothing listens");
         let text = format!("{err:#}");

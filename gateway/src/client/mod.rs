@@ -17,6 +17,7 @@
 //! - [`groups`]: consumer-group admin (find coordinator, list, describe, delete groups,
 //!   fetch and commit a group's offsets) for `oxbow groups`.
 //! - [`scram_users`]: SCRAM credential admin for `oxbow users`.
+//! - [`sasl`]: SASL client authentication (SCRAM, PLAIN) of each connection.
 //! - [`error`]: the [`ClientError`] type.
 //!
 //! # Example
@@ -51,6 +52,7 @@ pub mod metadata;
 pub mod partitioner;
 pub mod records;
 pub mod requests;
+pub mod sasl;
 pub mod scram_users;
 pub mod versions;
 
