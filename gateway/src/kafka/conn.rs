@@ -293,7 +293,8 @@ async fn dispatch(
                 auth,
                 (key, version, correlation_id),
                 request,
-            ))
+            )
+            .await)
         }
     }
     let reply = handlers::handle(broker, &header, session, request).await;
@@ -317,7 +318,7 @@ async fn dispatch(
 /// Answers SaslHandshake/SaslAuthenticate through the connection's authenticator; a
 /// failure is answered after `--connection-failed-authentication-delay`, then the
 /// connection closes.
-fn sasl(
+async fn sasl(
     broker: &Arc<Broker>,
     session: &mut Session,
     auth: &mut Authenticator,
@@ -331,7 +332,8 @@ fn sasl(
             (ResponseKind::SaslHandshake(response), close)
         }
         RequestKind::SaslAuthenticate(r) => {
-            let (response, reply) = handlers::sasl::authenticate(broker, session, auth, version, r);
+            let (response, reply) =
+                handlers::sasl::authenticate(broker, session, auth, version, r).await;
             if let Some(principal) = reply.authenticated {
                 session.principal = principal;
                 authenticated = true;

@@ -10,6 +10,7 @@ use crate::security::sasl::{
     fresh_nonce, AuthReply, Authenticator, CredentialSource, UserCredentials,
 };
 use crate::security::Session;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
@@ -45,7 +46,7 @@ pub fn handshake(
     r: SaslHandshakeRequest,
 ) -> (SaslHandshakeResponse, bool) {
     let reply = if version == 0 {
-        auth.refuse_handshake(kafka_protocol::error::ResponseError::UnsupportedVersion)
+        auth.refuse_handshake(ResponseError::UnsupportedVersion)
     } else {
         auth.handshake(r.mechanism.as_str())
     };
@@ -56,15 +57,45 @@ pub fn handshake(
 }
 
 /// Answers SaslAuthenticate of `version`, and what it did to the connection.
-pub fn authenticate(
+///
+/// The exchange runs on the blocking pool: PLAIN costs a PBKDF2 per stored mechanism (up
+/// to 16384 iterations each), which must not stall the async workers' other connections.
+pub async fn authenticate(
     broker: &Broker,
     session: &Session,
     auth: &mut Authenticator,
     version: i16,
     r: SaslAuthenticateRequest,
 ) -> (SaslAuthenticateResponse, AuthReply) {
-    let credentials = CacheCredentials(&broker.security);
-    let mut reply = auth.authenticate(version, &r.auth_bytes, &credentials, Instant::now());
+    let cache = broker.security.clone();
+    let now = Instant::now();
+    let mut running = std::mem::replace(auth, Authenticator::failed(broker.settings.sasl.clone()));
+    let joined = tokio::task::spawn_blocking(move || {
+        let reply = running.authenticate(version, &r.auth_bytes, &CacheCredentials(&cache), now);
+        (running, reply)
+    })
+    .await;
+    let mut reply = match joined {
+        Ok((back, reply)) => {
+            *auth = back;
+            reply
+        }
+        // The task panicked or the runtime is shutting down: the connection fails (its
+        // authenticator stays the refusing stand-in).
+        Err(e) => {
+            tracing::error!(error = %e, "a SASL exchange did not complete");
+            AuthReply {
+                error: Some((
+                    ResponseError::SaslAuthenticationFailed,
+                    "Authentication failed: internal error".into(),
+                )),
+                auth_bytes: Vec::new(),
+                session_lifetime_ms: 0,
+                close: true,
+                authenticated: None,
+            }
+        }
+    };
     match (&reply.error, &reply.authenticated) {
         (Some((code, message)), _) => {
             tracing::info!(peer = %session.peer, listener = %session.listener, ?code, %message, "SASL authentication failed");

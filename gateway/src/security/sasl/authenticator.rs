@@ -123,6 +123,17 @@ impl Authenticator {
         }
     }
 
+    /// One that refuses everything (a stand-in while the real one is busy elsewhere, or
+    /// after it was lost).
+    pub fn failed(settings: Arc<SaslSettings>) -> Self {
+        Authenticator {
+            settings,
+            state: State::Failed,
+            session: None,
+            nonces: Box::new(|| None),
+        }
+    }
+
     /// Whether a request of `key` may be served now.
     pub fn gate(&self, key: ApiKey, now: Instant) -> Gate {
         let sasl = matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
