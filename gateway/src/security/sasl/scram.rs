@@ -5,7 +5,7 @@
 //!    `tokenauth=true` (delegation tokens) refused;
 //! 2. server-first `r=cnonce+snonce,s=salt,i=iterations` with the stored salt;
 //! 3. client-final `c=base64(gs2 header),r=nonce[,…],p=proof`: the nonce must be the one
-//!    sent (Kafka: end with it), the proof must hash to StoredKey (compared in constant time);
+//!    sent, the proof must hash to StoredKey (compared in constant time);
 //! 4. server-final `v=ServerSignature`.
 //!
 //! An unknown user gets a server-first with a decoy salt (stable per user) and the usual
@@ -152,9 +152,9 @@ impl ScramServer {
         let mut attrs = without_proof.split(',');
         let channel_binding = attr(attrs.next(), "c")?;
         let nonce = attr(attrs.next(), "r")?;
-        // Kafka checks the nonce ends with the one sent (not equality): librdkafka before
-        // 2.x sends its own nonce again in front, and Kafka brokers accept that.
-        if channel_binding != p.channel_binding || !nonce.ends_with(&p.nonce) {
+        // Exactly the nonce sent, as Kafka checks (librdkafka 2.0 repeats its own nonce in
+        // front; Kafka refuses that too).
+        if channel_binding != p.channel_binding || nonce != p.nonce {
             return Err(SaslError::Credentials);
         }
         let proof = b64().decode(proof).map_err(|_| SaslError::Credentials)?;
