@@ -50,6 +50,8 @@ pub struct BrokerSettings {
     pub log_retention_bytes: i64,
     /// Who may do what (`--authorizer`, `--super-users`, `--allow-everyone-if-no-acl-found`).
     pub authorization: crate::security::acl::AuthorizerSettings,
+    /// SASL on SASL_* listeners (`--sasl-enabled-mechanisms` and friends).
+    pub sasl: Arc<crate::security::sasl::SaslSettings>,
 }
 
 /// Shared broker state; one per process.

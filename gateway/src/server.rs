@@ -68,6 +68,8 @@ pub struct ServeArgs {
     pub listeners: ListenerArgs,
     #[command(flatten)]
     pub authorization: crate::security::acl::AuthorizationArgs,
+    #[command(flatten)]
+    pub sasl: crate::security::sasl::SaslArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -376,10 +378,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let authorization = args.authorization.settings().map_err(anyhow::Error::msg)?;
+    let sasl = args.sasl.settings().map_err(anyhow::Error::msg)?;
     for l in &plan.listeners {
-        if l.protocol != SecurityProtocol::Plaintext {
+        // SASL_SSL waits for TLS listeners (another part of issue 15).
+        if !matches!(
+            l.protocol,
+            SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext
+        ) {
             anyhow::bail!(
-                "listener {}: {} listeners are not supported yet (only PLAINTEXT)",
+                "listener {}: {} listeners are not supported yet (only PLAINTEXT and SASL_PLAINTEXT)",
                 l.name,
                 l.protocol
             );
@@ -495,6 +502,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             log_retention_ms: args.log_retention_ms,
             log_retention_bytes: args.log_retention_bytes,
             authorization,
+            sasl: Arc::new(sasl),
         },
         metadata.clone(),
         log.clone(),

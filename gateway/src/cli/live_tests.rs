@@ -23,6 +23,7 @@ fn connect_args() -> ConnectArgs {
     ConnectArgs {
         bootstrap: std::env::var("OXBOW_LIVE_BOOTSTRAP").expect(IGNORE_REASON),
         timeout: Duration::from_secs(10),
+        auth: Default::default(),
     }
 }
 

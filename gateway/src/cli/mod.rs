@@ -11,11 +11,13 @@
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
 //! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
 //! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
+//! - [`users`]: `oxbow users create|list|delete` (SCRAM credentials)
 
 use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
+pub mod client_auth;
 pub mod cluster;
 pub mod consume;
 pub mod groups;
@@ -23,12 +25,14 @@ pub mod groups;
 mod live_tests;
 pub mod produce;
 pub mod topics;
+pub mod users;
 
 pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;
 pub use produce::ProduceArgs;
 pub use topics::TopicsArgs;
+pub use users::UsersArgs;
 
 /// Where the broker is and how long to wait for it; shared by every subcommand.
 #[derive(Debug, Clone, clap::Args)]
@@ -52,12 +56,21 @@ pub struct ConnectArgs {
         global = true
     )]
     pub timeout: Duration,
+
+    /// SASL authentication (a SASL_PLAINTEXT listener).
+    #[command(flatten)]
+    pub auth: client_auth::ClientAuthArgs,
 }
 
 impl ConnectArgs {
     /// Connects, turning "unreachable" into a hint about `--bootstrap`.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Client::connect(&self.bootstrap, self.timeout)
+        let options = crate::client::ClientOptions {
+            timeout: self.timeout,
+            sasl: self.auth.credentials()?,
+            ..crate::client::ClientOptions::default()
+        };
+        Client::connect_with(&self.bootstrap, options)
             .await
             .map_err(|err| match err {
                 ClientError::Unreachable { .. } => anyhow::anyhow!(
@@ -108,6 +121,7 @@ mod tests {
         let args = ConnectArgs {
             bootstrap: addr.clone(),
             timeout: Duration::from_secs(2),
+            auth: Default::default(),
         };
         let err = args.connect().await.expect_err("nothing listens");
         let text = format!("{err:#}");

@@ -4,7 +4,7 @@
 //! the ApiVersions handshake (v3, or v0 if the broker answers `UNSUPPORTED_VERSION`), so a
 //! usable connection always knows which versions to speak. Requests are strictly one at a
 //! time: write a frame, read frames until the matching correlation id. Every read and write
-//! is bounded by a timeout; after a timeout, I/O error or undecodable frame the connection
+//! is bounded by a timeout; with SASL credentials it then authenticates ([`super::sasl`]); after a timeout, I/O error or undecodable frame the connection
 //! marks itself broken (the byte stream may be out of step) and the owner replaces it.
 
 use std::time::Duration;
@@ -44,6 +44,16 @@ pub struct Connection {
 impl Connection {
     /// Connects to `addr` and performs the ApiVersions handshake.
     pub async fn open(addr: &str, timeout: Duration, client_id: &str) -> Result<Self, ClientError> {
+        Self::open_with(addr, timeout, client_id, None).await
+    }
+
+    /// [`Connection::open`], then SASL authentication as `sasl` if given.
+    pub async fn open_with(
+        addr: &str,
+        timeout: Duration,
+        client_id: &str,
+        sasl: Option<&super::sasl::SaslCredentials>,
+    ) -> Result<Self, ClientError> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(err)) => {
@@ -74,6 +84,9 @@ impl Connection {
             broken: false,
         };
         conn.versions = conn.handshake().await?;
+        if let Some(credentials) = sasl {
+            super::sasl::authenticate(&mut conn, credentials).await?;
+        }
         Ok(conn)
     }
 

@@ -33,6 +33,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Sent in every request header; shows up in broker logs and quotas.
     pub client_id: String,
+    /// Authenticate every connection with SASL (a SASL_PLAINTEXT listener).
+    pub sasl: Option<super::sasl::SaslCredentials>,
 }
 
 impl Default for ClientOptions {
@@ -40,6 +42,7 @@ impl Default for ClientOptions {
         Self {
             timeout: Duration::from_secs(10),
             client_id: "oxbow-cli".to_string(),
+            sasl: None,
         }
     }
 }
@@ -109,7 +112,14 @@ pub fn parse_bootstrap(bootstrap: &str) -> Result<Vec<String>, ClientError> {
 async fn open_first(addrs: &[String], options: &ClientOptions) -> Result<Connection, ClientError> {
     let mut failures = Vec::new();
     for addr in addrs {
-        match Connection::open(addr, options.timeout, &options.client_id).await {
+        match Connection::open_with(
+            addr,
+            options.timeout,
+            &options.client_id,
+            options.sasl.as_ref(),
+        )
+        .await
+        {
             Ok(conn) => return Ok(conn),
             // Only unreachable brokers are skipped; a broker that answers nonsense is a
             // problem worth reporting as is.
@@ -360,8 +370,13 @@ impl Client {
             .get(&node_id)
             .is_some_and(|c| !c.is_broken() && c.addr() == addr);
         if !usable {
-            let conn =
-                Connection::open(&addr, self.options.timeout, &self.options.client_id).await?;
+            let conn = Connection::open_with(
+                &addr,
+                self.options.timeout,
+                &self.options.client_id,
+                self.options.sasl.as_ref(),
+            )
+            .await?;
             self.nodes.insert(node_id, conn);
         }
         Ok(self

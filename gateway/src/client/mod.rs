@@ -16,6 +16,8 @@
 //! - [`cluster`]: partition reassignment (steering leadership) for `oxbow partitions`.
 //! - [`groups`]: consumer-group admin (find coordinator, list, describe, delete groups,
 //!   fetch and commit a group's offsets) for `oxbow groups`.
+//! - [`scram_users`]: SCRAM credential admin for `oxbow users`.
+//! - [`sasl`]: SASL client authentication (SCRAM, PLAIN) of each connection.
 //! - [`error`]: the [`ClientError`] type.
 //!
 //! # Example
@@ -50,6 +52,8 @@ pub mod metadata;
 pub mod partitioner;
 pub mod records;
 pub mod requests;
+pub mod sasl;
+pub mod scram_users;
 pub mod versions;
 
 pub use admin::BROKER_DEFAULT;

@@ -8,19 +8,29 @@
 //! no request in flight and no frame arriving; a long-poll fetch or an `acks=all` wait in
 //! flight is not idle), or shutdown — then it stops reading, answers every request already
 //! read, and closes.
+//!
+//! The loop owns the connection's [`Session`] and its SASL [`Authenticator`]: requests
+//! are dispatched in order, so the authenticator sees them in order and every handler
+//! gets the session as it is when its request is read. On SASL listeners only
+//! ApiVersions/SaslHandshake/SaslAuthenticate pass until the client authenticates (in
+//! frames of at most [`handlers::sasl::UNAUTHENTICATED_FRAME_BYTES_MAX`]); a failed
+//! authentication is answered after `--connection-failed-authentication-delay` and the
+//! connection closes.
 
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
 use super::request_reader::RequestReader;
-use super::throttle::{self, Gate};
+use super::throttle;
 use super::ConnectionLimits;
 use crate::broker::Broker;
 use crate::security::quota::Throttle;
+use crate::security::sasl::{Authenticator, Gate};
 use crate::security::Session;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -37,8 +47,11 @@ enum Outgoing {
     Send(Bytes, Throttle),
     /// Nothing (`acks=0`).
     Nothing(Throttle),
-    /// The response could not be encoded: close rather than leave the client waiting.
-    Close,
+    /// Send this, then close (a failed authentication's answer).
+    SendThenClose(Bytes),
+    /// Close without answering: the response could not be encoded (rather than leave the
+    /// client waiting), or the request is refused in the connection's SASL state.
+    Close(String),
 }
 
 type Pending = BoxFuture<'static, Outgoing>;
@@ -56,12 +69,21 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let peer = session.peer;
+    let mut session = session;
+    let mut auth = handlers::sasl::authenticator(&broker, &session);
     // Both halves are used from this one task, so the split's lock is never contended.
     let (read_half, mut write_half) = tokio::io::split(stream);
     // `RequestReader::next` is cancel-safe, so it can sit in the select below.
     let mut frames = RequestReader::new(
         read_half,
-        broker.settings.max_request_bytes,
+        if session.protocol.is_sasl() {
+            broker
+                .settings
+                .max_request_bytes
+                .min(handlers::sasl::UNAUTHENTICATED_FRAME_BYTES_MAX)
+        } else {
+            broker.settings.max_request_bytes
+        },
         limits.request_read_timeout,
     );
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
@@ -90,8 +112,14 @@ where
                     idle.touch();
                 }
                 Outgoing::Nothing(throttle) => mute(&mut muted_until, throttle),
-                Outgoing::Close => {
-                    result = Err(anyhow::anyhow!("a response could not be encoded"));
+                Outgoing::SendThenClose(bytes) => {
+                    broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let _ = write_response(&mut write_half, &bytes, limits.idle_max).await;
+                    result = Err(anyhow::anyhow!("SASL authentication failed"));
+                    break;
+                }
+                Outgoing::Close(why) => {
+                    result = Err(anyhow::anyhow!(why));
                     break;
                 }
             },
@@ -116,13 +144,17 @@ where
                 Some(Ok(frame)) => {
                     idle.touch();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-                    match dispatch(&broker, &session, frame.freeze()).await {
-                        Ok((p, throttle)) => {
+                    match dispatch(&broker, &mut session, &mut auth, frame.freeze()).await {
+                        Ok(d) => {
                             // Over quota on arrival (a produce): read nothing more for the
                             // throttle from now, not from when the response goes out, or
                             // a pipelining client would have many more requests read first.
-                            mute(&mut muted_until, throttle);
-                            pending.push_back(p);
+                            mute(&mut muted_until, d.throttle);
+                            pending.push_back(d.pending);
+                            if d.authenticated {
+                                frames.set_max_frame_bytes(broker.settings.max_request_bytes);
+                            }
+                            closing |= d.last;
                         }
                         Err(e) => {
                             broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
@@ -219,13 +251,46 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Runs the ordered part of one request and returns its response-to-be, and the throttle
-/// of its quota if known on arrival.
+/// A dispatched request.
+struct Dispatched {
+    /// Its response-to-be.
+    pending: Pending,
+    /// Read no further request: the connection closes after this one.
+    last: bool,
+    /// It completed a SASL authentication (full-size frames from now on).
+    authenticated: bool,
+    /// Its quota's throttle, known on arrival (mute reading now).
+    throttle: Throttle,
+}
+
+impl Dispatched {
+    fn of(pending: Pending) -> Self {
+        Dispatched {
+            pending,
+            last: false,
+            authenticated: false,
+            throttle: Throttle::none(),
+        }
+    }
+
+    fn close(peer: std::net::SocketAddr, why: String) -> Self {
+        tracing::info!(%peer, reason = %why, "closing connection");
+        Dispatched {
+            pending: async move { Outgoing::Close(why) }.boxed(),
+            last: true,
+            authenticated: false,
+            throttle: Throttle::none(),
+        }
+    }
+}
+
+/// Runs the ordered part of one request and returns its response-to-be.
 async fn dispatch(
     broker: &Arc<Broker>,
-    session: &Session,
+    session: &mut Session,
+    auth: &mut Authenticator,
     frame: Bytes,
-) -> Result<(Pending, Throttle), FrameError> {
+) -> Result<Dispatched, FrameError> {
     let frame_bytes = frame.len();
     let p = frame::prelude(&frame)?;
     broker.metrics.count_request(p.api_key);
@@ -237,12 +302,30 @@ async fn dispatch(
             body,
         } => (key, version, header, body),
         frame::Request::UnsupportedApiVersions { correlation_id } => {
+            if let Gate::Close(why) = auth.gate(ApiKey::ApiVersions, Instant::now()) {
+                return Ok(Dispatched::close(session.peer, why));
+            }
             let bytes = handlers::api_versions::unsupported_version_response(correlation_id);
-            let out = async move { Outgoing::Send(bytes, Throttle::none()) }.boxed();
-            return Ok((out, Throttle::none()));
+            return Ok(Dispatched::of(
+                async move { Outgoing::Send(bytes, Throttle::none()) }.boxed(),
+            ));
         }
     };
     let correlation_id = header.correlation_id;
+    match auth.gate(key, Instant::now()) {
+        Gate::Serve => {}
+        Gate::Close(why) => return Ok(Dispatched::close(session.peer, why)),
+        Gate::Sasl => {
+            return Ok(sasl(
+                broker,
+                session,
+                auth,
+                (key, version, correlation_id),
+                request,
+            )
+            .await)
+        }
+    }
     let encode = move |body, throttle| match frame::encode_response(
         key,
         version,
@@ -252,13 +335,14 @@ async fn dispatch(
         Ok(b) => Outgoing::Send(b, throttle),
         Err(e) => {
             tracing::error!(error = %e, ?key, version, "cannot encode response; closing the connection");
-            Outgoing::Close
+            Outgoing::Close("a response could not be encoded".into())
         }
     };
+    // Quotas are per user (the principal's name) and client id, as in Kafka.
     let user = session.principal.name.clone();
     let client_id = header.client_id.as_deref().unwrap_or("").to_string();
     let mut request_throttle = Throttle::none();
-    if let Gate::Answer(body, throttle) = throttle::before(
+    if let throttle::Gate::Answer(body, throttle) = throttle::before(
         broker,
         &user,
         &client_id,
@@ -267,7 +351,7 @@ async fn dispatch(
         &mut request_throttle,
     ) {
         let out = encode(*body, throttle);
-        return Ok((async move { out }.boxed(), Throttle::none()));
+        return Ok(Dispatched::of(async move { out }.boxed()));
     }
     let reply = handlers::handle(broker, &header, session, request).await;
     let pending = match reply {
@@ -288,7 +372,61 @@ async fn dispatch(
         }
         Reply::NoResponse => async move { Outgoing::Nothing(request_throttle) }.boxed(),
     };
-    Ok((pending, request_throttle))
+    Ok(Dispatched {
+        throttle: request_throttle,
+        ..Dispatched::of(pending)
+    })
+}
+
+/// Answers SaslHandshake/SaslAuthenticate through the connection's authenticator; a
+/// failure is answered after `--connection-failed-authentication-delay`, then the
+/// connection closes.
+async fn sasl(
+    broker: &Arc<Broker>,
+    session: &mut Session,
+    auth: &mut Authenticator,
+    (key, version, correlation_id): (ApiKey, i16, i32),
+    request: RequestKind,
+) -> Dispatched {
+    let mut authenticated = false;
+    let (body, close) = match request {
+        RequestKind::SaslHandshake(r) => {
+            let (response, close) = handlers::sasl::handshake(auth, version, r);
+            (ResponseKind::SaslHandshake(response), close)
+        }
+        RequestKind::SaslAuthenticate(r) => {
+            let (response, reply) =
+                handlers::sasl::authenticate(broker, session, auth, version, r).await;
+            if let Some(principal) = reply.authenticated {
+                session.principal = principal;
+                authenticated = true;
+            }
+            (ResponseKind::SaslAuthenticate(response), reply.close)
+        }
+        _ => return Dispatched::close(session.peer, format!("{key:?} is not a SASL request")),
+    };
+    let bytes = match frame::encode_response(key, version, correlation_id, &body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Dispatched::close(session.peer, format!("cannot encode a SASL response: {e}"))
+        }
+    };
+    let pending = if close {
+        let delay = broker.settings.sasl.failed_authentication_delay;
+        async move {
+            tokio::time::sleep(delay).await;
+            Outgoing::SendThenClose(bytes)
+        }
+        .boxed()
+    } else {
+        async move { Outgoing::Send(bytes, Throttle::none()) }.boxed()
+    };
+    Dispatched {
+        pending,
+        last: close,
+        authenticated,
+        throttle: Throttle::none(),
+    }
 }
 
 #[cfg(test)]

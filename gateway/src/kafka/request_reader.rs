@@ -42,6 +42,12 @@ impl FrameCodec {
         }
     }
 
+    /// Changes the largest frame accepted from the next frame on (SASL listeners accept
+    /// small frames until the client authenticates).
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: usize) {
+        self.max_frame_bytes = max_frame_bytes;
+    }
+
     /// When the frame being received began, if one is partly received.
     pub fn frame_started(&self) -> Option<Instant> {
         self.started
@@ -68,7 +74,7 @@ impl Decoder for FrameCodec {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "request frame of {claimed} bytes is larger than --max-request-bytes ({})",
+"request frame of {claimed} bytes is larger than the {} allowed (--max-request-bytes; less before SASL authentication)",
                     self.max_frame_bytes
                 ),
             ));
@@ -105,6 +111,13 @@ impl<R: AsyncRead + Unpin> RequestReader<R> {
             read_timeout,
             deadline: Box::pin(tokio::time::sleep(read_timeout)),
         }
+    }
+
+    /// See [`FrameCodec::set_max_frame_bytes`].
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: usize) {
+        self.frames
+            .decoder_mut()
+            .set_max_frame_bytes(max_frame_bytes);
     }
 
     /// Whether a frame is partly received (the connection is not idle).

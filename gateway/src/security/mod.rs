@@ -12,12 +12,14 @@
 //! - [`oauth`]: OAUTHBEARER token validation against a JWKS.
 //! - [`quota`]: client quotas (entities, precedence, rates, throttles).
 //! - [`acl`]: ACL authorization (the model, the decision, the storage).
+//! - [`sasl`]: SASL authentication (SCRAM, PLAIN, re-authentication), pure.
 
 pub mod acl;
 pub mod cache;
 pub mod listeners;
 pub mod oauth;
 pub mod quota;
+pub mod sasl;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -450,6 +450,7 @@ mod tests {
             log_retention_ms: 604_800_000,
             log_retention_bytes: -1,
             authorization: Default::default(),
+            sasl: Default::default(),
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }

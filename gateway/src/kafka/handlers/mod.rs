@@ -15,6 +15,8 @@ mod produce;
 mod producer_id;
 mod quotas;
 mod reassign;
+pub mod sasl;
+mod scram_users;
 mod topics;
 
 use crate::broker::Broker;
@@ -134,6 +136,13 @@ pub async fn handle(
         RequestKind::AlterClientQuotas(r) => {
             ResponseKind::AlterClientQuotas(quotas::alter(broker, session, r).await)
         }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(scram_users::describe(broker, r).await)
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(scram_users::alter(broker, r).await)
+        }
+        // SaslHandshake/SaslAuthenticate are answered by the connection loop (sasl.rs).
         other => {
             // Unreachable: the connection refuses versions not in SUPPORTED before decoding.
             tracing::error!(request = ?std::mem::discriminant(&other), "request of an unadvertised API reached a handler");
