@@ -83,6 +83,21 @@ def close_topic(bootstrap: str, topic: str) -> None:
     add_acls(bootstrap, binding(ResourceType.TOPIC, topic, OWNER, AclOperation.ALL))
 
 
+def close_cluster_delete(bootstrap: str) -> None:
+    """Grants ANONYMOUS every cluster operation a broker and these tests use but DELETE,
+    so the cluster is no longer ACL-less and DELETE on it (which may delete any topic) is
+    refused."""
+    ops = [
+        AclOperation.ALTER,  # the ACL APIs
+        AclOperation.DESCRIBE,
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,  # Kafka's own broker is ANONYMOUS too
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.DESCRIBE_CONFIGS,
+    ]
+    add_acls(bootstrap, *[binding(ResourceType.BROKER, "kafka-cluster", ANON, op) for op in ops])
+
+
 def produce_error(bootstrap: str, topic: str):
     """The delivery error of one record (None: delivered)."""
     p = Producer(
@@ -207,8 +222,14 @@ def test_metadata_hides_topics_the_client_may_not_describe(acl_broker):
     assert t.error is not None and t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, t.error
 
 
-def test_delete_topic_needs_describe_and_delete(acl_broker):
-    b = acl_broker.bootstrap
+def test_delete_topic_needs_describe_and_delete(broker_factory):
+    """DELETE on the cluster may delete every topic (Kafka's ControllerApis.deleteTopics),
+    so this broker's cluster is closed to all but the operations a broker and this test
+    need; then a topic's DESCRIBE and DELETE decide."""
+    b = broker_factory(
+        extra_args=["--authorizer", "acl", "--allow-everyone-if-no-acl-found"], kafka_props=KAFKA_AUTHORIZER
+    ).bootstrap
+    close_cluster_delete(b)
     topic = create_topic(b, unique("del"))
     close_topic(b, topic)
 
@@ -320,8 +341,10 @@ def test_acl_creation_is_validated(acl_broker):
 
 
 @pytest.mark.oxbow_only
-def test_http_routes_are_authorized(acl_broker):
-    b, http = acl_broker.bootstrap, acl_broker.http
+def test_http_routes_are_authorized(broker_factory):
+    broker = broker_factory(extra_args=["--authorizer", "acl", "--allow-everyone-if-no-acl-found"])
+    b, http = broker.bootstrap, broker.http
+    close_cluster_delete(b)
     topic = create_topic(b, unique("http"))
     close_topic(b, topic)
     cluster = requests.get(f"{http}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]

@@ -7,7 +7,7 @@
 //! | `GET /topics/{t}…`, `GET /v3/…/topics/{t}` | DESCRIBE topic |
 //! | `POST /topics/{t}[/partitions/{p}]` | WRITE topic (+ CREATE on cluster or topic to auto-create it) |
 //! | `GET /topics/{t}/partitions/{p}/records` | READ topic |
-//! | `DELETE /v3/…/topics/{t}` | DESCRIBE and DELETE topic |
+//! | `DELETE /v3/…/topics/{t}` | DELETE on the cluster, or DESCRIBE and DELETE topic |
 //! | `GET /v3/…/topics/{t}/configs…` | DESCRIBE_CONFIGS topic |
 //! | `PUT`/`DELETE /v3/…/configs/{n}`, `POST …/configs:alter` | ALTER_CONFIGS topic |
 //! | `POST /v3/…/topics` | CREATE on cluster or topic (checked by the handler: the name is in the body) |
@@ -134,6 +134,10 @@ fn path_checks(
             Ok(())
         }
         Method::DELETE if v3 => {
+            // As DeleteTopics: DELETE on the cluster covers every topic.
+            if broker.authorize(session, Op::Delete, ResourceType::Cluster, CLUSTER_NAME) {
+                return Ok(());
+            }
             require(broker, session, Op::Describe, Topic, &topic)?;
             require(broker, session, Op::Delete, Topic, &topic)
         }
