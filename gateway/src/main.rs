@@ -37,6 +37,8 @@ enum Command {
     Cluster(cli::ClusterArgs),
     /// Steer partition leadership: reassign, list pending reassignments.
     Partitions(cli::PartitionsArgs),
+    /// ACLs (with `serve --authorizer acl`): add, list, remove.
+    Acls(cli::AclsArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
             Command::Groups(args) => cli::groups::run(args).await,
             Command::Cluster(args) => cli::cluster::run(args).await,
             Command::Partitions(args) => cli::cluster::run_partitions(args).await,
+            Command::Acls(args) => cli::acls::run(args).await,
         }
     });
     match result {

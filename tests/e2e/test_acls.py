@@ -431,3 +431,33 @@ def test_bad_authorization_flags_stop_the_broker(tmp_path, args, flag):
     proc = run(cmd, timeout=30, check=False)
     assert proc.returncode != 0
     assert flag in proc.stderr, proc.stderr
+
+
+@pytest.mark.oxbow_only
+def test_oxbow_acls_cli_adds_lists_and_removes(broker_factory):
+    b = broker_factory(extra_args=["--authorizer", "acl", "--super-users", "User:ANONYMOUS"])
+
+    def acls(*args: str, check: bool = True):
+        return run([str(oxbow_bin()), "acls", "-b", b.bootstrap, *args], timeout=30, check=check)
+
+    topic = unique("cli")
+    out = acls("add", "--allow-principal", "User:alice", "--consumer", "--topic", topic, "--group", "g1").stdout
+    assert len(out.strip().splitlines()) == 4, out  # header + READ, DESCRIBE topic + READ group
+    acls("add", "--deny-principal", "User:bob", "--operation", "write", "--topic", "pay", "--resource-pattern-type", "prefixed")
+    rows = [line.split() for line in acls("list").stdout.strip().splitlines()[1:]]
+    assert ["TOPIC", "LITERAL", topic, "User:alice", "*", "READ", "ALLOW"] in rows, rows
+    assert ["TOPIC", "PREFIXED", "pay", "User:bob", "*", "WRITE", "DENY"] in rows, rows
+    assert ["GROUP", "LITERAL", "g1", "User:alice", "*", "READ", "ALLOW"] in rows, rows
+    # The same bindings, seen by a Kafka client.
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    client = admin(b.bootstrap)
+    assert len(client.describe_acls(everything, request_timeout=10).result(timeout=15)) == 4
+    rows = [line.split() for line in acls("list", "--topic", "payments", "--resource-pattern-type", "match").stdout.strip().splitlines()[1:]]
+    assert rows == [["TOPIC", "PREFIXED", "pay", "User:bob", "*", "WRITE", "DENY"]], rows
+    removed = acls("remove", "--topic", topic).stdout.strip().splitlines()[1:]
+    assert len(removed) == 2, removed
+    assert len(client.describe_acls(everything, request_timeout=10).result(timeout=15)) == 2
+    bad = acls("add", "--allow-principal", "alice", "--operation", "read", "--topic", "t", check=False)
+    assert bad.returncode != 0 and "principal" in bad.stderr, bad.stderr

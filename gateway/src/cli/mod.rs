@@ -10,12 +10,14 @@
 //! - [`produce`]: `oxbow produce TOPIC` reads records from stdin, one per line
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
 //! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
+//! - [`acls`]: `oxbow acls add|list|remove`
 //! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
 
 use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
+pub mod acls;
 pub mod cluster;
 pub mod consume;
 pub mod groups;
@@ -24,6 +26,7 @@ mod live_tests;
 pub mod produce;
 pub mod topics;
 
+pub use acls::AclsArgs;
 pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;

@@ -16,6 +16,7 @@
 //! - [`cluster`]: partition reassignment (steering leadership) for `oxbow partitions`.
 //! - [`groups`]: consumer-group admin (find coordinator, list, describe, delete groups,
 //!   fetch and commit a group's offsets) for `oxbow groups`.
+//! - `acls.rs`: CreateAcls, DescribeAcls, DeleteAcls for `oxbow acls`.
 //! - [`error`]: the [`ClientError`] type.
 //!
 //! # Example
@@ -38,6 +39,7 @@
 //! # }
 //! ```
 
+mod acls;
 mod admin;
 pub mod cluster;
 pub mod connection;
