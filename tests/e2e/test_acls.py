@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from brokers import KAFKA_LIBS, TARGET, oxbow_bin
-from helpers import admin, consumer, create_topic, run, unique, wait_until
+from helpers import admin, consumer, create_topic, produce_all, producer, run, unique, wait_until
 
 ANON = "User:ANONYMOUS"
 OWNER = "User:owner"
@@ -304,6 +304,70 @@ def test_groups_need_read_confluent_and_kafka_python(acl_broker):
         c.close()
 
 
+def test_admin_apis_are_refused_then_allowed(acl_broker):
+    """DescribeConfigs, IncrementalAlterConfigs, CreatePartitions, DeleteRecords,
+    ListOffsets, DescribeGroups and DeleteGroups on a topic and a group ANONYMOUS may not
+    touch, then may."""
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        OffsetSpec,
+    )
+
+    b = acl_broker.bootstrap
+    topic, group = create_topic(b, unique("adm")), unique("admg")
+    assert produce_error(b, topic) is None
+    close_topic(b, topic)
+    add_acls(b, binding(ResourceType.GROUP, group, OWNER, AclOperation.ALL))
+    client = admin(b)
+
+    def code(future):
+        try:
+            future.result(timeout=30)
+            return None
+        except KafkaException as e:
+            return e.args[0].code()
+
+    def first(futures):
+        return code(next(iter(futures.values())))
+
+    resource = ConfigResource("topic", topic)
+    alter = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    calls = {
+        "describe_configs": lambda: first(client.describe_configs([resource], request_timeout=20)),
+        "incremental_alter_configs": lambda: first(client.incremental_alter_configs([alter], request_timeout=20)),
+        "create_partitions": lambda: first(client.create_partitions([NewPartitions(topic, 2)], request_timeout=20)),
+    }
+    for name, call in calls.items():
+        assert call() == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+    # librdkafka looks up the leader (Metadata, DESCRIBE) before DeleteRecords and
+    # ListOffsets: with DESCRIBE, DeleteRecords still needs DELETE.
+    add_acls(b, binding(ResourceType.TOPIC, topic, ANON, AclOperation.DESCRIBE))
+    records = [TopicPartition(topic, 0, 1)]
+    assert first(client.delete_records(records, request_timeout=20)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    latest = {TopicPartition(topic, 0): OffsetSpec.latest()}
+    assert first(client.list_offsets(latest, request_timeout=20)) is None, "DESCRIBE is enough"
+    calls["delete_records"] = lambda: first(client.delete_records(records, request_timeout=20))
+    assert first(client.describe_consumer_groups([group], request_timeout=20)) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert first(client.delete_consumer_groups([group], request_timeout=20)) == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+    add_acls(
+        b,
+        binding(ResourceType.TOPIC, topic, ANON, AclOperation.ALL),
+        binding(ResourceType.GROUP, group, ANON, AclOperation.ALL),
+    )
+    for name, call in calls.items():
+        assert call() is None, name
+    assert first(client.describe_consumer_groups([group], request_timeout=20)) is None
+    assert first(client.delete_consumer_groups([group], request_timeout=20)) != KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
 def test_acl_apis_answer_security_disabled_without_an_authorizer(shared_broker):
     # kafka-python raises the error; librdkafka 2.x answers an empty list instead.
     from kafka.admin import (
@@ -386,6 +450,9 @@ def test_closed_by_default_then_super_user(broker_factory):
     boot = b.bootstrap
     topic = create_topic(boot, mine + "-1")  # CREATE from ALL on the prefix
     assert produce_error(boot, topic) is None
+    # An idempotent producer: no IDEMPOTENT_WRITE on the (closed) cluster, but WRITE on a
+    # topic is enough for InitProducerId (KIP-679).
+    produce_all(producer(boot), topic, [{"value": b"idempotent"}])
     assert fetch_outcome(boot, topic) == ("records", 1)
     client = admin(boot)
     other = unique("other")
