@@ -428,6 +428,19 @@ def test_http_routes_are_authorized(broker_factory):
     listed = requests.get(f"{http}/topics", timeout=10).json()
     assert topic in listed and hidden not in listed, listed
     assert requests.get(f"{http}/topics/{hidden}", timeout=10).status_code == 403
+    # REST Proxy consumers: READ on the group to create an instance, on a topic to read it.
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    group = unique("httpg")
+    r = requests.post(f"{http}/consumers/{group}", json={"name": "c1", "format": "json"}, headers=v2, timeout=10)
+    assert r.status_code == 200, r.text
+    sub = f"{http}/consumers/{group}/instances/c1/subscription"
+    r = requests.post(sub, json={"topics": [hidden]}, headers=v2, timeout=10)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    closed_group = unique("httpclosed")
+    add_acls(b, binding(ResourceType.GROUP, closed_group, OWNER, AclOperation.ALL))
+    r = requests.post(f"{http}/consumers/{closed_group}", json={"name": "c1"}, headers=v2, timeout=10)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    requests.delete(f"{http}/consumers/{group}/instances/c1", headers=v2, timeout=10)
     for open_route in ("/healthz", "/readyz", "/metrics"):
         assert requests.get(f"{http}{open_route}", timeout=10).status_code == 200, open_route
 

@@ -11,7 +11,7 @@
 //! | `GET /v3/…/topics/{t}/configs…` | DESCRIBE_CONFIGS topic |
 //! | `PUT`/`DELETE /v3/…/configs/{n}`, `POST …/configs:alter` | ALTER_CONFIGS topic |
 //! | `POST /v3/…/topics` | CREATE on cluster or topic (checked by the handler: the name is in the body) |
-//! | `/consumers/{g}…` | READ group (+ READ topic to subscribe or assign, checked by the handler) |
+//! | `/consumers/{g}…` | READ group (+ READ topic to subscribe, assign and at every poll: the handlers) |
 //!
 //! Topic lists (`GET /topics`, `GET /v3/…/topics`) leave out what the client may not
 //! describe. `/healthz`, `/readyz`, `/metrics` and the cluster routes stay open. A refusal

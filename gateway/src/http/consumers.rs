@@ -456,11 +456,35 @@ struct RecordView<'a> {
 /// `GET .../records`.
 async fn records(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath((group, id)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let instance = app.consumers.get(&group, &id)?;
+    // READ on every topic read, at every poll (an ACL removed after subscribing counts).
+    if app.http.broker.authorizer.enabled() {
+        let topics: Vec<String> = {
+            let state = instance.state();
+            match &state.mode {
+                instance::Mode::Subscribed(topics) => topics.clone(),
+                instance::Mode::SubscribedPattern(pattern) => pattern.topics(&app.http.broker),
+                instance::Mode::Assigned | instance::Mode::None => {
+                    state.assigned.iter().map(|(t, _)| t.clone()).collect()
+                }
+            }
+        };
+        let session = authz::session_or_anonymous(session);
+        for t in &topics {
+            authz::require(
+                &app.http.broker,
+                &session,
+                AclOperation::Read,
+                ResourceType::Topic,
+                t,
+            )?;
+        }
+    }
     let format = instance.config.format;
     if !accepts(&headers, format) {
         return Err(ApiError::not_acceptable(format!(
