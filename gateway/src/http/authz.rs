@@ -77,6 +77,21 @@ pub fn require(
     ))
 }
 
+/// 403/40301 unless the session may read every topic named.
+pub fn require_read<'a>(
+    broker: &Broker,
+    session: Option<axum::Extension<Session>>,
+    topics: impl IntoIterator<Item = &'a String>,
+) -> Result<(), ApiError> {
+    if !broker.authorizer.enabled() {
+        return Ok(());
+    }
+    let session = session_or_anonymous(session);
+    topics
+        .into_iter()
+        .try_for_each(|t| require(broker, &session, AclOperation::Read, ResourceType::Topic, t))
+}
+
 /// 403 unless the session may create the topic (CREATE on the cluster or on it).
 pub fn require_create(broker: &Broker, session: &Session, topic: &str) -> Result<(), ApiError> {
     let authz = broker.authz(session);
