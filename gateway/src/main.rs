@@ -39,6 +39,8 @@ enum Command {
     Partitions(cli::PartitionsArgs),
     /// SASL/SCRAM users: create (or change a password), list, delete.
     Users(cli::UsersArgs),
+    /// ACLs (with `serve --authorizer acl`): add, list, remove.
+    Acls(cli::AclsArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -78,6 +80,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => cli::cluster::run(args).await,
             Command::Partitions(args) => cli::cluster::run_partitions(args).await,
             Command::Users(args) => cli::users::run(args).await,
+            Command::Acls(args) => cli::acls::run(args).await,
         }
     });
     match result {

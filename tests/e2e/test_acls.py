@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from brokers import KAFKA_LIBS, TARGET, oxbow_bin
-from helpers import admin, consumer, create_topic, run, unique, wait_until
+from helpers import admin, consumer, create_topic, produce_all, producer, run, unique, wait_until
 
 ANON = "User:ANONYMOUS"
 OWNER = "User:owner"
@@ -81,6 +81,21 @@ def add_acls(bootstrap: str, *bindings: AclBinding) -> None:
 def close_topic(bootstrap: str, topic: str) -> None:
     """An ACL for someone else closes the topic to ANONYMOUS."""
     add_acls(bootstrap, binding(ResourceType.TOPIC, topic, OWNER, AclOperation.ALL))
+
+
+def close_cluster_delete(bootstrap: str) -> None:
+    """Grants ANONYMOUS every cluster operation a broker and these tests use but DELETE,
+    so the cluster is no longer ACL-less and DELETE on it (which may delete any topic) is
+    refused."""
+    ops = [
+        AclOperation.ALTER,  # the ACL APIs
+        AclOperation.DESCRIBE,
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,  # Kafka's own broker is ANONYMOUS too
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.DESCRIBE_CONFIGS,
+    ]
+    add_acls(bootstrap, *[binding(ResourceType.BROKER, "kafka-cluster", ANON, op) for op in ops])
 
 
 def produce_error(bootstrap: str, topic: str):
@@ -207,8 +222,14 @@ def test_metadata_hides_topics_the_client_may_not_describe(acl_broker):
     assert t.error is not None and t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, t.error
 
 
-def test_delete_topic_needs_describe_and_delete(acl_broker):
-    b = acl_broker.bootstrap
+def test_delete_topic_needs_describe_and_delete(broker_factory):
+    """DELETE on the cluster may delete every topic (Kafka's ControllerApis.deleteTopics),
+    so this broker's cluster is closed to all but the operations a broker and this test
+    need; then a topic's DESCRIBE and DELETE decide."""
+    b = broker_factory(
+        extra_args=["--authorizer", "acl", "--allow-everyone-if-no-acl-found"], kafka_props=KAFKA_AUTHORIZER
+    ).bootstrap
+    close_cluster_delete(b)
     topic = create_topic(b, unique("del"))
     close_topic(b, topic)
 
@@ -283,6 +304,70 @@ def test_groups_need_read_confluent_and_kafka_python(acl_broker):
         c.close()
 
 
+def test_admin_apis_are_refused_then_allowed(acl_broker):
+    """DescribeConfigs, IncrementalAlterConfigs, CreatePartitions, DeleteRecords,
+    ListOffsets, DescribeGroups and DeleteGroups on a topic and a group ANONYMOUS may not
+    touch, then may."""
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        OffsetSpec,
+    )
+
+    b = acl_broker.bootstrap
+    topic, group = create_topic(b, unique("adm")), unique("admg")
+    assert produce_error(b, topic) is None
+    close_topic(b, topic)
+    add_acls(b, binding(ResourceType.GROUP, group, OWNER, AclOperation.ALL))
+    client = admin(b)
+
+    def code(future):
+        try:
+            future.result(timeout=30)
+            return None
+        except KafkaException as e:
+            return e.args[0].code()
+
+    def first(futures):
+        return code(next(iter(futures.values())))
+
+    resource = ConfigResource("topic", topic)
+    alter = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    calls = {
+        "describe_configs": lambda: first(client.describe_configs([resource], request_timeout=20)),
+        "incremental_alter_configs": lambda: first(client.incremental_alter_configs([alter], request_timeout=20)),
+        "create_partitions": lambda: first(client.create_partitions([NewPartitions(topic, 2)], request_timeout=20)),
+    }
+    for name, call in calls.items():
+        assert call() == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+    # librdkafka looks up the leader (Metadata, DESCRIBE) before DeleteRecords and
+    # ListOffsets: with DESCRIBE, DeleteRecords still needs DELETE.
+    add_acls(b, binding(ResourceType.TOPIC, topic, ANON, AclOperation.DESCRIBE))
+    records = [TopicPartition(topic, 0, 1)]
+    assert first(client.delete_records(records, request_timeout=20)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    latest = {TopicPartition(topic, 0): OffsetSpec.latest()}
+    assert first(client.list_offsets(latest, request_timeout=20)) is None, "DESCRIBE is enough"
+    calls["delete_records"] = lambda: first(client.delete_records(records, request_timeout=20))
+    assert first(client.describe_consumer_groups([group], request_timeout=20)) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert first(client.delete_consumer_groups([group], request_timeout=20)) == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+    add_acls(
+        b,
+        binding(ResourceType.TOPIC, topic, ANON, AclOperation.ALL),
+        binding(ResourceType.GROUP, group, ANON, AclOperation.ALL),
+    )
+    for name, call in calls.items():
+        assert call() is None, name
+    assert first(client.describe_consumer_groups([group], request_timeout=20)) is None
+    assert first(client.delete_consumer_groups([group], request_timeout=20)) != KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
 def test_acl_apis_answer_security_disabled_without_an_authorizer(shared_broker):
     # kafka-python raises the error; librdkafka 2.x answers an empty list instead.
     from kafka.admin import (
@@ -320,8 +405,10 @@ def test_acl_creation_is_validated(acl_broker):
 
 
 @pytest.mark.oxbow_only
-def test_http_routes_are_authorized(acl_broker):
-    b, http = acl_broker.bootstrap, acl_broker.http
+def test_http_routes_are_authorized(broker_factory):
+    broker = broker_factory(extra_args=["--authorizer", "acl", "--allow-everyone-if-no-acl-found"])
+    b, http = broker.bootstrap, broker.http
+    close_cluster_delete(b)
     topic = create_topic(b, unique("http"))
     close_topic(b, topic)
     cluster = requests.get(f"{http}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
@@ -341,6 +428,19 @@ def test_http_routes_are_authorized(acl_broker):
     listed = requests.get(f"{http}/topics", timeout=10).json()
     assert topic in listed and hidden not in listed, listed
     assert requests.get(f"{http}/topics/{hidden}", timeout=10).status_code == 403
+    # REST Proxy consumers: READ on the group to create an instance, on a topic to read it.
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    group = unique("httpg")
+    r = requests.post(f"{http}/consumers/{group}", json={"name": "c1", "format": "json"}, headers=v2, timeout=10)
+    assert r.status_code == 200, r.text
+    sub = f"{http}/consumers/{group}/instances/c1/subscription"
+    r = requests.post(sub, json={"topics": [hidden]}, headers=v2, timeout=10)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    closed_group = unique("httpclosed")
+    add_acls(b, binding(ResourceType.GROUP, closed_group, OWNER, AclOperation.ALL))
+    r = requests.post(f"{http}/consumers/{closed_group}", json={"name": "c1"}, headers=v2, timeout=10)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    requests.delete(f"{http}/consumers/{group}/instances/c1", headers=v2, timeout=10)
     for open_route in ("/healthz", "/readyz", "/metrics"):
         assert requests.get(f"{http}{open_route}", timeout=10).status_code == 200, open_route
 
@@ -363,6 +463,9 @@ def test_closed_by_default_then_super_user(broker_factory):
     boot = b.bootstrap
     topic = create_topic(boot, mine + "-1")  # CREATE from ALL on the prefix
     assert produce_error(boot, topic) is None
+    # An idempotent producer: no IDEMPOTENT_WRITE on the (closed) cluster, but WRITE on a
+    # topic is enough for InitProducerId (KIP-679).
+    produce_all(producer(boot), topic, [{"value": b"idempotent"}])
     assert fetch_outcome(boot, topic) == ("records", 1)
     client = admin(boot)
     other = unique("other")
@@ -408,3 +511,33 @@ def test_bad_authorization_flags_stop_the_broker(tmp_path, args, flag):
     proc = run(cmd, timeout=30, check=False)
     assert proc.returncode != 0
     assert flag in proc.stderr, proc.stderr
+
+
+@pytest.mark.oxbow_only
+def test_oxbow_acls_cli_adds_lists_and_removes(broker_factory):
+    b = broker_factory(extra_args=["--authorizer", "acl", "--super-users", "User:ANONYMOUS"])
+
+    def acls(*args: str, check: bool = True):
+        return run([str(oxbow_bin()), "acls", "-b", b.bootstrap, *args], timeout=30, check=check)
+
+    topic = unique("cli")
+    out = acls("add", "--allow-principal", "User:alice", "--consumer", "--topic", topic, "--group", "g1").stdout
+    assert len(out.strip().splitlines()) == 4, out  # header + READ, DESCRIBE topic + READ group
+    acls("add", "--deny-principal", "User:bob", "--operation", "write", "--topic", "pay", "--resource-pattern-type", "prefixed")
+    rows = [line.split() for line in acls("list").stdout.strip().splitlines()[1:]]
+    assert ["TOPIC", "LITERAL", topic, "User:alice", "*", "READ", "ALLOW"] in rows, rows
+    assert ["TOPIC", "PREFIXED", "pay", "User:bob", "*", "WRITE", "DENY"] in rows, rows
+    assert ["GROUP", "LITERAL", "g1", "User:alice", "*", "READ", "ALLOW"] in rows, rows
+    # The same bindings, seen by a Kafka client.
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    client = admin(b.bootstrap)
+    assert len(client.describe_acls(everything, request_timeout=10).result(timeout=15)) == 4
+    rows = [line.split() for line in acls("list", "--topic", "payments", "--resource-pattern-type", "match").stdout.strip().splitlines()[1:]]
+    assert rows == [["TOPIC", "PREFIXED", "pay", "User:bob", "*", "WRITE", "DENY"]], rows
+    removed = acls("remove", "--topic", topic).stdout.strip().splitlines()[1:]
+    assert len(removed) == 2, removed
+    assert len(client.describe_acls(everything, request_timeout=10).result(timeout=15)) == 2
+    bad = acls("add", "--allow-principal", "alice", "--operation", "read", "--topic", "t", check=False)
+    assert bad.returncode != 0 and "principal" in bad.stderr, bad.stderr

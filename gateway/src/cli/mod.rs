@@ -10,6 +10,7 @@
 //! - [`produce`]: `oxbow produce TOPIC` reads records from stdin, one per line
 //! - [`consume`]: `oxbow consume TOPIC` prints records to stdout, one per line
 //! - [`groups`]: `oxbow groups list|describe|delete|reset-offsets`
+//! - [`acls`]: `oxbow acls add|list|remove`
 //! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
 //! - [`users`]: `oxbow users create|list|delete` (SCRAM credentials)
 
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use crate::client::{Client, ClientError};
 
+pub mod acls;
 pub mod client_auth;
 pub mod cluster;
 pub mod consume;
@@ -27,6 +29,7 @@ pub mod produce;
 pub mod topics;
 pub mod users;
 
+pub use acls::AclsArgs;
 pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;

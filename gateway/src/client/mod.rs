@@ -18,6 +18,7 @@
 //!   fetch and commit a group's offsets) for `oxbow groups`.
 //! - [`scram_users`]: SCRAM credential admin for `oxbow users`.
 //! - [`sasl`]: SASL client authentication (SCRAM, PLAIN) of each connection.
+//! - `acls.rs`: CreateAcls, DescribeAcls, DeleteAcls for `oxbow acls`.
 //! - [`error`]: the [`ClientError`] type.
 //!
 //! # Example
@@ -40,6 +41,7 @@
 //! # }
 //! ```
 
+mod acls;
 mod admin;
 pub mod cluster;
 pub mod connection;

@@ -7,11 +7,11 @@
 //! | `GET /topics/{t}…`, `GET /v3/…/topics/{t}` | DESCRIBE topic |
 //! | `POST /topics/{t}[/partitions/{p}]` | WRITE topic (+ CREATE on cluster or topic to auto-create it) |
 //! | `GET /topics/{t}/partitions/{p}/records` | READ topic |
-//! | `DELETE /v3/…/topics/{t}` | DESCRIBE and DELETE topic |
+//! | `DELETE /v3/…/topics/{t}` | DELETE on the cluster, or DESCRIBE and DELETE topic |
 //! | `GET /v3/…/topics/{t}/configs…` | DESCRIBE_CONFIGS topic |
 //! | `PUT`/`DELETE /v3/…/configs/{n}`, `POST …/configs:alter` | ALTER_CONFIGS topic |
 //! | `POST /v3/…/topics` | CREATE on cluster or topic (checked by the handler: the name is in the body) |
-//! | `/consumers/{g}…` | READ group (+ READ topic to subscribe or assign, checked by the handler) |
+//! | `/consumers/{g}…` | READ group (+ READ topic to subscribe, assign and at every poll: the handlers) |
 //!
 //! Topic lists (`GET /topics`, `GET /v3/…/topics`) leave out what the client may not
 //! describe. `/healthz`, `/readyz`, `/metrics` and the cluster routes stay open. A refusal
@@ -77,6 +77,21 @@ pub fn require(
     ))
 }
 
+/// 403/40301 unless the session may read every topic named.
+pub fn require_read<'a>(
+    broker: &Broker,
+    session: Option<axum::Extension<Session>>,
+    topics: impl IntoIterator<Item = &'a String>,
+) -> Result<(), ApiError> {
+    if !broker.authorizer.enabled() {
+        return Ok(());
+    }
+    let session = session_or_anonymous(session);
+    topics
+        .into_iter()
+        .try_for_each(|t| require(broker, &session, AclOperation::Read, ResourceType::Topic, t))
+}
+
 /// 403 unless the session may create the topic (CREATE on the cluster or on it).
 pub fn require_create(broker: &Broker, session: &Session, topic: &str) -> Result<(), ApiError> {
     let authz = broker.authz(session);
@@ -134,6 +149,10 @@ fn path_checks(
             Ok(())
         }
         Method::DELETE if v3 => {
+            // As DeleteTopics: DELETE on the cluster covers every topic.
+            if broker.authorize(session, Op::Delete, ResourceType::Cluster, CLUSTER_NAME) {
+                return Ok(());
+            }
             require(broker, session, Op::Describe, Topic, &topic)?;
             require(broker, session, Op::Delete, Topic, &topic)
         }

@@ -53,7 +53,6 @@ use super::extract::{ApiPath, ApiQuery, Body};
 use super::records::embed;
 use super::records::read_limits;
 use super::{authz, AppState};
-use crate::security::acl::{AclOperation, ResourceType};
 use crate::security::Session;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -292,18 +291,9 @@ async fn subscribe(
 ) -> Result<Response, ApiError> {
     let instance = app.consumers.get(&group, &id)?;
     let subscription = parse_subscribe(required_json(&headers, &body)?)?;
-    // READ on every topic named (`http::authz`; a pattern is not checked here).
+    // READ on every topic named (`http::authz`; a pattern's topics are checked per poll).
     if let member::Subscription::Topics(topics) = &subscription {
-        let session = authz::session_or_anonymous(session);
-        for t in topics {
-            authz::require(
-                &app.http.broker,
-                &session,
-                AclOperation::Read,
-                ResourceType::Topic,
-                t,
-            )?;
-        }
+        authz::require_read(&app.http.broker, session, topics)?;
     }
     app.consumers.subscribe(&instance, subscription)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -376,16 +366,7 @@ async fn assign(
     let instance = app.consumers.get(&group, &id)?;
     let req: Partitions = required_json(&headers, &body)?;
     let tps = tps(req.partitions)?;
-    let session = authz::session_or_anonymous(session);
-    for (topic, _) in &tps {
-        authz::require(
-            &app.http.broker,
-            &session,
-            AclOperation::Read,
-            ResourceType::Topic,
-            topic,
-        )?;
-    }
+    authz::require_read(&app.http.broker, session, tps.iter().map(|(t, _)| t))?;
     for tp in &tps {
         offsets::existing(&app.http.broker, tp)?;
     }
@@ -456,11 +437,26 @@ struct RecordView<'a> {
 /// `GET .../records`.
 async fn records(
     State(app): State<AppState>,
+    session: Option<Extension<Session>>,
     ApiPath((group, id)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let instance = app.consumers.get(&group, &id)?;
+    // READ on every topic read, at every poll (an ACL removed after subscribing counts).
+    if app.http.broker.authorizer.enabled() {
+        let topics: Vec<String> = {
+            let state = instance.state();
+            match &state.mode {
+                instance::Mode::Subscribed(topics) => topics.clone(),
+                instance::Mode::SubscribedPattern(pattern) => pattern.topics(&app.http.broker),
+                instance::Mode::Assigned | instance::Mode::None => {
+                    state.assigned.iter().map(|(t, _)| t.clone()).collect()
+                }
+            }
+        };
+        authz::require_read(&app.http.broker, session, &topics)?;
+    }
     let format = instance.config.format;
     if !accepts(&headers, format) {
         return Err(ApiError::not_acceptable(format!(

@@ -136,11 +136,11 @@ pub async fn handle(
         RequestKind::AlterClientQuotas(r) => {
             ResponseKind::AlterClientQuotas(quotas::alter(broker, session, r).await)
         }
-        RequestKind::DescribeUserScramCredentials(r) => {
-            ResponseKind::DescribeUserScramCredentials(scram_users::describe(broker, r).await)
-        }
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            scram_users::describe(broker, session, r).await,
+        ),
         RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(scram_users::alter(broker, r).await)
+            ResponseKind::AlterUserScramCredentials(scram_users::alter(broker, session, r).await)
         }
         // SaslHandshake/SaslAuthenticate are answered by the connection loop (sasl.rs).
         other => {

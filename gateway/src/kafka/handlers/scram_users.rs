@@ -14,8 +14,10 @@
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::sasl::credential::SALT_BYTES_MAX;
 use crate::security::sasl::{ScramEntry, ScramHash, UserCredentials};
+use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -34,11 +36,24 @@ const CAS_ATTEMPTS: usize = 5;
 /// Kafka's bound on a salted password's size is none; this one keeps records small.
 const SALTED_PASSWORD_BYTES_MAX: usize = 1024;
 
-// Authorization (ACLs): DescribeUserScramCredentials needs DESCRIBE on CLUSTER — check here.
+/// Needs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED for the whole request), as
+/// in Kafka.
 pub async fn describe(
     broker: &Broker,
+    session: &Session,
     r: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
+    if !broker.authorize(
+        session,
+        AclOperation::Describe,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        let code = ResponseError::ClusterAuthorizationFailed;
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(code.code())
+            .with_error_message(Some(super::str_bytes(&code.to_string())));
+    }
     // (user, named more than once), in the order first named; all users if none named.
     let mut users: Vec<(String, bool)> = Vec::new();
     match r.users.filter(|u| !u.is_empty()) {
@@ -99,11 +114,30 @@ enum Change {
     Upsert(ScramHash, ScramEntry),
 }
 
-// Authorization (ACLs): AlterUserScramCredentials needs ALTER on CLUSTER — check here.
+/// Needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED for every user named), as in
+/// Kafka.
 pub async fn alter(
     broker: &Broker,
+    session: &Session,
     r: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
+    if !broker.authorize(
+        session,
+        AclOperation::Alter,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        let code = ResponseError::ClusterAuthorizationFailed;
+        let refused = || Some((code, code.to_string()));
+        let users: std::collections::BTreeSet<String> = r
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(r.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        return AlterUserScramCredentialsResponse::default()
+            .with_results(users.iter().map(|u| result(u, refused())).collect());
+    }
     // Kafka's order: deletions, then upsertions; a user seen twice fails as a whole.
     let mut changes: BTreeMap<String, Change> = BTreeMap::new();
     let mut errors: BTreeMap<String, (ResponseError, String)> = BTreeMap::new();

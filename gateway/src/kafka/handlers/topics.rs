@@ -150,6 +150,7 @@ pub async fn delete(
     version: i16,
 ) -> DeleteTopicsResponse {
     let authz = broker.authz(session);
+    let cluster_delete = authz.allows(AclOperation::Delete, ResourceType::Cluster, CLUSTER_NAME);
     // v6 names topics by name or id; earlier versions by name only.
     let mut wanted: Vec<(Option<String>, uuid::Uuid)> = req
         .topic_names
@@ -177,14 +178,16 @@ pub async fn delete(
             results.push(r.with_error_code(ResponseError::UnknownTopicId.code()));
             continue;
         };
-        // DESCRIBE (to learn the topic exists) and DELETE, checked before existence, so a
-        // refused client learns nothing (Kafka's ControllerApis.deleteTopics). A topic
-        // named by id is not named back to who may not describe it.
-        if !authz.allows(AclOperation::Describe, ResourceType::Topic, &resolved) {
+        // DELETE on the cluster covers every topic; else DESCRIBE (to learn the topic
+        // exists) and DELETE on it, checked before existence, so a refused client learns
+        // nothing (Kafka's ControllerApis.deleteTopics). A topic named by id is not named
+        // back to who may not describe it.
+        let all = cluster_delete;
+        if !all && !authz.allows(AclOperation::Describe, ResourceType::Topic, &resolved) {
             results.push(r.with_error_code(denied(ResourceType::Topic)));
             continue;
         }
-        if !authz.allows(AclOperation::Delete, ResourceType::Topic, &resolved) {
+        if !all && !authz.allows(AclOperation::Delete, ResourceType::Topic, &resolved) {
             results.push(
                 r.with_name(Some(topic_name(&resolved)))
                     .with_error_code(denied(ResourceType::Topic)),

@@ -612,6 +612,44 @@ mod tests {
         assert!(!v.allows_some(Write, TOPIC));
     }
 
+    /// Cost figures (debug build; run with `--ignored --nocapture`): building the index of
+    /// 10 000 bindings, and a check against it.
+    #[test]
+    #[ignore]
+    fn figures() {
+        let mut bindings = Vec::new();
+        for i in 0..9_000 {
+            bindings.push(allow(
+                Literal,
+                &format!("topic-{i}"),
+                &format!("User:u{}", i % 50),
+                Read,
+            ));
+        }
+        for i in 0..1_000 {
+            bindings.push(allow(Prefixed, &format!("team-{i}-"), "User:u1", Write));
+        }
+        let started = std::time::Instant::now();
+        let index = Arc::new(AclIndex::build(bindings));
+        let built = started.elapsed();
+        let v = AuthzView {
+            index: Some(index),
+            super_user: false,
+            allow_if_no_acl: false,
+            principal: "User:u1".into(),
+            host: HOST.into(),
+        };
+        let n = 100_000;
+        let started = std::time::Instant::now();
+        let mut allowed = 0;
+        for i in 0..n {
+            allowed += usize::from(v.allows(Write, TOPIC, &format!("team-{}-orders", i % 2000)));
+        }
+        let per_check = started.elapsed() / n;
+        assert_eq!(allowed, n as usize / 2);
+        println!("index of 10000 bindings built in {built:?}; one check {per_check:?}");
+    }
+
     #[test]
     fn the_index_is_rebuilt_when_the_cache_moves_and_only_then() {
         let cache = SecurityCache::new();
