@@ -32,7 +32,7 @@ use crate::config::ByteSize;
 use crate::http::{self, HttpState};
 use crate::kafka;
 use crate::security::listeners::{self, ListenerArgs};
-use crate::security::SecurityProtocol;
+use crate::security::tls::{self, TlsArgs, TlsSource};
 use anyhow::Context;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::lease::{register, run_lease_keeper, NewLeaseHook};
@@ -66,6 +66,8 @@ pub struct ServeArgs {
     pub kafka_addr: SocketAddr,
     #[command(flatten)]
     pub listeners: ListenerArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -359,14 +361,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     for l in &plan.listeners {
-        if l.protocol != SecurityProtocol::Plaintext {
+        if l.protocol.is_sasl() {
             anyhow::bail!(
-                "listener {}: {} listeners are not supported yet (only PLAINTEXT)",
+                "listener {}: {} listeners are not supported yet (PLAINTEXT and SSL are)",
                 l.name,
                 l.protocol
             );
         }
     }
+    // TLS files are read once here (a bad one stops the start, naming its flag), then
+    // re-read when they change.
+    let tls_source = if plan.listeners.iter().any(|l| l.protocol.is_tls()) {
+        Some(TlsSource::load(&args.tls)?)
+    } else {
+        None
+    };
     // Bind first: a port conflict should fail fast, before any recovery work.
     let mut kafka_listeners = Vec::new();
     let mut advertised_listeners = std::collections::BTreeMap::new();
@@ -594,6 +603,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.metadata_history_retention,
         stop_serving.clone(),
     ));
+    if let Some(source) = &tls_source {
+        background.spawn(tls::reload::run_reloader(
+            source.clone(),
+            args.tls.ssl_reload_interval,
+            broker.metrics.tls_reload.clone(),
+            stop_serving.clone(),
+        ));
+    }
     // `--connections-max` bounds the connections of all listeners together.
     let connection_slots = Arc::new(tokio::sync::Semaphore::new(
         (args.connections_max as usize).max(1),
@@ -606,6 +623,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             kafka::ListenerContext {
                 name: spec.name,
                 protocol: spec.protocol,
+                tls: spec.protocol.is_tls().then(|| tls_source.clone()).flatten(),
             },
             broker.clone(),
             kafka::ConnectionLimits {

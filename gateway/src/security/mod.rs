@@ -9,9 +9,11 @@
 //! - this file: the vocabulary (principal, security protocol, session).
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
+//! - [`tls`]: TLS listeners' configuration, reload and mTLS principals.
 
 pub mod cache;
 pub mod listeners;
+pub mod tls;
 
 use std::fmt;
 use std::net::SocketAddr;
