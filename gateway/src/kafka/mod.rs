@@ -129,6 +129,7 @@ pub async fn serve(
                     match handshake {
                         None => Ok(()),
                         Some(Ok((stream, principal))) => {
+                            tracing::debug!(%peer, listener = %context.name, %principal, "TLS connection");
                             session.principal = principal;
                             conn::run(stream, session, broker.clone(), limits, shutdown).await
                         }
