@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
+    /// Serve the HTTP API over TLS (HTTPS) with the --ssl-* certificate, key, client
+    /// authentication and reload. With --ssl-client-auth required, health probes and
+    /// scrapers need a client certificate too.
+    #[arg(long, env = "OXBOW_HTTP_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub http_tls: bool,
     /// Directory for the embedded metadata, the WAL and the local object store.
     #[arg(long, env = "OXBOW_DATA_DIR", default_value = "./oxbow-data")]
     pub data_dir: PathBuf,
@@ -371,7 +376,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     // TLS files are read once here (a bad one stops the start, naming its flag), then
     // re-read when they change.
-    let tls_source = if plan.listeners.iter().any(|l| l.protocol.is_tls()) {
+    let tls_source = if args.http_tls || plan.listeners.iter().any(|l| l.protocol.is_tls()) {
         Some(TlsSource::load(&args.tls)?)
     } else {
         None
@@ -641,6 +646,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     background.spawn(http::listener::serve(
         http_listener,
+        if args.http_tls {
+            tls_source.clone()
+        } else {
+            None
+        },
         router,
         broker.clone(),
         http::listener::HttpLimits {

@@ -429,3 +429,31 @@ def test_sasl_listeners_are_still_refused_at_start(tmp_path, certs):
         capture_output=True, text=True, timeout=30,
     )
     assert out.returncode != 0 and "SASL_SSL" in out.stderr, out.stderr
+
+
+@pytest.mark.oxbow_only
+def test_http_tls_serves_the_rest_api_over_https(broker_factory, certs):
+    b = broker_factory(start=False, extra_args=[
+        "--http-tls", "--ssl-certificate-file", str(certs.server), "--ssl-key-file", str(certs.server_key)])
+    b.start(wait=False)
+    https = f"https://localhost:{b.http_port}"
+
+    def ready() -> bool:
+        try:
+            return requests.get(f"{https}/readyz", verify=str(certs.ca), timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, timeout=60, what="HTTPS /readyz")
+    topic = unique("https")
+    create_topic(b.bootstrap, topic)
+    r = requests.post(f"{https}/topics/{topic}", verify=str(certs.ca), timeout=10,
+                      headers={"Content-Type": "application/vnd.kafka.json.v2+json"},
+                      json={"records": [{"value": {"n": 1}}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["offsets"][0]["offset"] == 0
+    # Plain HTTP to the HTTPS port gets no answer, and is counted as a failed handshake.
+    with pytest.raises(requests.RequestException):
+        requests.get(f"http://127.0.0.1:{b.http_port}/readyz", timeout=5)
+    metrics = requests.get(f"{https}/metrics", verify=str(certs.ca), timeout=5).text
+    assert "oxbow_tls_handshake_failures_total 1" in metrics, metrics[:400]

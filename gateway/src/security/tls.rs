@@ -181,12 +181,12 @@ fn protocol_versions(
 /// Builds the server configuration from the files the flags name.
 pub fn server_config(args: &TlsArgs) -> Result<Arc<ServerConfig>, TlsConfigError> {
     let cert_file = args.ssl_certificate_file.as_deref().ok_or_else(|| {
-        TlsConfigError("an SSL or SASL_SSL listener needs --ssl-certificate-file".into())
+        TlsConfigError("SSL and SASL_SSL listeners (and --http-tls) need --ssl-certificate-file".into())
     })?;
     let key_file = args
         .ssl_key_file
         .as_deref()
-        .ok_or_else(|| TlsConfigError("an SSL or SASL_SSL listener needs --ssl-key-file".into()))?;
+        .ok_or_else(|| TlsConfigError("SSL and SASL_SSL listeners (and --http-tls) need --ssl-key-file".into()))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&protocol_versions(&args.ssl_enabled_protocols)?)
