@@ -13,9 +13,11 @@
 //! - this file: flags, loading, the handshake.
 //! - [`principal`]: the subject DN as Kafka prints it, and the mapping rules (pure).
 //! - [`reload`]: the file poller.
+//! - [`stream`]: the TLS stream handed to connections (flushes on every read and write).
 
 pub mod principal;
 pub mod reload;
+pub mod stream;
 
 use super::Principal;
 use principal::PrincipalMapper;
@@ -26,8 +28,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use stream::FlushingTls;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::server::TlsStream;
 
 /// Kafka's `ssl.client.auth`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -181,12 +183,13 @@ fn protocol_versions(
 /// Builds the server configuration from the files the flags name.
 pub fn server_config(args: &TlsArgs) -> Result<Arc<ServerConfig>, TlsConfigError> {
     let cert_file = args.ssl_certificate_file.as_deref().ok_or_else(|| {
-        TlsConfigError("SSL and SASL_SSL listeners (and --http-tls) need --ssl-certificate-file".into())
+        TlsConfigError(
+            "SSL and SASL_SSL listeners (and --http-tls) need --ssl-certificate-file".into(),
+        )
     })?;
-    let key_file = args
-        .ssl_key_file
-        .as_deref()
-        .ok_or_else(|| TlsConfigError("SSL and SASL_SSL listeners (and --http-tls) need --ssl-key-file".into()))?;
+    let key_file = args.ssl_key_file.as_deref().ok_or_else(|| {
+        TlsConfigError("SSL and SASL_SSL listeners (and --http-tls) need --ssl-key-file".into())
+    })?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&protocol_versions(&args.ssl_enabled_protocols)?)
@@ -293,7 +296,7 @@ impl TlsSource {
         &self,
         stream: S,
         timeout: Duration,
-    ) -> Result<(TlsStream<S>, Principal), HandshakeError>
+    ) -> Result<(FlushingTls<S>, Principal), HandshakeError>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -319,7 +322,7 @@ impl TlsSource {
                 Principal::user(name)
             }
         };
-        Ok((stream, principal))
+        Ok((FlushingTls::new(stream), principal))
     }
 }
 
