@@ -1,7 +1,8 @@
 //! The Kafka wire protocol server.
 //!
 //! One long-lived TCP connection per client (TLS on `SSL`/`SASL_SSL` listeners: the
-//! handshake runs in the connection's task, under its connection slot and a timeout); requests are pipelined and answered in order.
+//! handshake runs in the connection's task, under its connection slot and a timeout);
+//! requests are pipelined and answered in order.
 //! Each request runs in two parts: the ordered part (decode, validate, assign offsets) runs
 //! one request at a time per connection, as Kafka does, so two pipelined produces to one
 //! partition keep their order; the waiting part (durability for `acks=all`, a fetch's long
