@@ -344,6 +344,98 @@ pub(crate) mod tests {
         }
     }
 
+    /// A client trusting the test CA, presenting `cert` (certificate, key) if given.
+    pub(crate) fn connector(cert: Option<(&str, &str)>) -> tokio_rustls::TlsConnector {
+        let mut roots = RootCertStore::empty();
+        for c in certificates("ca", &testdata("ca.pem")).expect("ca") {
+            roots.add(c).expect("root");
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots);
+        let config = match cert {
+            None => builder.with_no_client_auth(),
+            Some((c, k)) => builder
+                .with_client_auth_cert(
+                    certificates("c", &testdata(c)).expect("cert"),
+                    private_key(&testdata(k)).expect("key"),
+                )
+                .expect("client cert"),
+        };
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    /// Runs both sides of a handshake over a pipe; the client also waits for one byte, as
+    /// TLS 1.3 reports a refused client certificate only after the handshake.
+    async fn principal_of(
+        source: &TlsSource,
+        cert: Option<(&str, &str)>,
+    ) -> Result<Principal, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client, server) = tokio::io::duplex(64 << 10);
+        let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+        let connect = async {
+            let mut c = connector(cert).connect(name, client).await?;
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).await?;
+            Ok::<_, std::io::Error>(())
+        };
+        let accept = async {
+            let (mut s, principal) = source.accept(server, Duration::from_secs(5)).await?;
+            let _ = s.write_all(b"k").await;
+            let _ = s.flush().await;
+            Ok::<_, HandshakeError>(principal)
+        };
+        let (c, s) = tokio::join!(connect, accept);
+        let principal = s.map_err(|e| e.to_string())?;
+        c.map_err(|e| e.to_string())?;
+        Ok(principal)
+    }
+
+    #[tokio::test]
+    async fn client_certificates_name_the_principal() {
+        let mut a = args("server.pem", "server.key");
+        a.ssl_truststore_file = Some(testdata("ca.pem"));
+        a.ssl_client_auth = ClientAuth::Required;
+        let required = TlsSource::load(&a).expect("load");
+        let alice = Some(("alice.pem", "alice.key"));
+        assert_eq!(
+            principal_of(&required, alice).await,
+            Ok(Principal::user("CN=alice,OU=eng,O=acme,C=US"))
+        );
+        // No certificate, and one the truststore does not vouch for (self-signed).
+        assert!(principal_of(&required, None).await.is_err());
+        assert!(principal_of(&required, Some(("rsa.pem", "rsa.key")))
+            .await
+            .is_err());
+
+        a.ssl_client_auth = ClientAuth::Requested;
+        a.ssl_principal_mapping_rules = "RULE:^CN=([^,]*),.*$/$1/U".into();
+        let requested = TlsSource::load(&a).expect("load");
+        assert_eq!(
+            principal_of(&requested, None).await,
+            Ok(Principal::anonymous())
+        );
+        assert_eq!(
+            principal_of(&requested, alice).await,
+            Ok(Principal::user("ALICE"))
+        );
+        assert!(principal_of(&requested, Some(("rsa.pem", "rsa.key")))
+            .await
+            .is_err());
+        // A DN no rule matches is refused.
+        a.ssl_principal_mapping_rules = "RULE:^CN=bob,.*$/bob/".into();
+        let unmatched = TlsSource::load(&a).expect("load");
+        let e = principal_of(&unmatched, alice).await.expect_err("no rule");
+        assert!(e.contains("--ssl-principal-mapping-rules"), "{e}");
+
+        // Without client auth a client's certificate is not even asked for.
+        let none = TlsSource::load(&args("server.pem", "server.key")).expect("load");
+        assert_eq!(principal_of(&none, alice).await, Ok(Principal::anonymous()));
+    }
+
     fn refused(a: &TlsArgs, flag: &str) {
         let e = server_config(a).expect_err("refused").to_string();
         assert!(e.contains(flag), "{e} should name {flag}");

@@ -129,24 +129,14 @@ pub async fn run_reloader(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{args, testdata};
+    use super::super::tests::{args, connector, testdata};
     use super::*;
     use rustls_pki_types::CertificateDer;
 
     /// The certificate a configuration serves (what a client connecting now would see).
     async fn served(source: &TlsSource) -> Vec<u8> {
         let (client, server) = tokio::io::duplex(64 << 10);
-        let mut roots = rustls::RootCertStore::empty();
-        for c in super::super::certificates("ca", &testdata("ca.pem")).expect("ca") {
-            roots.add(c).expect("root");
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = connector(None);
         let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
         let (c, s) = tokio::join!(
             connector.connect(name, client),

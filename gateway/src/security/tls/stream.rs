@@ -67,9 +67,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for FlushingTls<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{args, testdata};
+    use super::super::tests::{args, connector};
     use super::super::TlsSource;
-    use std::sync::Arc;
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -87,17 +86,7 @@ mod tests {
         let source = TlsSource::load(&args("server.pem", "server.key")).expect("load");
         // A small pipe, so the socket blocks part-way through every large write.
         let (client, server) = tokio::io::duplex(4096);
-        let mut roots = rustls::RootCertStore::empty();
-        for c in super::super::certificates("ca", &testdata("ca.pem")).expect("ca") {
-            roots.add(c).expect("root");
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let connector = connector(None);
         let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
         let (c, s) = tokio::join!(
             connector.connect(name, client),
