@@ -33,6 +33,7 @@ use crate::http::{self, HttpState};
 use crate::kafka;
 use crate::security::listeners::{self, ListenerArgs};
 use crate::security::tls::{self, TlsArgs, TlsSource};
+use crate::security::SecurityProtocol;
 use anyhow::Context;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::lease::{register, run_lease_keeper, NewLeaseHook};
@@ -375,9 +376,27 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     // TLS files are read once here (a bad one stops the start, naming its flag), then
-    // re-read when they change.
-    let tls_source = if args.http_tls || plan.listeners.iter().any(|l| l.protocol.is_tls()) {
+    // re-read when they change. SASL_SSL listeners authenticate with SASL and ignore
+    // --ssl-client-auth, as Kafka ignores `ssl.client.auth` on them (KIP-684).
+    let tls_source = if args.http_tls
+        || plan
+            .listeners
+            .iter()
+            .any(|l| l.protocol == SecurityProtocol::Ssl)
+    {
         Some(TlsSource::load(&args.tls)?)
+    } else {
+        None
+    };
+    let sasl_tls_source = if plan
+        .listeners
+        .iter()
+        .any(|l| l.protocol == SecurityProtocol::SaslSsl)
+    {
+        Some(TlsSource::load(&TlsArgs {
+            ssl_client_auth: tls::ClientAuth::None,
+            ..args.tls.clone()
+        })?)
     } else {
         None
     };
@@ -608,7 +627,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.metadata_history_retention,
         stop_serving.clone(),
     ));
-    if let Some(source) = &tls_source {
+    for source in tls_source.iter().chain(sasl_tls_source.iter()) {
         background.spawn(tls::reload::run_reloader(
             source.clone(),
             args.tls.ssl_reload_interval,
@@ -628,7 +647,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             kafka::ListenerContext {
                 name: spec.name,
                 protocol: spec.protocol,
-                tls: spec.protocol.is_tls().then(|| tls_source.clone()).flatten(),
+                tls: match spec.protocol {
+                    SecurityProtocol::Ssl => tls_source.clone(),
+                    SecurityProtocol::SaslSsl => sasl_tls_source.clone(),
+                    SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext => None,
+                },
             },
             broker.clone(),
             kafka::ConnectionLimits {
