@@ -170,6 +170,34 @@ fn until_slash(s: &str) -> Option<(&str, &str)> {
     None
 }
 
+/// A Java `replaceAll` replacement in the regex crate's syntax: `$1` is group 1 however
+/// the text goes on (the regex crate would read `$1_x` as a group named `1_x`), `\$` and
+/// `\\` are a literal `$` and `\`.
+fn java_replacement(java: &str) -> String {
+    let mut out = String::with_capacity(java.len() + 8);
+    let mut chars = java.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('$') => out.push_str("$$"),
+                Some(other) => out.push(other),
+                None => out.push('\\'),
+            },
+            '$' if chars.peek().is_some_and(|d| d.is_ascii_digit()) => {
+                out.push_str("${");
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    out.push(d);
+                    chars.next();
+                }
+                out.push('}');
+            }
+            '$' => out.push_str("$$"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl PrincipalMapper {
     /// Parses the rules; an error names the flag and the rule.
     pub fn parse(rules: &str) -> Result<Self, String> {
@@ -195,7 +223,7 @@ impl PrincipalMapper {
                 out.push(Rule::Replace {
                     whole: compile(&format!("^(?:{pattern})$"))?,
                     pattern: compile(pattern)?,
-                    replacement: replacement.replace("\\/", "/"),
+                    replacement: java_replacement(&replacement.replace("\\/", "/")),
                     case,
                 });
                 rest = after;
@@ -283,6 +311,9 @@ mod tests {
         let m = PrincipalMapper::parse(r"RULE:^CN=([^\/]*)\/x$/a\/$1/").expect("rule");
         assert_eq!(m.map("CN=b/x").as_deref(), Some("a/b"));
         assert_eq!(m.map("CN=b"), None);
+        // Java's replacement syntax: `$1` followed by name characters, a literal `$`.
+        let m = PrincipalMapper::parse(r"RULE:^CN=([^,]*),O=(.*)$/$1_$2\$x/").expect("rule");
+        assert_eq!(m.map("CN=a,O=b").as_deref(), Some("a_b$x"));
         for bad in [
             "",
             "RULE:x",
