@@ -212,7 +212,7 @@ pub struct ServeArgs {
     pub connections_max_idle: Duration,
     /// A Kafka request frame must arrive whole this long after its first byte (a client
     /// that sends a length and stalls is cut off). Must cover a --max-request-bytes frame
-    /// on the slowest link served.
+    /// on the slowest link served. A TLS handshake must finish within it too (at most 10 s).
     #[arg(long, env = "OXBOW_REQUEST_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_read_timeout: Duration,
     /// Most concurrent HTTP connections; past it, new ones wait in the accept backlog.
