@@ -24,6 +24,11 @@ pub struct Metrics {
     pub http_connections_open: AtomicU64,
     pub http_connections_idle_closed: AtomicU64,
     pub http_connections_read_timed_out: AtomicU64,
+    /// TLS handshakes that failed or timed out (plaintext to a TLS port, an untrusted or
+    /// missing client certificate, a client that stalls).
+    pub tls_handshake_failures: AtomicU64,
+    /// Reloads of the TLS files (`security::tls::reload`).
+    pub tls_reload: std::sync::Arc<crate::security::tls::reload::ReloadCounters>,
     /// The metadata service's revision, as last sampled (`cluster::history`).
     pub metadata_revision: AtomicU64,
     /// The highest revision its history is known to be compacted to (by this broker, or
@@ -56,6 +61,8 @@ impl Default for Metrics {
             http_connections_open: AtomicU64::new(0),
             http_connections_idle_closed: AtomicU64::new(0),
             http_connections_read_timed_out: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
+            tls_reload: Default::default(),
             metadata_revision: AtomicU64::new(0),
             metadata_compacted_revision: AtomicU64::new(0),
             metadata_compactions: AtomicU64::new(0),
@@ -148,6 +155,24 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "gauge",
         "Open HTTP connections (at most --http-connections-max).",
         &one(get(&m.http_connections_open)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes on SSL/SASL_SSL listeners that failed or timed out.",
+        &one(get(&m.tls_handshake_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_tls_reloads_total",
+        "counter",
+        "Changes of the TLS certificate files, by whether they loaded (result=ok) or the \
+         previous certificate was kept (result=error).",
+        &[
+            ("result=\"ok\"".to_string(), get(&m.tls_reload.reloads)),
+            ("result=\"error\"".to_string(), get(&m.tls_reload.failures)),
+        ],
     );
     let timed_out = [
         ("kafka", "idle", &m.connections_idle_closed),

@@ -32,6 +32,7 @@ use crate::config::ByteSize;
 use crate::http::{self, HttpState};
 use crate::kafka;
 use crate::security::listeners::{self, ListenerArgs};
+use crate::security::tls::{self, TlsArgs, TlsSource};
 use crate::security::SecurityProtocol;
 use anyhow::Context;
 use oxbow_cache::ReadCache;
@@ -70,9 +71,16 @@ pub struct ServeArgs {
     pub authorization: crate::security::acl::AuthorizationArgs,
     #[command(flatten)]
     pub sasl: crate::security::sasl::SaslArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
+    /// Serve the HTTP API over TLS (HTTPS) with the --ssl-* certificate, key, client
+    /// authentication and reload. With --ssl-client-auth required, health probes and
+    /// scrapers need a client certificate too.
+    #[arg(long, env = "OXBOW_HTTP_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub http_tls: bool,
     /// Directory for the embedded metadata, the WAL and the local object store.
     #[arg(long, env = "OXBOW_DATA_DIR", default_value = "./oxbow-data")]
     pub data_dir: PathBuf,
@@ -216,7 +224,7 @@ pub struct ServeArgs {
     pub connections_max_idle: Duration,
     /// A Kafka request frame must arrive whole this long after its first byte (a client
     /// that sends a length and stalls is cut off). Must cover a --max-request-bytes frame
-    /// on the slowest link served.
+    /// on the slowest link served. A TLS handshake must finish within it too (at most 10 s).
     #[arg(long, env = "OXBOW_REQUEST_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_read_timeout: Duration,
     /// Most concurrent HTTP connections; past it, new ones wait in the accept backlog.
@@ -379,19 +387,31 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .map_err(anyhow::Error::msg)?;
     let authorization = args.authorization.settings().map_err(anyhow::Error::msg)?;
     let sasl = args.sasl.settings().map_err(anyhow::Error::msg)?;
-    for l in &plan.listeners {
-        // SASL_SSL waits for TLS listeners (another part of issue 15).
-        if !matches!(
-            l.protocol,
-            SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext
-        ) {
-            anyhow::bail!(
-                "listener {}: {} listeners are not supported yet (only PLAINTEXT and SASL_PLAINTEXT)",
-                l.name,
-                l.protocol
-            );
-        }
-    }
+    // TLS files are read once here (a bad one stops the start, naming its flag), then
+    // re-read when they change. SASL_SSL listeners authenticate with SASL and ignore
+    // --ssl-client-auth, as Kafka ignores `ssl.client.auth` on them (KIP-684).
+    let tls_source = if args.http_tls
+        || plan
+            .listeners
+            .iter()
+            .any(|l| l.protocol == SecurityProtocol::Ssl)
+    {
+        Some(TlsSource::load(&args.tls)?)
+    } else {
+        None
+    };
+    let sasl_tls_source = if plan
+        .listeners
+        .iter()
+        .any(|l| l.protocol == SecurityProtocol::SaslSsl)
+    {
+        Some(TlsSource::load(&TlsArgs {
+            ssl_client_auth: tls::ClientAuth::None,
+            ..args.tls.clone()
+        })?)
+    } else {
+        None
+    };
     // Bind first: a port conflict should fail fast, before any recovery work.
     let mut kafka_listeners = Vec::new();
     let mut advertised_listeners = std::collections::BTreeMap::new();
@@ -626,6 +646,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.metadata_history_retention,
         stop_serving.clone(),
     ));
+    for source in tls_source.iter().chain(sasl_tls_source.iter()) {
+        background.spawn(tls::reload::run_reloader(
+            source.clone(),
+            args.tls.ssl_reload_interval,
+            broker.metrics.tls_reload.clone(),
+            stop_serving.clone(),
+        ));
+    }
     // `--connections-max` bounds the connections of all listeners together.
     let connection_slots = Arc::new(tokio::sync::Semaphore::new(
         (args.connections_max as usize).max(1),
@@ -638,6 +666,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             kafka::ListenerContext {
                 name: spec.name,
                 protocol: spec.protocol,
+                tls: match spec.protocol {
+                    SecurityProtocol::Ssl => tls_source.clone(),
+                    SecurityProtocol::SaslSsl => sasl_tls_source.clone(),
+                    SecurityProtocol::Plaintext | SecurityProtocol::SaslPlaintext => None,
+                },
             },
             broker.clone(),
             kafka::ConnectionLimits {
@@ -655,6 +688,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     background.spawn(http::listener::serve(
         http_listener,
+        if args.http_tls {
+            tls_source.clone()
+        } else {
+            None
+        },
         router,
         broker.clone(),
         http::listener::HttpLimits {

@@ -22,6 +22,7 @@
 //! busy ones finish their request (hyper's graceful shutdown).
 
 use crate::broker::Broker;
+use crate::security::tls::TlsSource;
 use axum::Router;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -38,7 +39,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -212,9 +213,13 @@ async fn expiry(mut phase: watch::Receiver<Phase>, limits: HttpLimits) -> Expiry
     }
 }
 
+/// A connection's byte stream: the socket, or TLS over it (`--http-tls`).
+trait HttpIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> HttpIo for T {}
+
 /// The socket, telling the clock when bytes arrive.
 struct Watched {
-    stream: TcpStream,
+    stream: Box<dyn HttpIo>,
     clock: Clock,
 }
 
@@ -355,9 +360,11 @@ impl HttpBody for TimedBody {
 }
 
 /// Accepts connections until `shutdown`, then returns; connections finish their request
-/// and close (tracked by `tracker`).
+/// and close (tracked by `tracker`). With `tls` (`--http-tls`) each connection first runs
+/// the TLS handshake, within `--http-header-timeout` (the same bound as a request head).
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<TlsSource>>,
     router: Router,
     broker: Arc<Broker>,
     limits: HttpLimits,
@@ -396,8 +403,32 @@ pub async fn serve(
         let broker = broker.clone();
         let routed = routed.clone();
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tracker.spawn(async move {
-            serve_connection(stream, peer, routed, &broker, limits, shutdown).await;
+            let stream: Option<Box<dyn HttpIo>> = match &tls {
+                None => Some(Box::new(stream)),
+                Some(tls) => {
+                    let handshake = tokio::select! {
+                        _ = shutdown.cancelled() => None,
+                        h = tls.accept(stream, limits.header_timeout) => Some(h),
+                    };
+                    match handshake {
+                        None => None,
+                        Some(Ok((stream, _principal))) => Some(Box::new(stream)),
+                        Some(Err(e)) => {
+                            broker
+                                .metrics
+                                .tls_handshake_failures
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(error = %e, "HTTPS connection refused");
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(stream) = stream {
+                serve_connection(stream, peer, routed, &broker, limits, shutdown).await;
+            }
             broker
                 .metrics
                 .http_connections_open
@@ -408,7 +439,7 @@ pub async fn serve(
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    stream: Box<dyn HttpIo>,
     peer: std::net::SocketAddr,
     routed: TowerToHyperService<Router>,
     broker: &Broker,

@@ -221,15 +221,21 @@ async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
             Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(Ok(n)) => written += n,
             Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the client read no response bytes for --connections-max-idle",
-                ))
-            }
+            Err(_) => return Err(idle_write_timeout()),
         }
     }
-    Ok(())
+    // A TLS stream may hold the tail of what it accepted until flushed.
+    match tokio::time::timeout(idle_max, write_half.flush()).await {
+        Ok(r) => r,
+        Err(_) => Err(idle_write_timeout()),
+    }
+}
+
+fn idle_write_timeout() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the client read no response bytes for --connections-max-idle",
+    )
 }
 
 /// Mutes reading for `throttle` from now, unless it already is for longer.

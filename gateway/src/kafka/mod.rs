@@ -1,6 +1,8 @@
 //! The Kafka wire protocol server.
 //!
-//! One long-lived TCP connection per client; requests are pipelined and answered in order.
+//! One long-lived TCP connection per client (TLS on `SSL`/`SASL_SSL` listeners: the
+//! handshake runs in the connection's task, under its connection slot and a timeout);
+//! requests are pipelined and answered in order.
 //! Each request runs in two parts: the ordered part (decode, validate, assign offsets) runs
 //! one request at a time per connection, as Kafka does, so two pipelined produces to one
 //! partition keep their order; the waiting part (durability for `acks=all`, a fetch's long
@@ -22,6 +24,7 @@ mod throttle;
 pub mod versions;
 
 use crate::broker::Broker;
+use crate::security::tls::TlsSource;
 use crate::security::{Principal, SecurityProtocol, Session};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,6 +63,8 @@ impl Default for ConnectionLimits {
 pub struct ListenerContext {
     pub name: String,
     pub protocol: SecurityProtocol,
+    /// The TLS configuration of an `SSL`/`SASL_SSL` listener (`None`: plaintext).
+    pub tls: Option<Arc<TlsSource>>,
 }
 
 /// Accepts connections on one listener until `shutdown`, then returns; connections finish
@@ -108,13 +113,43 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let context = context.clone();
         tracker.spawn(async move {
-            let session = Session {
+            let mut session = Session {
                 peer,
                 listener: context.name.clone(),
                 protocol: context.protocol,
                 principal: Principal::anonymous(),
             };
-            if let Err(e) = conn::run(stream, session, broker.clone(), limits, shutdown).await {
+            let outcome = match &context.tls {
+                None => conn::run(stream, session, broker.clone(), limits, shutdown).await,
+                Some(tls) => {
+                    let timeout = limits
+                        .request_read_timeout
+                        .min(crate::security::tls::HANDSHAKE_TIMEOUT_MAX);
+                    let handshake = tokio::select! {
+                        _ = shutdown.cancelled() => None,
+                        h = tls.accept(stream, timeout) => Some(h),
+                    };
+                    match handshake {
+                        None => Ok(()),
+                        Some(Ok((stream, principal))) => {
+                            tracing::debug!(%peer, listener = %context.name, %principal, "TLS connection");
+                            session.principal = principal;
+                            conn::run(stream, session, broker.clone(), limits, shutdown).await
+                        }
+                        Some(Err(e)) => {
+                            // Plaintext to a TLS port, an untrusted certificate, a stall:
+                            // the client's problem, so debug only (and counted).
+                            broker
+                                .metrics
+                                .tls_handshake_failures
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, listener = %context.name, error = %e, "TLS connection refused");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = outcome {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");
             }
             broker

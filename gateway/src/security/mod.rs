@@ -13,6 +13,7 @@
 //! - [`quota`]: client quotas (entities, precedence, rates, throttles).
 //! - [`acl`]: ACL authorization (the model, the decision, the storage).
 //! - [`sasl`]: SASL authentication (SCRAM, PLAIN, re-authentication), pure.
+//! - [`tls`]: TLS listeners' configuration, reload and mTLS principals.
 
 pub mod acl;
 pub mod cache;
@@ -20,6 +21,7 @@ pub mod listeners;
 pub mod oauth;
 pub mod quota;
 pub mod sasl;
+pub mod tls;
 
 use std::fmt;
 use std::net::SocketAddr;

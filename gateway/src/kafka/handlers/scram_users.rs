@@ -49,10 +49,24 @@ pub async fn describe(
         ResourceType::Cluster,
         CLUSTER_NAME,
     ) {
+        // As Kafka's error response: the error at the top and for each user named.
         let code = ResponseError::ClusterAuthorizationFailed;
+        let message = Some(super::str_bytes(&code.to_string()));
+        let results = r
+            .users
+            .iter()
+            .flatten()
+            .map(|u| {
+                DescribeUserScramCredentialsResult::default()
+                    .with_user(u.name.clone())
+                    .with_error_code(code.code())
+                    .with_error_message(message.clone())
+            })
+            .collect();
         return DescribeUserScramCredentialsResponse::default()
             .with_error_code(code.code())
-            .with_error_message(Some(super::str_bytes(&code.to_string())));
+            .with_error_message(message)
+            .with_results(results);
     }
     // (user, named more than once), in the order first named; all users if none named.
     let mut users: Vec<(String, bool)> = Vec::new();
