@@ -365,3 +365,42 @@ def test_oxbow_cli_authenticates_with_flags_or_a_command_config(sasl, tmp_path):
                "--sasl-username", "alice", "--sasl-password-file", str(pw)], timeout=60, check=False)
     assert bad.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in bad.stderr, bad.stderr
     assert "wrong" not in bad.stderr
+
+
+def test_alter_user_scram_credentials_errors_per_user(sasl):
+    """Kafka's per-user answers (ScramControlManager): a user changed twice in one request is
+    DUPLICATE_RESOURCE, iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL, deleting a
+    credential that is not there RESOURCE_NOT_FOUND; the other users' changes still apply."""
+    from confluent_kafka.admin import (
+        AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": sasl.plain})
+    user_a, user_b, user_c, user_d = (unique("u") for _ in range(4))
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(user_a, sha256, b"pw-a"),
+        UserScramCredentialUpsertion(user_a, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"pw-a"),
+        UserScramCredentialUpsertion(user_b, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"pw-b"),
+        UserScramCredentialDeletion(user_c, ScramMechanism.SCRAM_SHA_512),
+        UserScramCredentialUpsertion(user_d, sha256, b"pw-d"),
+    ])
+    def error_of(user):
+        try:
+            futures[user].result(timeout=30)
+            return None
+        except Exception as e:  # KafkaException wrapping a KafkaError
+            return e.args[0].code()
+    assert error_of(user_a) == KafkaError.DUPLICATE_RESOURCE
+    assert error_of(user_b) == KafkaError.UNACCEPTABLE_CREDENTIAL
+    assert error_of(user_c) == KafkaError.RESOURCE_NOT_FOUND
+    assert error_of(user_d) is None
+    described = admin.describe_user_scram_credentials([user_d])[user_d].result(timeout=30)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 4096)]
+    # And the new user logs in.
+    p = Producer({**sasl_conf(sasl, "SCRAM-SHA-256", user_d, "pw-d"), "log_level": 3})
+    topic = unique("sasl-new-user")
+    create_topic(sasl.plain, topic)
+    assert produce_all(p, topic, [{"value": b"hi"}])[0].offset == 0
