@@ -252,7 +252,7 @@ def test_a_failed_login_is_answered_after_the_delay_then_closed(module_broker_fa
         assert c.wait_closed(5)
 
 
-def test_sessions_expire_and_clients_re_authenticate(module_broker_factory):
+def test_sessions_expire_and_clients_re_authenticate(module_broker_factory, tmp_path):
     sb = start_sasl_broker(module_broker_factory, reauth_ms=3000)
     oxbow_users(sb.plain, "create", "alice", "--mechanism", "SCRAM-SHA-256", input="alice-secret\n")
     # The lifetime is told (v1+), and a client that does not re-authenticate is cut off.
@@ -278,6 +278,18 @@ def test_sessions_expire_and_clients_re_authenticate(module_broker_factory):
     assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION], errors
     got = consume_partitions(sb.sasl, topic, [0], **{k: v for k, v in sasl_conf(sb, "SCRAM-SHA-256", "alice", "alice-secret").items() if k != "bootstrap.servers"})
     assert [r.value for r in got[0]] == [f"r{i}".encode() for i in range(sent)]
+    # The Java producer too: 30 records at 3/s, over three lifetimes.
+    props = tmp_path / "reauth.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="alice-secret";\n'
+    )
+    java_topic = unique("reauth-java")
+    create_topic(sb.plain, java_topic)
+    out = java("org.apache.kafka.tools.ProducerPerformance", "--topic", java_topic, "--num-records", "30",
+               "--record-size", "10", "--throughput", "3", "--producer-props", f"bootstrap.servers={sb.sasl}",
+               "--producer.config", str(props)).stdout
+    assert "30 records sent" in out, out
     # Only the raw connection above was cut off for not re-authenticating.
     if TARGET == "oxbow":
         assert sb.broker.log_path.read_text().count("SASL session expired") == 1
