@@ -416,3 +416,20 @@ def test_alter_user_scram_credentials_errors_per_user(sasl):
     topic = unique("sasl-new-user")
     create_topic(sasl.plain, topic)
     assert produce_all(p, topic, [{"value": b"hi"}])[0].offset == 0
+
+
+@pytest.mark.oxbow_only  # Kafka refuses an unknown user at the first message
+def test_an_unknown_user_gets_a_server_first_shaped_like_a_real_one(sasl):
+    import base64
+
+    def server_first(user: str) -> dict[str, str]:
+        with kw.KafkaConn(sasl.sasl) as c:
+            assert kw.Reader(c.call(API_SASL_HANDSHAKE, 1, kw.string("SCRAM-SHA-512"))).int16() == 0
+            r = kw.Reader(c.call(API_SASL_AUTHENTICATE, 1, kw.bytes_field(f"n,,n={user},r=abc".encode())))
+            assert (r.int16(), r.string()) == (0, None)
+            return dict(a.split("=", 1) for a in r.take(r.int32()).decode().split(","))
+
+    real, fake, fake_again = server_first("alice"), server_first("mallory"), server_first("mallory")
+    assert fake["i"] == real["i"] == "8192"
+    assert len(base64.b64decode(fake["s"])) == len(base64.b64decode(real["s"]))
+    assert fake["s"] == fake_again["s"], "a decoy salt must not change between attempts"

@@ -238,6 +238,11 @@ pub trait CredentialSource {
     /// A salt to show for a user that does not exist, stable per user (so repeated
     /// attempts cannot tell an unknown user from a known one by a salt that changes).
     fn decoy_salt(&self, user: &str) -> Vec<u8>;
+    /// The iterations to show for a user that does not exist: what real users of `hash`
+    /// have, so the count does not give an unknown user away either.
+    fn decoy_iterations(&self, _hash: ScramHash) -> u32 {
+        ScramHash::ITERATIONS_MIN
+    }
 }
 
 /// Whether two byte strings are equal, in time independent of where they differ.

@@ -130,7 +130,10 @@ impl ScramServer {
             .and_then(|c| c.get(self.hash).cloned());
         let (salt, iterations) = match &entry {
             Some(e) => (e.salt.clone(), e.iterations),
-            None => (credentials.decoy_salt(&user), ScramHash::ITERATIONS_MIN),
+            None => (
+                credentials.decoy_salt(&user),
+                credentials.decoy_iterations(self.hash),
+            ),
         };
         let nonce = format!("{client_nonce}{server_nonce}");
         let server_first = format!("r={nonce},s={},i={iterations}", b64().encode(salt));
