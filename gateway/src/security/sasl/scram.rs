@@ -449,6 +449,25 @@ mod tests {
         assert!(server.step(b"n,a=user,n=user,r=abc,ext=1", &users).is_ok());
     }
 
+    proptest::proptest! {
+        /// Any bytes at either step fail cleanly (or, by chance, parse): never a panic.
+        #[test]
+        fn arbitrary_messages_never_panic(
+            first in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            last in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            text in "n,(a=[a-z=,]{0,5})?,n=[a-z=2CD,]{0,8},r=[!-~]{0,20}(,[a-z]=[!-~]{0,5}){0,3}",
+        ) {
+            let users = rfc_users();
+            for token in [first.as_slice(), text.as_bytes()] {
+                let mut server = ScramServer::new(ScramHash::Sha256, "s".into());
+                if server.step(token, &users).is_ok() {
+                    let _ = server.step(&last, &users);
+                }
+            }
+            let _ = crate::security::sasl::plain::authenticate(&first, &users);
+        }
+    }
+
     #[test]
     fn sasl_names_unescape_and_round_trip() {
         assert_eq!(sasl_name("a=2Cb=3Dc").expect("name"), "a,b=c");
