@@ -412,6 +412,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    if let Some(l) = plan.listeners.iter().find(|l| l.name == plan.inter_broker) {
+        if l.protocol != SecurityProtocol::Plaintext {
+            // Brokers reach each other's Kafka port with the project's own client
+            // (controller probes, HTTP produce forwarding), which speaks no TLS yet.
+            tracing::warn!(listener = %l.name, protocol = %l.protocol,
+                "the inter-broker listener is not PLAINTEXT: other brokers cannot reach this one's Kafka port (controller probes, HTTP produce forwarding); in a cluster, name a private PLAINTEXT listener with --inter-broker-listener-name");
+        }
+    }
     // Bind first: a port conflict should fail fast, before any recovery work.
     let mut kafka_listeners = Vec::new();
     let mut advertised_listeners = std::collections::BTreeMap::new();

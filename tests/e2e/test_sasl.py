@@ -252,7 +252,7 @@ def test_a_failed_login_is_answered_after_the_delay_then_closed(module_broker_fa
         assert c.wait_closed(5)
 
 
-def test_sessions_expire_and_clients_re_authenticate(module_broker_factory):
+def test_sessions_expire_and_clients_re_authenticate(module_broker_factory, tmp_path):
     sb = start_sasl_broker(module_broker_factory, reauth_ms=3000)
     oxbow_users(sb.plain, "create", "alice", "--mechanism", "SCRAM-SHA-256", input="alice-secret\n")
     # The lifetime is told (v1+), and a client that does not re-authenticate is cut off.
@@ -278,6 +278,18 @@ def test_sessions_expire_and_clients_re_authenticate(module_broker_factory):
     assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION], errors
     got = consume_partitions(sb.sasl, topic, [0], **{k: v for k, v in sasl_conf(sb, "SCRAM-SHA-256", "alice", "alice-secret").items() if k != "bootstrap.servers"})
     assert [r.value for r in got[0]] == [f"r{i}".encode() for i in range(sent)]
+    # The Java producer too: 30 records at 3/s, over three lifetimes.
+    props = tmp_path / "reauth.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="alice-secret";\n'
+    )
+    java_topic = unique("reauth-java")
+    create_topic(sb.plain, java_topic)
+    out = java("org.apache.kafka.tools.ProducerPerformance", "--topic", java_topic, "--num-records", "30",
+               "--record-size", "10", "--throughput", "3", "--producer-props", f"bootstrap.servers={sb.sasl}",
+               "--producer.config", str(props)).stdout
+    assert "30 records sent" in out, out
     # Only the raw connection above was cut off for not re-authenticating.
     if TARGET == "oxbow":
         assert sb.broker.log_path.read_text().count("SASL session expired") == 1
@@ -365,3 +377,59 @@ def test_oxbow_cli_authenticates_with_flags_or_a_command_config(sasl, tmp_path):
                "--sasl-username", "alice", "--sasl-password-file", str(pw)], timeout=60, check=False)
     assert bad.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in bad.stderr, bad.stderr
     assert "wrong" not in bad.stderr
+
+
+def test_alter_user_scram_credentials_errors_per_user(sasl):
+    """Kafka's per-user answers (ScramControlManager): a user changed twice in one request is
+    DUPLICATE_RESOURCE, iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL, deleting a
+    credential that is not there RESOURCE_NOT_FOUND; the other users' changes still apply."""
+    from confluent_kafka.admin import (
+        AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": sasl.plain})
+    user_a, user_b, user_c, user_d = (unique("u") for _ in range(4))
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(user_a, sha256, b"pw-a"),
+        UserScramCredentialUpsertion(user_a, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"pw-a"),
+        UserScramCredentialUpsertion(user_b, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"pw-b"),
+        UserScramCredentialDeletion(user_c, ScramMechanism.SCRAM_SHA_512),
+        UserScramCredentialUpsertion(user_d, sha256, b"pw-d"),
+    ])
+    def error_of(user):
+        try:
+            futures[user].result(timeout=30)
+            return None
+        except Exception as e:  # KafkaException wrapping a KafkaError
+            return e.args[0].code()
+    assert error_of(user_a) == KafkaError.DUPLICATE_RESOURCE
+    assert error_of(user_b) == KafkaError.UNACCEPTABLE_CREDENTIAL
+    assert error_of(user_c) == KafkaError.RESOURCE_NOT_FOUND
+    assert error_of(user_d) is None
+    described = admin.describe_user_scram_credentials([user_d])[user_d].result(timeout=30)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 4096)]
+    # And the new user logs in.
+    p = Producer({**sasl_conf(sasl, "SCRAM-SHA-256", user_d, "pw-d"), "log_level": 3})
+    topic = unique("sasl-new-user")
+    create_topic(sasl.plain, topic)
+    assert produce_all(p, topic, [{"value": b"hi"}])[0].offset == 0
+
+
+@pytest.mark.oxbow_only  # Kafka refuses an unknown user at the first message
+def test_an_unknown_user_gets_a_server_first_shaped_like_a_real_one(sasl):
+    import base64
+
+    def server_first(user: str) -> dict[str, str]:
+        with kw.KafkaConn(sasl.sasl) as c:
+            assert kw.Reader(c.call(API_SASL_HANDSHAKE, 1, kw.string("SCRAM-SHA-512"))).int16() == 0
+            r = kw.Reader(c.call(API_SASL_AUTHENTICATE, 1, kw.bytes_field(f"n,,n={user},r=abc".encode())))
+            assert (r.int16(), r.string()) == (0, None)
+            return dict(a.split("=", 1) for a in r.take(r.int32()).decode().split(","))
+
+    real, fake, fake_again = server_first("alice"), server_first("mallory"), server_first("mallory")
+    assert fake["i"] == real["i"] == "8192"
+    assert len(base64.b64decode(fake["s"])) == len(base64.b64decode(real["s"]))
+    assert fake["s"] == fake_again["s"], "a decoy salt must not change between attempts"

@@ -69,6 +69,17 @@ impl SecurityCache {
             .collect()
     }
 
+    /// The first `n` records of a kind, by name (a sample, without copying them all).
+    pub fn first_records(&self, kind: SecurityKind, n: usize) -> Vec<SecurityRecord> {
+        let records = self.records.read().unwrap_or_else(|p| p.into_inner());
+        records
+            .range((kind, String::new())..)
+            .take_while(|((k, _), _)| *k == kind)
+            .take(n)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
     /// Applies one change (from the watch, or a write this broker just made). A record
     /// older than the one held is ignored, so a late watch event cannot undo a newer
     /// write applied locally.
@@ -215,6 +226,12 @@ mod tests {
             .collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(cache.records(SecurityKind::ScramCredential).len(), 1);
+        let first: Vec<_> = cache
+            .first_records(SecurityKind::Acl, 1)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(first, ["a"]);
         let g = cache.generation();
         cache.replace(listing);
         assert_eq!(cache.generation(), g);

@@ -375,6 +375,12 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::DeleteRecords => DeleteRecordsRequest::default().into(),
         ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::default().into(),
         ApiKey::AlterConfigs => AlterConfigsRequest::default().into(),
+        ApiKey::SaslHandshake => SaslHandshakeRequest::default().into(),
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default().into(),
+        ApiKey::DescribeUserScramCredentials => {
+            DescribeUserScramCredentialsRequest::default().into()
+        }
+        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::default().into(),
         other => panic!("{other:?} is in SUPPORTED but has no default request here: add it"),
     }
 }

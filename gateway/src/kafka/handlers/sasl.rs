@@ -7,7 +7,7 @@
 
 use crate::broker::Broker;
 use crate::security::sasl::{
-    fresh_nonce, AuthReply, Authenticator, CredentialSource, UserCredentials,
+    fresh_nonce, AuthReply, Authenticator, CredentialSource, ScramHash, UserCredentials,
 };
 use crate::security::Session;
 use kafka_protocol::error::ResponseError;
@@ -128,9 +128,38 @@ impl CredentialSource for CacheCredentials<'_> {
         }
     }
 
+    /// As long as a real user's salt (the tools differ: Kafka's ~26 bytes, ours 32).
     fn decoy_salt(&self, user: &str) -> Vec<u8> {
+        let len = self
+            .sample(None)
+            .map_or(DECOY_SALT_BYTES, |(salt_len, _)| salt_len)
+            .clamp(1, 32);
         let tag = ring::hmac::sign(decoy_key(), user.as_bytes());
-        tag.as_ref()[..24].to_vec()
+        tag.as_ref()[..len].to_vec()
+    }
+
+    fn decoy_iterations(&self, hash: ScramHash) -> u32 {
+        self.sample(Some(hash))
+            .map_or(ScramHash::ITERATIONS_MIN, |(_, iterations)| iterations)
+    }
+}
+
+/// A decoy salt's length when no user exists to copy it from.
+const DECOY_SALT_BYTES: usize = 24;
+
+impl CacheCredentials<'_> {
+    /// (salt length, iterations) of the first stored user with a credential of `hash` (any
+    /// mechanism if `None`): what a decoy should look like.
+    fn sample(&self, hash: Option<ScramHash>) -> Option<(usize, u32)> {
+        self.0
+            .first_records(SecurityKind::ScramCredential, 8)
+            .iter()
+            .filter_map(|r| UserCredentials::decode(&r.value).ok())
+            .find_map(|c| {
+                c.mechanisms()
+                    .find(|(h, _)| hash.is_none_or(|want| *h == want))
+                    .map(|(_, e)| (e.salt.len(), e.iterations))
+            })
     }
 }
 

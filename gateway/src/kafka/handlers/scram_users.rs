@@ -30,8 +30,10 @@ use kafka_protocol::messages::{
 use oxbow_metadata::{SecurityEvent, SecurityKind, SecurityRecord};
 use std::collections::BTreeMap;
 
-/// Compare-and-swap attempts of one user's record before giving up.
-const CAS_ATTEMPTS: usize = 5;
+/// Compare-and-swap attempts of one user's record before giving up (RequestTimedOut, which
+/// clients retry). Every conflict means another alter of the user landed, so N concurrent
+/// alters of one user need at most N attempts; admins rarely race more than a few.
+const CAS_ATTEMPTS: usize = 16;
 
 /// Kafka's bound on a salted password's size is none; this one keeps records small.
 const SALTED_PASSWORD_BYTES_MAX: usize = 1024;

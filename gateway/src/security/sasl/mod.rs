@@ -208,8 +208,13 @@ pub struct SaslArgs {
 impl SaslArgs {
     /// The settings, or why the flags are wrong (naming the flag).
     pub fn settings(&self) -> Result<SaslSettings, String> {
-        let mut enabled = self.sasl_enabled_mechanisms.clone();
-        enabled.dedup();
+        // Named twice is named once; the order is kept (it is the order Kafka lists them).
+        let mut enabled: Vec<Mechanism> = Vec::new();
+        for m in &self.sasl_enabled_mechanisms {
+            if !enabled.contains(m) {
+                enabled.push(*m);
+            }
+        }
         if enabled.is_empty() {
             return Err("--sasl-enabled-mechanisms names no mechanism".into());
         }
@@ -233,6 +238,11 @@ pub trait CredentialSource {
     /// A salt to show for a user that does not exist, stable per user (so repeated
     /// attempts cannot tell an unknown user from a known one by a salt that changes).
     fn decoy_salt(&self, user: &str) -> Vec<u8>;
+    /// The iterations to show for a user that does not exist: what real users of `hash`
+    /// have, so the count does not give an unknown user away either.
+    fn decoy_iterations(&self, _hash: ScramHash) -> u32 {
+        ScramHash::ITERATIONS_MIN
+    }
 }
 
 /// Whether two byte strings are equal, in time independent of where they differ.
@@ -283,6 +293,29 @@ mod tests {
         assert!("GSSAPI".parse::<Mechanism>().is_err());
         assert_eq!(ScramHash::from_type_id(2), Some(ScramHash::Sha512));
         assert_eq!(ScramHash::from_type_id(0), None);
+    }
+
+    #[test]
+    fn sasl_flags_parse_in_kafkas_names() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sasl: SaslArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "oxbow",
+            "--sasl-enabled-mechanisms",
+            "PLAIN,SCRAM-SHA-512,PLAIN",
+            "--connections-max-reauth",
+            "1h",
+        ])
+        .expect("parses");
+        let s = cli.sasl.settings().expect("valid");
+        assert_eq!(s.enabled, [Mechanism::Plain, Mechanism::ScramSha512]);
+        assert_eq!(s.max_reauth, Duration::from_secs(3600));
+        assert_eq!(s.failed_authentication_delay, Duration::from_millis(100));
+        assert!(Cli::try_parse_from(["oxbow", "--sasl-enabled-mechanisms", "GSSAPI"]).is_err());
     }
 
     #[test]

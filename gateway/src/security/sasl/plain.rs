@@ -59,7 +59,7 @@ pub fn authenticate(token: &[u8], credentials: &dyn CredentialSource) -> Result<
                 salt: credentials.decoy_salt(user),
                 stored_key: vec![0; ScramHash::Sha512.output_len()],
                 server_key: Vec::new(),
-                iterations: ScramHash::ITERATIONS_MIN,
+                iterations: credentials.decoy_iterations(ScramHash::Sha512),
             };
             verify(ScramHash::Sha512, &decoy, password);
             false

@@ -130,7 +130,10 @@ impl ScramServer {
             .and_then(|c| c.get(self.hash).cloned());
         let (salt, iterations) = match &entry {
             Some(e) => (e.salt.clone(), e.iterations),
-            None => (credentials.decoy_salt(&user), ScramHash::ITERATIONS_MIN),
+            None => (
+                credentials.decoy_salt(&user),
+                credentials.decoy_iterations(self.hash),
+            ),
         };
         let nonce = format!("{client_nonce}{server_nonce}");
         let server_first = format!("r={nonce},s={},i={iterations}", b64().encode(salt));
@@ -444,6 +447,25 @@ mod tests {
         ));
         let mut server = ScramServer::new(ScramHash::Sha256, "s".into());
         assert!(server.step(b"n,a=user,n=user,r=abc,ext=1", &users).is_ok());
+    }
+
+    proptest::proptest! {
+        /// Any bytes at either step fail cleanly (or, by chance, parse): never a panic.
+        #[test]
+        fn arbitrary_messages_never_panic(
+            first in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            last in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            text in "n,(a=[a-z=,]{0,5})?,n=[a-z=2CD,]{0,8},r=[!-~]{0,20}(,[a-z]=[!-~]{0,5}){0,3}",
+        ) {
+            let users = rfc_users();
+            for token in [first.as_slice(), text.as_bytes()] {
+                let mut server = ScramServer::new(ScramHash::Sha256, "s".into());
+                if server.step(token, &users).is_ok() {
+                    let _ = server.step(&last, &users);
+                }
+            }
+            let _ = crate::security::sasl::plain::authenticate(&first, &users);
+        }
     }
 
     #[test]
