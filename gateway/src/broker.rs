@@ -52,6 +52,9 @@ pub struct BrokerSettings {
     pub authorization: crate::security::acl::AuthorizerSettings,
     /// SASL on SASL_* listeners (`--sasl-enabled-mechanisms` and friends).
     pub sasl: Arc<crate::security::sasl::SaslSettings>,
+    /// OAUTHBEARER token validation (`--sasl-oauthbearer-*`), when a JWKS is configured;
+    /// shared by SASL OAUTHBEARER and HTTP bearer authentication.
+    pub oauth: Option<Arc<crate::security::oauth::Validator>>,
 }
 
 /// Shared broker state; one per process.

@@ -73,6 +73,8 @@ pub struct ServeArgs {
     pub sasl: crate::security::sasl::SaslArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub oauth: crate::security::oauth::OauthArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -387,6 +389,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .map_err(anyhow::Error::msg)?;
     let authorization = args.authorization.settings().map_err(anyhow::Error::msg)?;
     let sasl = args.sasl.settings().map_err(anyhow::Error::msg)?;
+    // The issuer's keys are read before anything binds: a bad URL or file stops the start.
+    let oauth = match args.oauth.settings().map_err(anyhow::Error::msg)? {
+        Some(settings) => Some(Arc::new(
+            crate::security::oauth::Validator::new(settings)
+                .await
+                .map_err(|e| anyhow::anyhow!("--sasl-oauthbearer-jwks-endpoint-url: {e}"))?,
+        )),
+        None => None,
+    };
     // TLS files are read once here (a bad one stops the start, naming its flag), then
     // re-read when they change. SASL_SSL listeners authenticate with SASL and ignore
     // --ssl-client-auth, as Kafka ignores `ssl.client.auth` on them (KIP-684).
@@ -531,6 +542,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             log_retention_bytes: args.log_retention_bytes,
             authorization,
             sasl: Arc::new(sasl),
+            oauth: oauth.clone(),
         },
         metadata.clone(),
         log.clone(),
@@ -607,6 +619,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.clone(),
         stop_serving.clone(),
     ));
+    if let Some(validator) = oauth {
+        background.spawn(crate::security::oauth::run_jwks_refresher(
+            validator,
+            stop_serving.clone(),
+        ));
+    }
     background.spawn(crate::security::cache::run_security_follower(
         metadata.clone(),
         broker.security.clone(),

@@ -188,6 +188,91 @@ fn usable(jwk: &Jwk) -> Option<(Option<String>, Option<Algorithm>, DecodingKey)>
     Some((jwk.common.key_id.clone(), alg, key))
 }
 
+/// OAUTHBEARER flags of `oxbow serve`, in Kafka's names (`sasl.oauthbearer.*`). Token
+/// validation is on when `--sasl-oauthbearer-jwks-endpoint-url` is given; SASL listeners
+/// offer OAUTHBEARER when it is also in `--sasl-enabled-mechanisms`, and the HTTP API
+/// accepts bearer tokens with `--http-authentication bearer`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct OauthArgs {
+    /// Kafka's `sasl.oauthbearer.jwks.endpoint.url`: the issuer's keys, a JWKS document at
+    /// an `https://` (or `http://`) URL or in a file (`file:///path` or a path).
+    #[arg(long, env = "OXBOW_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL")]
+    pub sasl_oauthbearer_jwks_endpoint_url: Option<String>,
+    /// Kafka's `sasl.oauthbearer.expected.audience` (comma-separated): a token's `aud`
+    /// must name one of these. Empty: the audience is not checked.
+    #[arg(
+        long,
+        env = "OXBOW_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
+        value_delimiter = ','
+    )]
+    pub sasl_oauthbearer_expected_audience: Vec<String>,
+    /// Kafka's `sasl.oauthbearer.expected.issuer`: a token's `iss` must be this.
+    #[arg(long, env = "OXBOW_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Kafka's `sasl.oauthbearer.sub.claim.name`: the claim naming the principal.
+    #[arg(
+        long,
+        env = "OXBOW_SASL_OAUTHBEARER_SUB_CLAIM_NAME",
+        default_value = "sub"
+    )]
+    pub sasl_oauthbearer_sub_claim_name: String,
+    /// Kafka's `sasl.oauthbearer.clock.skew.seconds`: leeway on `exp`, `nbf` and `iat`.
+    #[arg(long, env = "OXBOW_SASL_OAUTHBEARER_CLOCK_SKEW", default_value = "30s",
+          value_parser = humantime::parse_duration)]
+    pub sasl_oauthbearer_clock_skew: Duration,
+    /// Kafka's `sasl.oauthbearer.jwks.endpoint.refresh.ms`: how often the key set is
+    /// re-read (also, at most every 10 s, when a token names a key not in it).
+    #[arg(long, env = "OXBOW_SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH", default_value = "1h",
+          value_parser = humantime::parse_duration)]
+    pub sasl_oauthbearer_jwks_endpoint_refresh: Duration,
+}
+
+impl OauthArgs {
+    /// The settings, `None` without a JWKS, or why the flags are wrong (naming the flag).
+    pub fn settings(&self) -> Result<Option<OauthSettings>, String> {
+        let Some(url) = &self.sasl_oauthbearer_jwks_endpoint_url else {
+            return Ok(None);
+        };
+        let jwks = url
+            .parse::<JwksSource>()
+            .map_err(|e| format!("--sasl-oauthbearer-jwks-endpoint-url: {e}"))?;
+        if self.sasl_oauthbearer_sub_claim_name.trim().is_empty() {
+            return Err("--sasl-oauthbearer-sub-claim-name: must not be empty".into());
+        }
+        if self.sasl_oauthbearer_jwks_endpoint_refresh < Duration::from_secs(1) {
+            return Err("--sasl-oauthbearer-jwks-endpoint-refresh: at least 1s".into());
+        }
+        Ok(Some(OauthSettings {
+            jwks,
+            expected_audience: self
+                .sasl_oauthbearer_expected_audience
+                .iter()
+                .map(|a| a.trim().to_string())
+                .filter(|a| !a.is_empty())
+                .collect(),
+            expected_issuer: self.sasl_oauthbearer_expected_issuer.clone(),
+            sub_claim: self.sasl_oauthbearer_sub_claim_name.trim().to_string(),
+            clock_skew: self.sasl_oauthbearer_clock_skew,
+            refresh: self.sasl_oauthbearer_jwks_endpoint_refresh,
+        }))
+    }
+}
+
+/// Re-reads the key set when due until `shutdown` (its errors keep the old keys, logged).
+pub async fn run_jwks_refresher(
+    validator: Arc<Validator>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let tick =
+        (validator.settings.refresh / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(tick) => validator.refresh_if_due().await,
+        }
+    }
+}
+
 /// The `--sasl-oauthbearer-*` settings.
 #[derive(Clone, Debug)]
 pub struct OauthSettings {
@@ -247,6 +332,20 @@ pub struct Validator {
     /// When the key set was last read, and last re-read because of an unknown key id.
     last_read: RwLock<(Option<Instant>, Option<Instant>)>,
     http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = self
+            .keys
+            .read()
+            .map(|k| k.as_ref().map_or(0, |k| k.len()))
+            .unwrap_or(0);
+        f.debug_struct("Validator")
+            .field("settings", &self.settings)
+            .field("keys", &keys)
+            .finish()
+    }
 }
 
 impl Validator {

@@ -75,6 +75,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
         log_retention_bytes: -1,
         authorization: Default::default(),
         sasl: Default::default(),
+        oauth: None,
     };
     let broker = Broker::new(settings, metadata, log).await.expect("broker");
     let ready = Arc::new(AtomicBool::new(false));

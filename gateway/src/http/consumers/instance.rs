@@ -451,6 +451,7 @@ mod tests {
             log_retention_bytes: -1,
             authorization: Default::default(),
             sasl: Default::default(),
+            oauth: None,
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }
