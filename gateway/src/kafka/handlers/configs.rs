@@ -37,9 +37,51 @@ const SOURCE_STATIC_BROKER: i8 = 4;
 fn broker_config_type(name: &str) -> ConfigType {
     match name {
         "num.partitions" | "message.max.bytes" | "broker.id" => ConfigType::Int,
-        "auto.create.topics.enable" => ConfigType::Boolean,
+        "auto.create.topics.enable" | "allow.everyone.if.no.acl.found" => ConfigType::Boolean,
+        "connections.max.reauth.ms" => ConfigType::Long,
+        "sasl.enabled.mechanisms" => ConfigType::List,
         _ => ConfigType::String,
     }
+}
+
+/// The security settings of a broker as Kafka names them (none of them secret: key and
+/// password material is never among a broker's described configs).
+fn security_configs(s: &crate::broker::BrokerSettings) -> Vec<(&'static str, String)> {
+    use crate::security::acl::AuthorizerKind;
+    let authorizer = match s.authorization.kind {
+        AuthorizerKind::None => "",
+        // The same rules (decision 27), so tools that look for it see ACLs are on.
+        AuthorizerKind::Acl => "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    };
+    vec![
+        ("authorizer.class.name", authorizer.to_string()),
+        (
+            "super.users",
+            s.authorization
+                .super_users
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(";"),
+        ),
+        (
+            "allow.everyone.if.no.acl.found",
+            s.authorization.allow_everyone_if_no_acl_found.to_string(),
+        ),
+        (
+            "sasl.enabled.mechanisms",
+            s.sasl
+                .enabled
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (
+            "connections.max.reauth.ms",
+            s.sasl.max_reauth.as_millis().to_string(),
+        ),
+    ]
 }
 
 fn entry(
@@ -183,6 +225,7 @@ pub fn describe(
                 ];
                 r.with_configs(
                     all.into_iter()
+                        .chain(security_configs(s))
                         .filter(|(n, _)| wanted(n))
                         .map(|(n, v)| {
                             entry(
