@@ -83,9 +83,10 @@ impl Opens {
 }
 
 /// Pause before subscribing again after the metadata service failed.
-const RETRY: Duration = Duration::from_millis(500);
+pub(crate) const RETRY: Duration = Duration::from_millis(500);
 
-async fn pause(shutdown: &CancellationToken) {
+/// Waits [`RETRY`] (or until shutdown) before a watch is subscribed again.
+pub(crate) async fn pause(shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(RETRY) => {}

@@ -10,15 +10,12 @@
 //! Kafka's brokers see an ACL change when their metadata log does.
 
 use crate::cluster::controller::RECONCILE_EVERY;
+use crate::cluster::follower::pause;
 use oxbow_metadata::{MetadataStore, SecurityEvent, SecurityKind, SecurityRecord};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Pause before subscribing again after the metadata service failed.
-const RETRY: Duration = Duration::from_millis(500);
 
 /// The cached records, by kind and name.
 #[derive(Default)]
@@ -163,13 +160,6 @@ pub async fn run_security_follower(
                 },
             }
         }
-    }
-}
-
-async fn pause(shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = tokio::time::sleep(RETRY) => {}
     }
 }
 

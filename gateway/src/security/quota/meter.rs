@@ -157,11 +157,7 @@ impl Meters {
         bound: f64,
         now_ms: u64,
     ) -> u64 {
-        let m = self.meter(meter, key, now_ms);
-        m.rate.record(value, now_ms);
-        let throttle = m.rate.throttle_ms(bound, now_ms);
-        m.count(throttle);
-        throttle
+        self.record_then(meter, key, value, bound, now_ms, false)
     }
 
     /// Records `value` unless that takes the rate over `bound`, in which case it is taken
@@ -175,10 +171,24 @@ impl Meters {
         bound: f64,
         now_ms: u64,
     ) -> u64 {
+        self.record_then(meter, key, value, bound, now_ms, true)
+    }
+
+    /// Records, measures the throttle, and (if `take_back_if_over`) unrecords a value that
+    /// went over.
+    fn record_then(
+        &mut self,
+        meter: &MeterKey,
+        key: QuotaKey,
+        value: f64,
+        bound: f64,
+        now_ms: u64,
+        take_back_if_over: bool,
+    ) -> u64 {
         let m = self.meter(meter, key, now_ms);
         m.rate.record(value, now_ms);
         let throttle = m.rate.throttle_ms(bound, now_ms);
-        if throttle > 0 {
+        if take_back_if_over && throttle > 0 {
             m.rate.record(-value, now_ms);
         }
         m.count(throttle);
