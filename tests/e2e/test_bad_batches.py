@@ -371,7 +371,7 @@ def test_zstd_bomb_stored_earlier_is_not_served_over_http(broker_factory):
 
 # -- what real clients send still passes -----------------------------------------
 
-from test_java_tools import PRODUCER_PERFORMANCE, java  # noqa: E402,F401 (the fixture)
+from test_java_tools import PRODUCER_PERFORMANCE  # noqa: E402 (the `java` fixture is conftest's)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

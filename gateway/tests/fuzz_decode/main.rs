@@ -381,6 +381,11 @@ fn default_request(key: ApiKey) -> RequestKind {
             DescribeUserScramCredentialsRequest::default().into()
         }
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::default().into(),
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::default().into(),
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::default().into(),
+        ApiKey::CreateAcls => CreateAclsRequest::default().into(),
+        ApiKey::DescribeAcls => DescribeAclsRequest::default().into(),
+        ApiKey::DeleteAcls => DeleteAclsRequest::default().into(),
         other => panic!("{other:?} is in SUPPORTED but has no default request here: add it"),
     }
 }
