@@ -195,3 +195,19 @@ def test_a_consumer_over_its_quota_is_held_to_it(shared_broker, java):
     print(f"consumed {sum(n for _, n in got)} bytes, steady {held / 1024:.0f} KiB/s (quota {rate // 1024}), {len(throttles)} throttles")
     assert throttles, "the consumer over its quota was never told to back off"
     assert rate * 0.4 < held < rate * 2, held
+
+
+def test_request_time_over_request_percentage_is_throttled(shared_broker, java):
+    """`request_percentage`: a client whose requests take more of the broker's handler time
+    than its share is throttled (for at most a second at a time, as Kafka caps it)."""
+    topic = unique("quota-time")
+    create_topic(shared_broker.bootstrap, topic, partitions=1)
+    busy = unique("busy")
+    # 0.01 % of one thread: 100 µs of handler time per second, far below what a producer
+    # sending a request every few milliseconds takes.
+    configs(java, shared_broker, "--alter", "--add-config", "request_percentage=0.01", "--entity-type", "clients", "--entity-name", busy)
+    throttles: list = []
+    acks = produce_flat_out(shared_broker.bootstrap, topic, busy, 6, throttles)
+    assert acks, "nothing was acknowledged"
+    assert any(t > 0 for t in throttles), "a client over its request_percentage was never throttled"
+    assert max(throttles) <= 1100, f"a request-time throttle longer than one window: {max(throttles)} ms"

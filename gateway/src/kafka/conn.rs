@@ -359,7 +359,14 @@ async fn dispatch(
         let out = encode(*body, throttle);
         return Ok(Dispatched::of(async move { out }.boxed()));
     }
+    let started = std::time::Instant::now();
     let reply = handlers::handle(broker, &header, session, request).await;
+    request_throttle = request_throttle.max(throttle::handler_time(
+        broker,
+        &user,
+        &client_id,
+        started.elapsed(),
+    ));
     let pending = match reply {
         Reply::Now(mut body) => {
             let throttle = throttle::after(broker, &user, &client_id, &mut body, request_throttle);

@@ -12,6 +12,14 @@
 //!   records read count against it — unless they would take it over its quota: then the
 //!   response is withheld (replaced by an empty one, nothing counted), as Kafka does.
 //!
+//! - Request time: the ordered part of every request (its handler's work before any wait
+//!   for durability or a long poll) counts against `request_percentage`, as percent of
+//!   one thread-second per second — Kafka measures request-handler thread time; Oxbow's
+//!   handlers are async, so the ordered part's wall time stands in for it (it includes
+//!   any metadata-service round trip of that part, so it over-counts admin requests).
+//!   Its throttle is capped at one sample window (1 s), as Kafka's
+//!   `ClientRequestQuotaManager` caps it, and joins the byte-rate one (the larger wins).
+//!
 //! The connection loop calls [`before`] when a request is decoded and [`after`] on its
 //! response body (the user is the principal's name: `ANONYMOUS` when unauthenticated, as
 //! in Kafka); both are a few map lookups when no quota applies.
@@ -67,6 +75,29 @@ pub fn before(
         _ => Gate::Go,
     }
 }
+
+/// Counts a request's handler time against `request_percentage`; returns its throttle.
+pub fn handler_time(
+    broker: &Broker,
+    user: &str,
+    client_id: &str,
+    elapsed: std::time::Duration,
+) -> Throttle {
+    // Percent-seconds: 100 for a whole thread for a whole second.
+    let percent_seconds = elapsed.as_secs_f64() * 100.0;
+    let throttle = broker.quotas.record_f64(
+        user,
+        client_id,
+        QuotaKey::RequestPercentage,
+        percent_seconds,
+    );
+    Throttle {
+        ms: throttle.ms.min(REQUEST_TIME_THROTTLE_MAX_MS),
+    }
+}
+
+/// Kafka caps a request-time throttle at one quota window.
+const REQUEST_TIME_THROTTLE_MAX_MS: u64 = crate::security::quota::meter::WINDOW_MS;
 
 /// Counts a response against quotas and sets its `throttle_time_ms`; returns the throttle
 /// to mute the connection for (the larger of the request's and the response's).

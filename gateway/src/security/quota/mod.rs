@@ -96,13 +96,19 @@ impl Quotas {
     /// Records `bytes` against the quota of `key` for `user`/`client_id` and returns the
     /// throttle (none if no quota applies).
     pub fn record(&self, user: &str, client_id: &str, key: QuotaKey, bytes: u64) -> Throttle {
+        self.record_f64(user, client_id, key, bytes as f64)
+    }
+
+    /// Records `value` (bytes, or percent-seconds of request time) against the quota of
+    /// `key` and returns the throttle (none if no quota applies).
+    pub fn record_f64(&self, user: &str, client_id: &str, key: QuotaKey, value: f64) -> Throttle {
         let Some((bound, meter)) = self.table().resolve(user, client_id, key) else {
             return Throttle::none();
         };
         let now = self.now_ms();
         let mut meters = self.meters.lock().unwrap_or_else(|p| p.into_inner());
         Throttle {
-            ms: meters.record(&meter, key, bytes as f64, bound, now),
+            ms: meters.record(&meter, key, value, bound, now),
         }
     }
 
