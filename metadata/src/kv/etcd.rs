@@ -67,7 +67,10 @@ fn is_transient(e: &etcd_client::Error) -> bool {
             use tonic::Code;
             matches!(
                 s.code(),
+                // Cancelled: the client's connection closed under the request (etcd
+                // restarting, quorum lost); ours are never cancelled but by a timeout.
                 Code::Unavailable
+                    | Code::Cancelled
                     | Code::DeadlineExceeded
                     | Code::Aborted
                     | Code::Unknown
