@@ -13,6 +13,8 @@ Kafka configured alike (StandardAuthorizer, allow.everyone.if.no.acl.found=true)
 
 from __future__ import annotations
 
+import gc
+
 import shutil
 import time
 
@@ -486,6 +488,11 @@ def test_closed_by_default_then_super_user(broker_factory):
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
     )
+    # Gone before the restart: librdkafka refreshes the topics it was asked about, and after
+    # the restart the same anonymous client is a super user, whose refresh of `ghost`
+    # would auto-create it (as it would on Kafka).
+    del client
+    gc.collect()
     b.options["extra_args"] = ["--authorizer", "acl", "--super-users", "User:admin;User:ANONYMOUS"]
     b.restart()
     root = admin(b.bootstrap)  # keep a reference: a destroyed client fails its futures
