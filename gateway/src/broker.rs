@@ -502,17 +502,9 @@ impl Broker {
         // Held until the batch is queued: a handoff closing the gate waits for it.
         let permit = self.leadership.append_permit(tp, &topic.name).await?;
         let p = self.partition(topic, partition).await?;
-        let configs = &topic.configs;
-        let pending = self
-            .log
-            .enqueue(
-                &p,
-                batch,
-                configs.max_message_bytes(),
-                configs.log_append_time(),
-                acks,
-            )
-            .await?;
+        // The topic's configs as this broker's watched copy holds them now.
+        let policy = oxbow_segment_writer::AppendPolicy::of(&topic.configs);
+        let pending = self.log.enqueue(&p, batch, &policy, acks).await?;
         drop(permit);
         Ok(pending)
     }

@@ -78,7 +78,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use leadership::{AppendPermit, Leadership};
 pub use leadership_state::{Handoff, Moved};
 pub use log::{
-    Acks, Appended, Durability, LogComponents, LogManager, LogSettings, Partition, PendingAppend,
+    Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
+    PendingAppend,
 };
 pub use read::ReadResult;
 pub use replica::serve_internal;

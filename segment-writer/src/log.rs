@@ -45,7 +45,7 @@ mod partition_handle;
 mod recovery;
 mod retention;
 
-pub use append::{Acks, Appended, PendingAppend};
+pub use append::{Acks, AppendPolicy, Appended, PendingAppend};
 pub use partition_handle::Partition;
 use recovery::LogRecovery;
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EntryLayout, MetadataStore, TopicSpec};
 use oxbow_segment_writer::batch::testing::make_batch;
-use oxbow_segment_writer::{objects, Acks, Compactor, ErrorKind, LogManager};
+use oxbow_segment_writer::{objects, Acks, AppendPolicy, Compactor, ErrorKind, LogManager};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,7 +118,12 @@ async fn small_seals_become_segments_that_read_back_identical() {
     let part = log.partition(&topic, 0).await.expect("p0");
     let end = part.offsets().expect("offsets").2;
     let next = log
-        .append(&part, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .append(
+            &part,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append after compaction");
     assert_eq!(next.base_offset, end, "offsets stay dense");
@@ -560,9 +565,14 @@ async fn a_round_over_many_partitions_costs_few_metadata_writes() {
     for _ in 0..3 {
         for p in 0..partitions {
             let part = log.partition(&topic, p).await.expect("partition");
-            log.append(&part, &make_batch(2, 1000), 1 << 20, false, Acks::All)
-                .await
-                .expect("append");
+            log.append(
+                &part,
+                &make_batch(2, 1000),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
+            .await
+            .expect("append");
         }
         log.seal_once().await.expect("seal");
     }

@@ -11,7 +11,7 @@ use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, MetadataStore, Offset, TopicMetadata, TopicSpec};
 use oxbow_segment_writer::batch::{self, testing::make_batch};
 use oxbow_segment_writer::{
-    Acks, ErrorKind, Handoff, Leadership, LogManager, LogSettings, WalSettings,
+    Acks, AppendPolicy, ErrorKind, Handoff, Leadership, LogManager, LogSettings, WalSettings,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -127,7 +127,12 @@ async fn acknowledged_unsealed_data_is_read_from_the_new_leader() {
     // Sealed before the handoff: in the catalog already.
     for i in 0..2 {
         let a = old
-            .append(&p, &make_batch(3, 1000 + i), 1 << 20, false, Acks::All)
+            .append(
+                &p,
+                &make_batch(3, 1000 + i),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
             .await
             .expect("append");
         acknowledged.push(a.base_offset);
@@ -136,7 +141,12 @@ async fn acknowledged_unsealed_data_is_read_from_the_new_leader() {
     // Acknowledged once durable, never sealed: only in the old leader's WAL.
     for i in 0..3 {
         let a = old
-            .append(&p, &make_batch(2, 2000 + i), 1 << 20, false, Acks::All)
+            .append(
+                &p,
+                &make_batch(2, 2000 + i),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
             .await
             .expect("append");
         acknowledged.push(a.base_offset);
@@ -148,7 +158,12 @@ async fn acknowledged_unsealed_data_is_read_from_the_new_leader() {
             .await
             .expect("gate open");
         let pending = old
-            .enqueue(&p, &make_batch(1, 3000 + i), 1 << 20, false, Acks::Leader)
+            .enqueue(
+                &p,
+                &make_batch(1, 3000 + i),
+                &AppendPolicy::of(&topic.configs),
+                Acks::Leader,
+            )
             .await
             .expect("enqueue");
         acknowledged.push(pending.wait().await.expect("acks=1").base_offset);
@@ -198,7 +213,12 @@ async fn acknowledged_unsealed_data_is_read_from_the_new_leader() {
         assert_eq!(base_offset(first), offset, "batch at its offset");
     }
     let next = new
-        .append(&p, &make_batch(1, 4000), 1 << 20, false, Acks::All)
+        .append(
+            &p,
+            &make_batch(1, 4000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append on the new leader");
     assert_eq!(
@@ -215,9 +235,14 @@ async fn a_withdrawn_request_leaves_the_partition_served_here() {
     let leadership = Leadership::new(old.clone());
     let tp = oxbow_metadata::TopicPartition::new(topic.topic_id, 0);
     let p = old.partition(&topic, 0).await.expect("open");
-    old.append(&p, &make_batch(2, 1000), 1 << 20, false, Acks::All)
-        .await
-        .expect("append");
+    old.append(
+        &p,
+        &make_batch(2, 1000),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("append");
     // Requested through `transfer_to`, which is not (or no longer) set.
     let moved = leadership
         .hand_off(&[Handoff {
@@ -235,7 +260,12 @@ async fn a_withdrawn_request_leaves_the_partition_served_here() {
         .await
         .expect("the gate reopened");
     let a = old
-        .append(&p, &make_batch(1, 2000), 1 << 20, false, Acks::All)
+        .append(
+            &p,
+            &make_batch(1, 2000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append after the handoff that did not happen");
     assert_eq!(a.base_offset, 2);

@@ -8,7 +8,9 @@
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, ErrorKind as MetaKind, LeaseGuard, MetadataStore, TopicSpec};
 use oxbow_segment_writer::batch::testing::make_batch;
-use oxbow_segment_writer::{objects, Acks, ErrorKind, LogManager, LogSettings, WalSettings};
+use oxbow_segment_writer::{
+    objects, Acks, AppendPolicy, ErrorKind, LogManager, LogSettings, WalSettings,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,13 +67,23 @@ async fn no_ack_without_a_valid_lease() {
     guard.renewed(1, Instant::now(), Duration::from_secs(60));
     log.set_lease_guard(guard.clone());
     let p0 = log.partition(&topic, 0).await.expect("p0");
-    log.append(&p0, &make_batch(1, 0), 1 << 20, false, Acks::All)
-        .await
-        .expect("valid lease: acked");
+    log.append(
+        &p0,
+        &make_batch(1, 0),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("valid lease: acked");
 
     // Queued while valid, lease lost before the ack: not acknowledged.
     let pending = log
-        .enqueue(&p0, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .enqueue(
+            &p0,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("enqueued");
     guard.invalidate();
@@ -79,7 +91,12 @@ async fn no_ack_without_a_valid_lease() {
     assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
     // And nothing new is accepted.
     let err = log
-        .append(&p0, &make_batch(1, 0), 1 << 20, false, Acks::Leader)
+        .append(
+            &p0,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::Leader,
+        )
         .await
         .expect_err("no lease");
     assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
@@ -96,7 +113,12 @@ async fn no_ack_without_a_valid_lease() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let err = log2
-        .append(&q0, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .append(
+            &q0,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect_err("lapsed");
     assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
@@ -106,9 +128,14 @@ async fn no_ack_without_a_valid_lease() {
 async fn a_new_lease_bumps_epochs_and_fences_the_old_incarnation() {
     let (_dir, metadata, log, topic) = setup().await;
     let p0 = log.partition(&topic, 0).await.expect("p0");
-    log.append(&p0, &make_batch(2, 0), 1 << 20, false, Acks::All)
-        .await
-        .expect("append");
+    log.append(
+        &p0,
+        &make_batch(2, 0),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("append");
     assert_eq!(p0.leader_epoch().expect("epoch"), 0);
 
     let bumped = log.resume_after_lease_loss().await.expect("resume");
@@ -146,7 +173,12 @@ async fn a_new_lease_bumps_epochs_and_fences_the_old_incarnation() {
     let p0 = log.partition(&topic, 0).await.expect("reopen");
     assert_eq!(p0.leader_epoch().expect("epoch"), 1);
     let a = log
-        .append(&p0, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .append(
+            &p0,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append at the new epoch");
     assert_eq!(a.base_offset, 2);

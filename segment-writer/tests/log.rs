@@ -8,7 +8,7 @@ use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
 use oxbow_segment_writer::batch::{self, testing::make_batch};
-use oxbow_segment_writer::{objects, Acks, LogManager, LogSettings, WalSettings};
+use oxbow_segment_writer::{objects, Acks, AppendPolicy, LogManager, LogSettings, WalSettings};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -89,7 +89,12 @@ async fn append_seal_read_and_recover() {
         let p0 = log.partition(&topic, 0).await.expect("p0");
         for i in 0..5 {
             let a = log
-                .append(&p0, &make_batch(2, 1000 + i), 1 << 20, false, Acks::All)
+                .append(
+                    &p0,
+                    &make_batch(2, 1000 + i),
+                    &AppendPolicy::of(&topic.configs),
+                    Acks::All,
+                )
                 .await
                 .expect("append");
             assert_eq!(a.base_offset, i * 2);
@@ -101,9 +106,14 @@ async fn append_seal_read_and_recover() {
         assert_eq!(r.high_watermark, 10);
         // Two more, left in the WAL only (the "crash" comes before the next seal).
         for _ in 0..2 {
-            log.append(&p0, &make_batch(1, 5000), 1 << 20, false, Acks::All)
-                .await
-                .expect("append");
+            log.append(
+                &p0,
+                &make_batch(1, 5000),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
+            .await
+            .expect("append");
         }
         let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
         assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
@@ -121,7 +131,12 @@ async fn append_seal_read_and_recover() {
     let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
     assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
     let next = log
-        .append(&p0, &make_batch(1, 0), 1 << 20, false, Acks::All)
+        .append(
+            &p0,
+            &make_batch(1, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append");
     assert_eq!(next.base_offset, 12, "offsets stay dense across restarts");
@@ -155,9 +170,14 @@ async fn corrupt_object_is_detected_not_served() {
     {
         let log = open(dir.path(), metadata.clone()).await;
         let p = log.partition(&topic, 0).await.expect("p");
-        log.append(&p, &make_batch(3, 0), 1 << 20, false, Acks::All)
-            .await
-            .expect("append");
+        log.append(
+            &p,
+            &make_batch(3, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("append");
         log.seal_once().await.expect("seal");
     }
     let entry = metadata
@@ -217,9 +237,14 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         .expect("topic");
     let old = open(&dir.path().join("b1"), metadata.clone()).await;
     let p_old = old.partition(&topic, 0).await.expect("b1 leads");
-    old.append(&p_old, &make_batch(2, 0), 1 << 20, false, Acks::All)
-        .await
-        .expect("append at epoch 0");
+    old.append(
+        &p_old,
+        &make_batch(2, 0),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("append at epoch 0");
     old.seal_once().await.expect("epoch 0 commit lands");
 
     // Opening recorded epoch 0's start in the stored state, so read it afresh.
@@ -247,9 +272,14 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
         2,
         "b2 continues after the catalog"
     );
-    new.append(&p_new, &make_batch(1, 0), 1 << 20, false, Acks::All)
-        .await
-        .expect("append at epoch 1");
+    new.append(
+        &p_new,
+        &make_batch(1, 0),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("append at epoch 1");
     new.seal_once().await.expect("epoch 1 commit lands");
     // The epoch history: epoch 0 ended where broker 2 opened (offset 2), epoch 1 is the
     // current one and ends at the log end; both are stored for any later leader.
@@ -266,9 +296,14 @@ async fn a_deposed_leader_is_fenced_at_seal_and_stops_serving() {
     assert_eq!(starts, vec![(0, 0), (1, 2)]);
 
     // The deposed leader still accepts into its WAL, but its catalog commit is fenced…
-    old.append(&p_old, &make_batch(1, 0), 1 << 20, false, Acks::All)
-        .await
-        .expect("queued locally");
+    old.append(
+        &p_old,
+        &make_batch(1, 0),
+        &AppendPolicy::of(&topic.configs),
+        Acks::All,
+    )
+    .await
+    .expect("queued locally");
     let err = old.seal_once().await.expect_err("fenced");
     assert_eq!(
         err.kind(),
@@ -323,9 +358,14 @@ async fn a_forgotten_partition_keeps_its_unsealed_data_in_the_wal_until_reopened
     let log = open(dir.path(), metadata.clone()).await;
     let p = log.partition(&topic, 0).await.expect("p0");
     for i in 0..4 {
-        log.append(&p, &make_batch(2, 1000 + i), 1 << 20, false, Acks::All)
-            .await
-            .expect("append");
+        log.append(
+            &p,
+            &make_batch(2, 1000 + i),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("append");
     }
     // As after a lost lease whose seal failed: memory is dropped, nothing was uploaded.
     log.forget_where(|_| true);
@@ -351,7 +391,12 @@ async fn direct_durability_acks_after_the_upload_and_keeps_no_wal() {
         .expect("open");
     let p = log.partition(&topic, 0).await.expect("p0");
     let pending = log
-        .enqueue(&p, &make_batch(3, 1000), 1 << 20, false, Acks::All)
+        .enqueue(
+            &p,
+            &make_batch(3, 1000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("enqueue");
     // Not visible, not acknowledged, until sealed.
@@ -395,7 +440,7 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
         let log = open(dir.path(), metadata.clone()).await;
         let p = log.partition(&topic, 0).await.expect("p0");
         for b in &batches {
-            log.append(&p, b, 1 << 20, false, Acks::All)
+            log.append(&p, b, &AppendPolicy::of(&topic.configs), Acks::All)
                 .await
                 .expect("append");
         }
@@ -413,7 +458,12 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
         "the producers' state comes from the object's producers section: no batch read back"
     );
     let retry = log
-        .append(&p, &batches[2], 1 << 20, false, Acks::All)
+        .append(
+            &p,
+            &batches[2],
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("retry");
     assert!(retry.duplicate, "the retry is recognised");
@@ -422,8 +472,7 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
         .append(
             &p,
             &batch::testing::make_idempotent_batch(1, 1000, 77, 0, 6),
-            1 << 20,
-            false,
+            &AppendPolicy::of(&topic.configs),
             Acks::All,
         )
         .await
@@ -444,13 +493,23 @@ async fn a_new_epoch_starts_after_what_the_wal_replays() {
     {
         let log = open(dir.path(), metadata.clone()).await;
         let p = log.partition(&topic, 0).await.expect("leads");
-        log.append(&p, &make_batch(2, 0), 1 << 20, false, Acks::All)
-            .await
-            .expect("append");
+        log.append(
+            &p,
+            &make_batch(2, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("append");
         log.seal_once().await.expect("seal");
-        log.append(&p, &make_batch(2, 0), 1 << 20, false, Acks::All)
-            .await
-            .expect("append, WAL only");
+        log.append(
+            &p,
+            &make_batch(2, 0),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("append, WAL only");
     }
     let state = metadata
         .topic("replayed")
@@ -503,7 +562,7 @@ async fn refused_batches_store_nothing_and_max_timestamp_is_the_records() {
     let crc = crc32c::crc32c(&lying[21..]);
     lying[17..21].copy_from_slice(&crc.to_be_bytes());
     let err = log
-        .append(&p, &lying, 1 << 20, false, Acks::All)
+        .append(&p, &lying, &AppendPolicy::of(&topic.configs), Acks::All)
         .await
         .expect_err("refused");
     assert_eq!(
@@ -522,7 +581,7 @@ async fn refused_batches_store_nothing_and_max_timestamp_is_the_records() {
     let crc = crc32c::crc32c(&low[21..]);
     low[17..21].copy_from_slice(&crc.to_be_bytes());
     let a = log
-        .append(&p, &low, 1 << 20, false, Acks::All)
+        .append(&p, &low, &AppendPolicy::of(&topic.configs), Acks::All)
         .await
         .expect("append");
     assert_eq!(a.base_offset, 0);

@@ -13,7 +13,7 @@ use oxbow_cache::ReadCache;
 use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore, TopicMetadata, TopicSpec};
 use oxbow_segment_writer::batch::{self, testing::make_batch};
 use oxbow_segment_writer::{
-    objects, run_sealer, serve_internal, Acks, ErrorKind, LogManager, LogSettings,
+    objects, run_sealer, serve_internal, Acks, AppendPolicy, ErrorKind, LogManager, LogSettings,
     ReplicationSettings, WalSettings,
 };
 use std::collections::BTreeMap;
@@ -204,9 +204,14 @@ async fn read_all(log: &LogManager, topic: &TopicMetadata, partition: i32) -> Ve
 async fn append_many(log: &LogManager, topic: &TopicMetadata, partition: i32, n: i64) {
     let p = log.partition(topic, partition).await.expect("partition");
     for i in 0..n {
-        log.append(&p, &make_batch(2, 1000 + i), 1 << 20, false, Acks::All)
-            .await
-            .expect("acks=all append");
+        log.append(
+            &p,
+            &make_batch(2, 1000 + i),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("acks=all append");
     }
 }
 
@@ -335,7 +340,12 @@ async fn a_new_leader_recovers_a_dead_brokers_tail_from_its_replicas() {
     let p = n2.log.partition(&topic, 0).await.expect("partition");
     let next = n2
         .log
-        .append(&p, &make_batch(1, 5000), 1 << 20, false, Acks::All)
+        .append(
+            &p,
+            &make_batch(1, 5000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("the new leader takes writes");
     assert_eq!(next.base_offset, 60);
@@ -405,7 +415,12 @@ async fn acks_all_follows_min_insync_replicas_as_replicas_go_and_come() {
     let refused = loop {
         match n1
             .log
-            .append(&p, &make_batch(1, 1), 1 << 20, false, Acks::All)
+            .append(
+                &p,
+                &make_batch(1, 1),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
             .await
         {
             Err(e) if e.kind() == ErrorKind::NotEnoughReplicas => break e,
@@ -422,7 +437,12 @@ async fn acks_all_follows_min_insync_replicas_as_replicas_go_and_come() {
     );
     // acks=1 still works on one copy.
     n1.log
-        .append(&p, &make_batch(1, 2), 1 << 20, false, Acks::Leader)
+        .append(
+            &p,
+            &make_batch(1, 2),
+            &AppendPolicy::of(&topic.configs),
+            Acks::Leader,
+        )
         .await
         .expect("acks=1");
 
@@ -436,7 +456,12 @@ async fn acks_all_follows_min_insync_replicas_as_replicas_go_and_come() {
         .expect("seal what replica 2 missed");
     wait_in_sync(&n1, 2).await;
     n1.log
-        .append(&p, &make_batch(1, 3), 1 << 20, false, Acks::All)
+        .append(
+            &p,
+            &make_batch(1, 3),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("acks=all again");
     for n in [n1, n2] {

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use oxbow_metadata::MetadataStore;
 use oxbow_segment_writer::batch::testing::make_batch;
-use oxbow_segment_writer::{Acks, CompactSettings, Compactor, ErrorKind};
+use oxbow_segment_writer::{Acks, AppendPolicy, CompactSettings, Compactor, ErrorKind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -140,7 +140,12 @@ async fn retention_by_size_and_time_moves_the_log_start_and_deletes_what_left() 
     let part = log.partition(&topic, 0).await.expect("partition");
     let (_, _, end) = part.offsets().expect("offsets");
     let appended = log
-        .append(&part, &make_batch(2, 20_000), 1 << 20, false, Acks::All)
+        .append(
+            &part,
+            &make_batch(2, 20_000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
         .await
         .expect("append");
     assert_eq!(appended.base_offset, end);

@@ -235,6 +235,52 @@ def test_a_change_takes_effect_on_the_live_topic(shared_broker):
     wait_until(refused, timeout=15, what="a 4 KB record refused by max.message.bytes=1000")
 
 
+def _delivery_error(p, topic: str, key: bytes | None, value: bytes):
+    errors = []
+    p.produce(topic, value, key=key, on_delivery=lambda e, m: errors.append(e))
+    p.flush(15)
+    assert errors, "no delivery report within 15 s"
+    return errors[0]
+
+
+@pytest.mark.skipif(
+    TARGET == "kafka",
+    reason="Kafka caps min.insync.replicas at the topic's replication factor (1 on one broker); "
+    "Oxbow counts WAL copies and refuses until a second broker holds one",
+)
+def test_min_insync_replicas_applies_to_the_next_batch(shared_broker):
+    """A single broker has one in-sync WAL copy: raising min.insync.replicas to 2 refuses
+    acks=all at once (no leader change needed), and lowering it lets the same producer in."""
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("minisr"))
+    p = producer(b, **{"acks": "all", "linger.ms": 0, "enable.idempotence": False, "retries": 0})
+    assert _delivery_error(p, topic, None, b"before") is None
+    incremental(b, topic, [op("min.insync.replicas", "2", AlterConfigOpType.SET)])
+    wait_until(
+        lambda: (e := _delivery_error(p, topic, None, b"refused")) is not None
+        and e.code() == KafkaError.NOT_ENOUGH_REPLICAS,
+        timeout=15,
+        what="acks=all refused with NOT_ENOUGH_REPLICAS",
+    )
+    incremental(b, topic, [op("min.insync.replicas", None, AlterConfigOpType.DELETE)])
+    wait_until(lambda: _delivery_error(p, topic, None, b"after") is None, timeout=15, what="acks=all accepted again")
+
+
+def test_cleanup_policy_compact_refuses_keyless_records_on_the_live_topic(shared_broker):
+    b = shared_broker.bootstrap
+    topic = create_topic(b, unique("tocompact"))
+    p = producer(b, **{"linger.ms": 0, "enable.idempotence": False, "retries": 0})
+    assert _delivery_error(p, topic, None, b"keyless while delete") is None
+    incremental(b, topic, [op("cleanup.policy", "compact", AlterConfigOpType.SET)])
+    wait_until(
+        lambda: (e := _delivery_error(p, topic, None, b"keyless")) is not None
+        and e.code() == KafkaError.INVALID_RECORD,
+        timeout=15,
+        what="a keyless record refused with INVALID_RECORD",
+    )
+    assert _delivery_error(p, topic, b"k", b"keyed") is None
+
+
 # -- raw requests: what clients refuse to send --------------------------------------------
 
 

@@ -36,6 +36,38 @@ use tokio::sync::{oneshot, watch};
 /// store may be down; the producer gets a retriable error rather than a hung request).
 const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The topic configs an append obeys, read from the caller's current copy of the topic on
+/// every append (the gateway's watched cache), so a config changed at runtime applies to the
+/// next batch, as in Kafka, not at the partition's next open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendPolicy {
+    /// `max.message.bytes`: the largest batch as sent.
+    pub max_message_bytes: usize,
+    /// `message.timestamp.type=LogAppendTime`: the broker stamps batches.
+    pub log_append_time: bool,
+    /// `min.insync.replicas`: in-sync WAL copies (this broker's included) `acks=all` needs.
+    pub min_insync_replicas: i32,
+    /// `message.timestamp.before.max.ms` / `after.max.ms`: how far a `CreateTime` record
+    /// may lie from the broker's clock.
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    pub compacted: bool,
+}
+
+impl AppendPolicy {
+    pub fn of(configs: &oxbow_metadata::TopicConfigs) -> AppendPolicy {
+        AppendPolicy {
+            max_message_bytes: configs.max_message_bytes(),
+            log_append_time: configs.log_append_time(),
+            min_insync_replicas: configs.min_insync_replicas(),
+            timestamp_before_max_ms: configs.timestamp_before_max_ms(),
+            timestamp_after_max_ms: configs.timestamp_after_max_ms(),
+            compacted: configs.compacted(),
+        }
+    }
+}
+
 /// How long an `acks` producer waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acks {
@@ -142,11 +174,10 @@ impl LogManager {
         &self,
         partition: &Arc<Partition>,
         raw: &[u8],
-        max_message_bytes: usize,
-        log_append_time: bool,
+        policy: &AppendPolicy,
         acks: Acks,
     ) -> Result<Appended> {
-        self.enqueue(partition, raw, max_message_bytes, log_append_time, acks)
+        self.enqueue(partition, raw, policy, acks)
             .await?
             .wait()
             .await
@@ -159,32 +190,32 @@ impl LogManager {
         &self,
         partition: &Arc<Partition>,
         raw: &[u8],
-        max_message_bytes: usize,
-        log_append_time: bool,
+        policy: &AppendPolicy,
         acks: Acks,
     ) -> Result<PendingAppend> {
+        let log_append_time = policy.log_append_time;
         check_lease(self.lease.get())?;
         // With direct durability an acknowledged write is in the object store, which keeps
         // its own copies: min.insync.replicas is about WAL copies, of which there are none.
         let check_insync = acks == Acks::All && self.wal.is_some();
         if check_insync {
             let in_sync = self.replicator.in_sync_copies();
-            if (in_sync as i64) < i64::from(partition.min_insync_replicas) {
+            if (in_sync as i64) < i64::from(policy.min_insync_replicas) {
                 return Err(Error::NotEnoughReplicas {
                     in_sync,
-                    required: partition.min_insync_replicas,
+                    required: policy.min_insync_replicas,
                 });
             }
         }
         let now = self.clock.unix_ms();
         let rules = validate::ProduceRules {
-            max_message_bytes,
+            max_message_bytes: policy.max_message_bytes,
             log_append_time,
             max_decompressed_batch_bytes: self.settings.max_decompressed_batch_bytes,
             now_ms: now,
-            timestamp_before_max_ms: partition.timestamp_before_max_ms,
-            timestamp_after_max_ms: partition.timestamp_after_max_ms,
-            compacted: partition.compacted,
+            timestamp_before_max_ms: policy.timestamp_before_max_ms,
+            timestamp_after_max_ms: policy.timestamp_after_max_ms,
+            compacted: policy.compacted,
         };
         let validated = validate::validate_produced(raw, &rules)?;
         let mut header: BatchHeader = validated.header;
@@ -292,7 +323,7 @@ impl LogManager {
             },
             durable: (acks == Acks::All).then_some(durable),
             insync_check: check_insync
-                .then(|| (self.replicator.clone(), partition.min_insync_replicas)),
+                .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
             lease: self.lease.get().cloned(),
         })
     }

@@ -128,7 +128,7 @@ impl LogManager {
         // first seal is fenced.
         // The partition's own state only: reading the whole topic per open would make a
         // broker opening a thousand partitions read a million states.
-        let (fresh, state) = self
+        let (_topic, state) = self
             .metadata
             .partition_state(topic.topic_id, partition)
             .await?
@@ -165,11 +165,7 @@ impl LogManager {
             )),
             append_order: tokio::sync::Mutex::new(()),
             high_watermark_tx: watch::channel(log_end).0,
-            min_insync_replicas: fresh.configs.min_insync_replicas(),
             epoch_begun: AtomicBool::new(false),
-            timestamp_before_max_ms: fresh.configs.timestamp_before_max_ms(),
-            timestamp_after_max_ms: fresh.configs.timestamp_after_max_ms(),
-            compacted: fresh.configs.compacted(),
             stored_bytes: Default::default(),
             stored_entries: Default::default(),
         });

@@ -1,7 +1,8 @@
 //! [`Partition`]: the handle of one partition this broker leads, shared by its appends,
 //! reads, the sealer and the compactor: its pure state ([`crate::partition`]) behind a
-//! lock, the order lock appends hold across the WAL enqueue, the high-watermark watch long
-//! polls wait on, and the topic's configs as they were when it was opened.
+//! lock, the order lock appends hold across the WAL enqueue, and the high-watermark watch long
+//! polls wait on. The topic's configs are not kept here: each append is given them
+//! ([`super::AppendPolicy`]), so a change applies at once.
 //!
 //! Lifecycle: created by an open (`open.rs`) and put in the log's map; served once its
 //! leader epoch has begun ([`Partition::epoch_begun`]); taken out of the map by
@@ -25,18 +26,9 @@ pub struct Partition {
     pub(super) append_order: tokio::sync::Mutex<()>,
     /// Publishes the high watermark, for long-polling fetches.
     pub(crate) high_watermark_tx: watch::Sender<Offset>,
-    /// The topic's `min.insync.replicas` when the partition was opened: `acks=all` appends
-    /// need this many in-sync WAL copies (this broker's included).
-    pub(super) min_insync_replicas: i32,
     /// Whether this leader's epoch and its start offset are in the partition's stored
     /// epoch history (`LogManager::begin_epoch`); nothing is served before.
     pub(super) epoch_begun: AtomicBool,
-    /// The topic's `message.timestamp.before.max.ms` / `after.max.ms` when the partition
-    /// was opened: how far a `CreateTime` record may lie from the broker's clock.
-    pub(super) timestamp_before_max_ms: i64,
-    pub(super) timestamp_after_max_ms: i64,
-    /// The topic's `cleanup.policy` includes `compact` (every record needs a key).
-    pub(super) compacted: bool,
     /// What the catalogue holds of it from its log start, as last counted by a compaction
     /// round's retention pass: record-batch bytes and entries (for `/metrics`).
     pub(super) stored_bytes: AtomicU64,

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{MetadataStore, TopicMetadata, TopicSpec};
 use oxbow_segment_writer::batch::{self, testing::make_batch};
-use oxbow_segment_writer::{objects, Acks, CompactSettings, LogManager, LogSettings, WalSettings};
+use oxbow_segment_writer::{
+    objects, Acks, AppendPolicy, CompactSettings, LogManager, LogSettings, WalSettings,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,9 +77,14 @@ pub async fn produce(log: &LogManager, topic: &TopicMetadata, first_round: i64, 
             for i in 0..3 {
                 let ts = 10_000 + ((round * 7 + i * 3) % 13) * 100 + i64::from(p);
                 let count = 1 + ((round + i) % 4) as i32;
-                log.append(&part, &make_batch(count, ts), 1 << 20, false, Acks::All)
-                    .await
-                    .expect("append");
+                log.append(
+                    &part,
+                    &make_batch(count, ts),
+                    &AppendPolicy::of(&topic.configs),
+                    Acks::All,
+                )
+                .await
+                .expect("append");
             }
         }
         log.seal_once().await.expect("seal");

@@ -12,7 +12,7 @@ use crate::history::{Ack, StoredBatch};
 use oxbow_metadata::clock::{Clock, Rng};
 use oxbow_metadata::TopicMetadata;
 use oxbow_segment_writer::batch::{self, testing::make_idempotent_batch};
-use oxbow_segment_writer::{Acks, ErrorKind, Partition};
+use oxbow_segment_writer::{Acks, AppendPolicy, ErrorKind, Partition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +77,7 @@ async fn produce_once(
     partition: i32,
     raw: &[u8],
 ) -> Result<(i64, i32, bool), Fail> {
-    let (_, leader, p, log) = leader_partition(cluster, partition).await?;
+    let (topic, leader, p, log) = leader_partition(cluster, partition).await?;
     let leadership = cluster
         .broker(leader)
         .ok_or_else(|| Fail::Retry(format!("b{leader} is down")))?
@@ -90,7 +90,7 @@ async fn produce_once(
         .map_err(classify)?;
     let epoch = p.leader_epoch().map_err(classify)?;
     let pending = log
-        .enqueue(&p, raw, 1 << 20, false, Acks::All)
+        .enqueue(&p, raw, &AppendPolicy::of(&topic.configs), Acks::All)
         .await
         .map_err(classify)?;
     drop(permit);
