@@ -37,6 +37,8 @@ const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
+/// KIP-534: the base timestamp holds the batch's delete horizon (set by the log cleaner).
+pub const ATTR_DELETE_HORIZON: i16 = 0x40;
 
 /// The header fields of one record batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +72,12 @@ impl BatchHeader {
     }
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & ATTR_TIMESTAMP_TYPE != 0
+    }
+    /// KIP-534's delete horizon, when a cleaning set one: tombstones in the batch may go
+    /// once the clock reaches it. It is stored as the base timestamp (record timestamps
+    /// stay base + delta, so a stamped batch's deltas were re-encoded against it).
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.base_timestamp)
     }
     /// Sequence of the last record, wrapping like Kafka's `DefaultRecordBatch`.
     pub fn last_sequence(&self) -> i32 {

@@ -14,18 +14,22 @@
 //!   the map holds a later offset for its key, so a key's latest record within the map's
 //!   range — or any record whose key's latest is beyond it — is kept. Records without a key
 //!   are dropped (Kafka drops them too; compacted topics refuse them on produce).
-//! - A tombstone (null value) that is its key's latest is kept while its batch's max
-//!   timestamp is within `delete.retention.ms` of `now`, then dropped. (Kafka measures from
-//!   when the cleaner first saw it, KIP-534's delete horizon; the batch timestamp is the
-//!   simpler rule and needs no state. A tombstone produced with an old timestamp therefore
-//!   goes at the first cleaning past the horizon.)
+//! - A tombstone (null value) that is its key's latest is kept until `delete.retention.ms`
+//!   after the cleaning that first kept it, KIP-534's delete horizon, as Kafka does: the
+//!   first cleaning that keeps a tombstone in a batch without a horizon stamps one
+//!   (`now + delete.retention.ms`, attribute bit 6, stored as the base timestamp), and a
+//!   later cleaning at or past it drops the batch's tombstones. So a consumer has
+//!   `delete.retention.ms` from the first cleaning to see a delete, however old the
+//!   tombstone's own timestamp (a quiet topic may first be cleaned long after the write).
+//!   A negative `delete.retention.ms` stamps nothing and keeps tombstones forever.
 //! - A batch keeps its header: base offset, last offset delta (Kafka's
 //!   `overrideLastOffset`: the batch still ends where it ended), producer id, epoch, base
-//!   sequence, attributes, codec, partition leader epoch and base timestamp; retained
-//!   records are copied byte for byte, so their offset and timestamp deltas are unchanged
-//!   and gaps appear inside the batch. Record count, length, max timestamp (`CreateTime`:
-//!   of the retained records) and CRC are recomputed. A batch that lost nothing is copied
-//!   as stored.
+//!   sequence, attributes, codec, partition leader epoch and base timestamp (unless it is
+//!   stamped); retained records are copied byte for byte, so their offset and timestamp
+//!   deltas are unchanged and gaps appear inside the batch (a stamped batch re-encodes
+//!   each timestamp delta against the horizon, so every record's timestamp is unchanged).
+//!   Record count, length, max timestamp (`CreateTime`: of the retained records) and CRC
+//!   are recomputed. A batch that lost nothing and needs no stamp is copied as stored.
 //! - A batch left with no record is dropped, unless it is the last batch of the range (so
 //!   the rewritten run still ends at the same offset and can replace it in the catalog) or
 //!   the last batch of its producer in the range (its sequence is producer state, as Kafka
@@ -337,8 +341,9 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
             }
         }
     }
-    let horizon_ms = (params.delete_retention_ms >= 0)
-        .then(|| params.now_ms.saturating_sub(params.delete_retention_ms));
+    // The horizon a batch keeping a tombstone gets if it has none yet.
+    let stamp = (params.delete_retention_ms >= 0)
+        .then(|| params.now_ms.saturating_add(params.delete_retention_ms));
     for (i, raw) in batches.iter().enumerate() {
         let d = decode(raw, limit)?;
         let h = d.header;
@@ -351,7 +356,7 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
         }
         out.bytes_decoded += d.section.len() as u64;
         let recs = records_of(&d)?;
-        let expired = horizon_ms.is_some_and(|t| h.max_timestamp < t);
+        let expired = h.delete_horizon_ms().is_some_and(|t| params.now_ms >= t);
         let kept: Vec<&Rec> = recs
             .iter()
             .filter(|r| {
@@ -362,7 +367,9 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
             })
             .collect();
         out.records_out += kept.len() as u64;
-        if kept.len() == recs.len() {
+        let new_horizon =
+            stamp.filter(|_| h.delete_horizon_ms().is_none() && kept.iter().any(|r| r.tombstone));
+        if kept.len() == recs.len() && new_horizon.is_none() {
             out.batches.push(raw.clone());
             continue;
         }
@@ -376,7 +383,8 @@ pub fn clean_run(batches: &[Bytes], map: &OffsetMap, params: RunParams) -> Resul
             }
             continue;
         }
-        out.batches.push(rebuilt_batch(raw, &h, &kept)?);
+        out.batches
+            .push(rebuilt_batch(raw, &h, &kept, new_horizon)?);
     }
     out.bytes_out = out.batches.iter().map(|b| b.len() as u64).sum();
     Ok(out)
@@ -465,12 +473,26 @@ fn with_records(raw: &[u8], section: &[u8], count: usize, max_timestamp: i64) ->
     Ok(Bytes::from(b))
 }
 
-/// The batch with only `kept` (in order), in its own codec.
-fn rebuilt_batch(raw: &[u8], h: &BatchHeader, kept: &[&Rec]) -> Result<Bytes> {
-    let plain: Vec<u8> = kept
-        .iter()
-        .flat_map(|r| r.encoded.iter().copied())
-        .collect();
+/// The batch with only `kept` (in order), in its own codec; with `horizon`, stamped with
+/// that delete horizon (attribute bit 6, base timestamp) and each record's timestamp delta
+/// re-encoded against it so that its timestamp is unchanged.
+fn rebuilt_batch(
+    raw: &[u8],
+    h: &BatchHeader,
+    kept: &[&Rec],
+    horizon: Option<i64>,
+) -> Result<Bytes> {
+    let mut plain: Vec<u8> = Vec::new();
+    for r in kept {
+        match horizon {
+            None => plain.extend_from_slice(r.encoded),
+            Some(base) => {
+                let timestamp = h.base_timestamp.saturating_add(r.timestamp_delta);
+                let delta = timestamp.saturating_sub(base);
+                plain.extend_from_slice(&records::with_timestamp_delta(r.encoded, delta)?);
+            }
+        }
+    }
     let section = compress(Codec::from_attributes(h.attributes)?, &plain)?;
     let max_timestamp = if h.is_log_append_time() {
         h.max_timestamp
@@ -480,14 +502,23 @@ fn rebuilt_batch(raw: &[u8], h: &BatchHeader, kept: &[&Rec]) -> Result<Bytes> {
             .max()
             .unwrap_or(h.max_timestamp)
     };
-    with_records(raw, &section, kept.len(), max_timestamp)
+    match horizon {
+        None => with_records(raw, &section, kept.len(), max_timestamp),
+        Some(base) => {
+            let mut head = raw[..BATCH_HEADER_BYTES].to_vec();
+            let attributes = h.attributes | batch::ATTR_DELETE_HORIZON;
+            head[AT_ATTRIBUTES..AT_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+            head[AT_BASE_TIMESTAMP..AT_BASE_TIMESTAMP + 8].copy_from_slice(&base.to_be_bytes());
+            with_records(&head, &section, kept.len(), max_timestamp)
+        }
+    }
 }
 
 /// The batch with no records, as Kafka's `DefaultRecordBatch.writeEmptyHeader`: codec
 /// none, base and max timestamp the batch's max timestamp.
 fn empty_batch(raw: &[u8], h: &BatchHeader) -> Bytes {
     let mut head = raw[..BATCH_HEADER_BYTES].to_vec();
-    let attributes = h.attributes & !0x07;
+    let attributes = h.attributes & !0x07 & !batch::ATTR_DELETE_HORIZON;
     head[AT_ATTRIBUTES..AT_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
     head[AT_BASE_TIMESTAMP..AT_BASE_TIMESTAMP + 8].copy_from_slice(&h.max_timestamp.to_be_bytes());
     // A 61-byte batch always fits its length field.

@@ -239,17 +239,44 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Appends `v` as a zigzag varlong (a varint's encoding too, for values that fit 32 bits).
+pub(crate) fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+/// `encoded` (one whole record as [`RecordRef::encoded`] gives it, already walked) with its
+/// timestamp delta replaced by `timestamp_delta`; everything after the delta is copied.
+/// For a batch whose base timestamp changes (the cleaner's delete horizon): the record's
+/// timestamp stays what it was.
+pub(crate) fn with_timestamp_delta(encoded: &[u8], timestamp_delta: i64) -> Result<Vec<u8>> {
+    let why = |why: Why| Error::InvalidRecord(format!("record does not re-encode: {why}"));
+    let mut c = Cursor::new(encoded);
+    let len = c.varint().map_err(why)?;
+    let len = usize::try_from(len).map_err(|_| why(format!("negative record length {len}")))?;
+    let body = c.take(len).map_err(why)?;
+    let mut r = Cursor::new(body);
+    let attributes = r.byte().map_err(why)?;
+    r.varlong().map_err(why)?;
+    let rest = &body[r.pos..];
+    let mut new_body = Vec::with_capacity(body.len() + 10);
+    new_body.push(attributes);
+    put_varlong(&mut new_body, timestamp_delta);
+    new_body.extend_from_slice(rest);
+    let mut out = Vec::with_capacity(new_body.len() + 5);
+    put_varlong(&mut out, new_body.len() as i64);
+    out.extend_from_slice(&new_body);
+    Ok(out)
+}
+
 /// Record encoding for tests (here and in [`crate::validate`]'s).
 #[cfg(test)]
 pub(crate) mod testing {
-    pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        while z >= 0x80 {
-            out.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        out.push(z as u8);
-    }
+    pub(crate) use super::put_varlong;
 
     pub fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
         match b {
@@ -322,6 +349,28 @@ mod tests {
             Some(Error::InvalidRecord(why)) => why,
             other => panic!("expected an invalid record, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_new_timestamp_delta_keeps_every_other_field() {
+        let original = record(3, 7, Some(b"key"), Some(b"value"), &[(b"h", Some(b"x"))]);
+        // Deltas whose varlong is shorter, longer and negative.
+        for delta in [0, 300, -70_000, i64::MIN / 2] {
+            let again = with_timestamp_delta(&original, delta).expect("re-encode");
+            let r = walk(&again, 1).next().expect("one").expect("walks");
+            assert_eq!(r.timestamp_delta, delta);
+            assert_eq!(r.offset_delta, 7);
+            assert_eq!((r.key, r.value), (Some(&b"key"[..]), Some(&b"value"[..])));
+            assert_eq!(
+                r.headers().collect::<Vec<_>>(),
+                vec![(&b"h"[..], Some(&b"x"[..]))]
+            );
+            assert_eq!(r.encoded(), &again[..]);
+        }
+        assert!(
+            with_timestamp_delta(&original[..3], 0).is_err(),
+            "cut short"
+        );
     }
 
     #[test]

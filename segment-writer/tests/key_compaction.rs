@@ -8,7 +8,9 @@
 use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EntryLayout, MetadataStore, TopicMetadata};
-use oxbow_segment_writer::{objects, Acks, CompactSettings, Compactor, LogManager, LogSettings};
+use oxbow_segment_writer::{
+    objects, Acks, AppendPolicy, CompactSettings, Compactor, LogManager, LogSettings,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,7 +92,7 @@ async fn produce_keyed(
                 .collect();
             let b = keyed_batch(0, 10_000 + i64::from(round) * 100, &refs, codec);
             let appended = log
-                .append(&part, &b, 1 << 20, false, Acks::All)
+                .append(&part, &b, &AppendPolicy::of(&topic.configs), Acks::All)
                 .await
                 .expect("append");
             for (i, (k, v)) in recs.into_iter().enumerate() {
@@ -129,9 +131,11 @@ async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
     let (_, _, end) = part.offsets().expect("offsets");
     assert_eq!(end, 240);
     let stop = CancellationToken::new();
+    // Negative: tombstones stay and get no delete horizon, so the expiry below is the
+    // first cleaning to stamp one.
     let mut compactor = Compactor::new(log.clone(), compact_settings(Duration::ZERO))
         .with_retention(Arc::new(Compacted {
-            delete_retention_ms: i64::MAX,
+            delete_retention_ms: -1,
         }));
     let stats = compactor.run_once(&stop).await.expect("round");
     assert!(stats.segments_written >= 1, "{stats:?}");
@@ -189,12 +193,20 @@ async fn key_compaction_keeps_the_latest_value_per_key_at_its_offset() {
     let latest = latest_of(&written);
     check(read_records(&log, &topic, 0).await, &latest);
 
-    // Past delete.retention.ms tombstones go too (from 1970 timestamps: at once).
-    let mut expiring = Compactor::new(log.clone(), compact_settings(Duration::ZERO))
-        .with_retention(Arc::new(Compacted {
-            delete_retention_ms: 1,
-        }));
-    expiring.run_once(&stop).await.expect("round");
+    // KIP-534: a tombstone stays delete.retention.ms after the cleaning that first kept it,
+    // however old its own timestamp (these are from 1970): the first cleaning with a
+    // retention stamps the horizon and keeps them, one past the horizon drops them.
+    let expiring = || {
+        Compactor::new(log.clone(), compact_settings(Duration::ZERO)).with_retention(Arc::new(
+            Compacted {
+                delete_retention_ms: 20,
+            },
+        ))
+    };
+    expiring().run_once(&stop).await.expect("stamping round");
+    check(read_records(&log, &topic, 0).await, &latest);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    expiring().run_once(&stop).await.expect("expiring round");
     let live: Latest = latest
         .into_iter()
         .filter(|(_, (_, v))| v.is_some())

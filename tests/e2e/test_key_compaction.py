@@ -44,10 +44,17 @@ def value_of(key: int, round_: int) -> bytes | None:
 
 def read_from_start(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every record from offset 0 up to the high watermark."""
+    return [(o, k, v) for o, k, v, _ in read_with_timestamps(bootstrap, topic, timeout)]
+
+
+def read_with_timestamps(
+    bootstrap: str, topic: str, timeout: float = 60
+) -> list[tuple[int, bytes, bytes | None, int]]:
+    """(offset, key, value, timestamp) of every record from offset 0 up to the high watermark."""
     c = consumer(bootstrap)
     try:
         high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
-        out: list[tuple[int, bytes, bytes | None]] = []
+        out: list[tuple[int, bytes, bytes | None, int]] = []
         if high == 0:
             return out
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -62,7 +69,7 @@ def read_from_start(bootstrap: str, topic: str, timeout: float = 60) -> list[tup
                             return out
                         continue
                     raise KafkaException(err)
-                out.append((m.offset(), m.key(), m.value()))
+                out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
                 if m.offset() + 1 >= high:
                     return out
         raise AssertionError(f"timed out reading {topic} up to {high}: got {len(out)} records")
@@ -146,3 +153,52 @@ def test_compaction_keeps_the_latest_value_per_key_at_its_offset(broker_factory)
             f"({extra} not compacted away); first differences: "
             f"{[(g, w) for g, w in zip(last, want) if g != w][:3]}"
         ) from None
+
+
+def test_a_tombstone_outlives_its_first_cleaning_by_delete_retention_ms(broker_factory):
+    """KIP-534: a tombstone stays `delete.retention.ms` after the cleaning that first kept it,
+    however old its own timestamp, so a consumer behind has that long to see the delete;
+    a later cleaning drops it. The tombstone here is a day old when first cleaned, and
+    reads back with that timestamp (the stamped batch's base timestamp is the horizon)."""
+    retention_ms = 10_000
+    b = broker_factory(kafka_props=KAFKA_PROPS, extra_args=OXBOW_ARGS)
+    topic = unique("tombstone")
+    create_topic(b.bootstrap, topic, partitions=1, config={**TOPIC_CONFIG, "delete.retention.ms": str(retention_ms)})
+    p = producer(b.bootstrap)
+    day_ago = int(time.time() * 1000) - 86_400_000
+    [value] = produce_all(p, topic, [{"key": b"gone", "value": b"v", "partition": 0}])
+    time.sleep(0.3)
+    [tomb] = produce_all(p, topic, [{"key": b"gone", "value": None, "partition": 0, "timestamp": day_ago}])
+    fillers = 0
+
+    def filler() -> None:
+        # Keys of their own: they roll Kafka's segments and leave Oxbow dirty data to clean.
+        nonlocal fillers
+        produce_all(p, topic, [{"key": f"filler-{fillers}".encode(), "value": b"f", "partition": 0}])
+        fillers += 1
+        time.sleep(0.3)
+
+    def of_key(records) -> list[tuple[int, bytes | None, int]]:
+        return [(o, v, ts) for o, k, v, ts in records if k == b"gone"]
+
+    seen: list = []
+
+    def value_compacted_away() -> bool:
+        filler()
+        seen[:] = of_key(read_with_timestamps(b.bootstrap, topic))
+        return all(o != value.offset for o, _, _ in seen)
+
+    wait_until(value_compacted_away, timeout=COMPACT_TIMEOUT_S, interval=0.1, what="the shadowed value compacted away")
+    assert seen == [(tomb.offset, None, day_ago)], f"{TARGET}: the day-old tombstone outlives its first cleaning"
+
+    def tombstone_gone() -> bool:
+        filler()
+        seen[:] = of_key(read_with_timestamps(b.bootstrap, topic))
+        return not seen
+
+    wait_until(
+        tombstone_gone,
+        timeout=retention_ms / 1000 + COMPACT_TIMEOUT_S,
+        interval=0.1,
+        what="the tombstone dropped past its delete horizon",
+    )

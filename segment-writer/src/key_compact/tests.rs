@@ -119,9 +119,21 @@ fn emptied_batches_are_dropped_except_the_last() {
         keyed_batch(0, 0, &[kv("a", "1")], Codec::None),
         keyed_batch(1, 77, &[kv("b", "1"), tomb("b")], Codec::Gzip),
     ];
-    let out = clean(
+    // The first cleaning keeps b's tombstone and stamps its horizon (10 001); one at the
+    // horizon drops it and empties the batch.
+    let stamped = clean(
         &input,
         params(0, 10_000, 1),
+        &mut OffsetMap::with_budget(BIG),
+    )
+    .expect("stamps");
+    assert_eq!(
+        header(&stamped.batches[1]).delete_horizon_ms(),
+        Some(10_001)
+    );
+    let out = clean(
+        &stamped.batches,
+        params(0, 10_001, 1),
         &mut OffsetMap::with_budget(BIG),
     )
     .expect("cleans");
@@ -134,6 +146,11 @@ fn emptied_batches_are_dropped_except_the_last() {
     assert_eq!(
         (h[1].compression(), h[1].base_timestamp, h[1].max_timestamp),
         (0, 78, 78)
+    );
+    assert_eq!(
+        h[1].delete_horizon_ms(),
+        None,
+        "an empty batch has no horizon"
     );
     assert_eq!(out.batches[1].len(), BATCH_HEADER_BYTES);
     assert!(crc_ok(&out.batches[1]));
@@ -166,43 +183,108 @@ fn the_last_batch_of_a_producer_stays_for_its_sequence() {
     );
 }
 
+/// (offset, timestamp, is a tombstone) of every record of `batches`.
+fn timestamps(batches: &[Bytes]) -> Vec<(Offset, i64, bool)> {
+    let mut out = Vec::new();
+    for raw in batches {
+        let d = decode(raw, 1 << 20).expect("decode");
+        for r in records::walk(&d.section, d.header.record_count) {
+            let r = r.expect("record");
+            out.push((
+                d.header.base_offset + i64::from(r.offset_delta),
+                d.header.base_timestamp + r.timestamp_delta,
+                r.value.is_none(),
+            ));
+        }
+    }
+    out
+}
+
 #[test]
-fn tombstones_stay_for_delete_retention_by_batch_time() {
+fn a_tombstone_stays_delete_retention_after_the_cleaning_that_first_kept_it() {
+    for codec in [Codec::None, Codec::Zstd, Codec::Gzip] {
+        let input = vec![
+            keyed_batch(0, 1_000, &[kv("a", "1"), kv("b", "1")], codec),
+            keyed_batch(2, 5_000, &[tomb("a"), kv("d", "1")], codec),
+            keyed_batch(4, 9_000, &[kv("c", "1")], codec),
+        ];
+        // Cleaned long after the tombstone was written (its own timestamp is far past
+        // delete.retention.ms): it stays, and its batch gets a horizon 2 s from now.
+        let first = clean(
+            &input,
+            params(0, 100_000, 2_000),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("first");
+        assert_eq!(
+            decoded_records(&first.batches),
+            vec![
+                (1, b"b".to_vec(), Some(b"1".to_vec())),
+                (2, b"a".to_vec(), None),
+                (3, b"d".to_vec(), Some(b"1".to_vec())),
+                (4, b"c".to_vec(), Some(b"1".to_vec())),
+            ],
+            "{codec:?}"
+        );
+        let stamped = header(&first.batches[1]);
+        assert_eq!(stamped.delete_horizon_ms(), Some(102_000));
+        assert!(crc_ok(&first.batches[1]));
+        assert_eq!(
+            header(&first.batches[0]).delete_horizon_ms(),
+            None,
+            "no tombstone"
+        );
+        // Every record keeps its timestamp; the stamped batch's max timestamp too.
+        assert_eq!(
+            timestamps(&first.batches),
+            vec![
+                (1, 1_001, false),
+                (2, 5_000, true),
+                (3, 5_001, false),
+                (4, 9_000, false)
+            ]
+        );
+        assert_eq!(stamped.max_timestamp, 5_001);
+
+        // Before the horizon: nothing changes, the stamped batch is copied as stored.
+        let before = clean(
+            &first.batches,
+            params(0, 101_999, 2_000),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("before");
+        assert!(!before.changed);
+        assert_eq!(before.batches, first.batches);
+        // A later cleaning keeps the horizon it was given, whatever the config is now.
+        let longer = clean(
+            &first.batches,
+            params(0, 101_999, 1 << 40),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("longer");
+        assert_eq!(longer.batches, first.batches);
+
+        // At the horizon: the tombstone goes, the batch's value stays.
+        let after = clean(
+            &first.batches,
+            params(0, 102_000, 2_000),
+            &mut OffsetMap::with_budget(BIG),
+        )
+        .expect("after");
+        assert_eq!(
+            timestamps(&after.batches),
+            vec![(1, 1_001, false), (3, 5_001, false), (4, 9_000, false)]
+        );
+    }
+}
+
+#[test]
+fn a_negative_delete_retention_keeps_tombstones_forever_and_stamps_nothing() {
     let input = vec![
         keyed_batch(0, 1_000, &[kv("a", "1"), kv("b", "1")], Codec::None),
         keyed_batch(2, 5_000, &[tomb("a")], Codec::None),
         keyed_batch(3, 9_000, &[kv("c", "1")], Codec::None),
     ];
-    // Young: the tombstone is a's latest and stays; a's value goes.
-    let young = clean(
-        &input,
-        params(0, 6_000, 2_000),
-        &mut OffsetMap::with_budget(BIG),
-    )
-    .expect("young");
-    assert_eq!(
-        decoded_records(&young.batches),
-        vec![
-            (1, b"b".to_vec(), Some(b"1".to_vec())),
-            (2, b"a".to_vec(), None),
-            (3, b"c".to_vec(), Some(b"1".to_vec())),
-        ]
-    );
-    // Past delete.retention.ms: gone (its emptied batch is not the last: dropped).
-    let old = clean(
-        &input,
-        params(0, 7_001, 2_000),
-        &mut OffsetMap::with_budget(BIG),
-    )
-    .expect("old");
-    assert_eq!(
-        decoded_records(&old.batches),
-        vec![
-            (1, b"b".to_vec(), Some(b"1".to_vec())),
-            (3, b"c".to_vec(), Some(b"1".to_vec()))
-        ]
-    );
-    // Negative: forever.
     let forever = clean(
         &input,
         params(0, i64::MAX, -1),
@@ -210,6 +292,29 @@ fn tombstones_stay_for_delete_retention_by_batch_time() {
     )
     .expect("forever");
     assert_eq!(decoded_records(&forever.batches).len(), 3);
+    assert_eq!(forever.batches[1], input[1], "copied as stored");
+    assert_eq!(header(&forever.batches[1]).delete_horizon_ms(), None);
+}
+
+#[test]
+fn a_horizon_far_in_the_future_saturates() {
+    let input = vec![keyed_batch(
+        0,
+        1_000,
+        &[tomb("a"), kv("b", "1")],
+        Codec::None,
+    )];
+    let out = clean(
+        &input,
+        params(0, 1_000, i64::MAX),
+        &mut OffsetMap::with_budget(BIG),
+    )
+    .expect("clean");
+    assert_eq!(header(&out.batches[0]).delete_horizon_ms(), Some(i64::MAX));
+    assert_eq!(
+        timestamps(&out.batches),
+        vec![(0, 1_000, true), (1, 1_001, false)]
+    );
 }
 
 #[test]
