@@ -298,28 +298,6 @@ impl Broker {
         Ok(id)
     }
 
-    /// The authorization entry point: a view of the ACLs for one request's session, against
-    /// which a handler checks every resource it touches (`view.allows(op, type, name)`;
-    /// many checks share one index, no I/O). With `--authorizer none` it allows all.
-    pub fn authz(&self, session: &crate::security::Session) -> crate::security::acl::AuthzView {
-        self.authorizer.view(
-            &self.security,
-            &session.principal,
-            &session.peer.ip().to_canonical().to_string(),
-        )
-    }
-
-    /// One check: may the session do `op` on the resource?
-    pub fn authorize(
-        &self,
-        session: &crate::security::Session,
-        op: crate::security::acl::AclOperation,
-        resource_type: crate::security::acl::ResourceType,
-        name: &str,
-    ) -> bool {
-        self.authz(session).allows(op, resource_type, name)
-    }
-
     /// A topic by name, if it exists.
     pub fn topic(&self, name: &str) -> Option<Arc<TopicMetadata>> {
         self.topics.read().ok()?.get(name).cloned()

@@ -27,6 +27,11 @@ pub struct Metrics {
     /// TLS handshakes that failed or timed out (plaintext to a TLS port, an untrusted or
     /// missing client certificate, a client that stalls).
     pub tls_handshake_failures: AtomicU64,
+    /// HTTP requests refused 401 (`http::authn`), by the scheme that failed: none (no or
+    /// unreadable credentials), basic, bearer.
+    pub http_authentication_failures_none: AtomicU64,
+    pub http_authentication_failures_basic: AtomicU64,
+    pub http_authentication_failures_bearer: AtomicU64,
     /// Reloads of the TLS files (`security::tls::reload`).
     pub tls_reload: std::sync::Arc<crate::security::tls::reload::ReloadCounters>,
     /// The metadata service's revision, as last sampled (`cluster::history`).
@@ -62,6 +67,9 @@ impl Default for Metrics {
             http_connections_idle_closed: AtomicU64::new(0),
             http_connections_read_timed_out: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
+            http_authentication_failures_none: AtomicU64::new(0),
+            http_authentication_failures_basic: AtomicU64::new(0),
+            http_authentication_failures_bearer: AtomicU64::new(0),
             tls_reload: Default::default(),
             metadata_revision: AtomicU64::new(0),
             metadata_compacted_revision: AtomicU64::new(0),
@@ -162,6 +170,27 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         "counter",
         "TLS handshakes on SSL/SASL_SSL listeners that failed or timed out.",
         &one(get(&m.tls_handshake_failures)),
+    );
+    write_metric(
+        &mut out,
+        "oxbow_http_authentication_failures_total",
+        "counter",
+        "HTTP requests refused 401 (--http-authentication), by the scheme that failed: \
+         none (no credentials, or a header not understood), basic, bearer.",
+        &[
+            (
+                "scheme=\"none\"".to_string(),
+                get(&m.http_authentication_failures_none),
+            ),
+            (
+                "scheme=\"basic\"".to_string(),
+                get(&m.http_authentication_failures_basic),
+            ),
+            (
+                "scheme=\"bearer\"".to_string(),
+                get(&m.http_authentication_failures_bearer),
+            ),
+        ],
     );
     write_metric(
         &mut out,

@@ -32,7 +32,7 @@ use crate::config::ByteSize;
 use crate::http::{self, HttpState};
 use crate::kafka;
 use crate::security::listeners::{self, ListenerArgs};
-use crate::security::tls::{self, TlsArgs, TlsSource};
+use crate::security::tls::{self, TlsArgs};
 use crate::security::SecurityProtocol;
 use anyhow::Context;
 use oxbow_cache::ReadCache;
@@ -75,6 +75,8 @@ pub struct ServeArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub oauth: crate::security::oauth::OauthArgs,
+    #[command(flatten)]
+    pub http_authentication: crate::http::authn::HttpAuthArgs,
     /// Address the HTTP/JSON API (REST Proxy v2, /metrics, /healthz, /readyz) listens on.
     #[arg(long, env = "OXBOW_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -387,50 +389,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.advertised_kafka_addr.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
-    let authorization = args.authorization.settings().map_err(anyhow::Error::msg)?;
-    let sasl = args.sasl.settings().map_err(anyhow::Error::msg)?;
-    // The issuer's keys are read before anything binds: a bad URL or file stops the start.
-    let oauth = match args.oauth.settings().map_err(anyhow::Error::msg)? {
-        Some(settings) => Some(Arc::new(
-            crate::security::oauth::Validator::new(settings)
-                .await
-                .map_err(|e| anyhow::anyhow!("--sasl-oauthbearer-jwks-endpoint-url: {e}"))?,
-        )),
-        None => None,
-    };
-    // TLS files are read once here (a bad one stops the start, naming its flag), then
-    // re-read when they change. SASL_SSL listeners authenticate with SASL and ignore
-    // --ssl-client-auth, as Kafka ignores `ssl.client.auth` on them (KIP-684).
-    let tls_source = if args.http_tls
-        || plan
-            .listeners
-            .iter()
-            .any(|l| l.protocol == SecurityProtocol::Ssl)
-    {
-        Some(TlsSource::load(&args.tls)?)
-    } else {
-        None
-    };
-    let sasl_tls_source = if plan
-        .listeners
-        .iter()
-        .any(|l| l.protocol == SecurityProtocol::SaslSsl)
-    {
-        Some(TlsSource::load(&TlsArgs {
-            ssl_client_auth: tls::ClientAuth::None,
-            ..args.tls.clone()
-        })?)
-    } else {
-        None
-    };
-    if let Some(l) = plan.listeners.iter().find(|l| l.name == plan.inter_broker) {
-        if l.protocol != SecurityProtocol::Plaintext {
-            // Brokers reach each other's Kafka port with the project's own client
-            // (controller probes, HTTP produce forwarding), which speaks no TLS yet.
-            tracing::warn!(listener = %l.name, protocol = %l.protocol,
-                "the inter-broker listener is not PLAINTEXT: other brokers cannot reach this one's Kafka port (controller probes, HTTP produce forwarding); in a cluster, name a private PLAINTEXT listener with --inter-broker-listener-name");
-        }
-    }
+    let crate::security::startup::SecurityStartup {
+        authorization,
+        sasl,
+        oauth,
+        tls_source,
+        sasl_tls_source,
+        http_authentication,
+    } = crate::security::startup::prepare(&args, &plan).await?;
     // Bind first: a port conflict should fail fast, before any recovery work.
     let mut kafka_listeners = Vec::new();
     let mut advertised_listeners = std::collections::BTreeMap::new();
@@ -711,6 +677,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let router = http::router(HttpState {
         broker: broker.clone(),
         ready: ready.clone(),
+        authentication: http_authentication,
     });
     background.spawn(http::listener::serve(
         http_listener,

@@ -445,3 +445,41 @@ def test_http_tls_serves_the_rest_api_over_https(broker_factory, certs):
         requests.get(f"http://127.0.0.1:{b.http_port}/readyz", timeout=5)
     metrics = requests.get(f"{https}/metrics", verify=str(certs.ca), timeout=5).text
     assert "oxbow_tls_handshake_failures_total 1" in metrics, metrics[:400]
+
+
+def test_https_client_certificate_is_the_principal_without_an_authorization_header(broker_factory, certs):
+    """--http-authentication basic over HTTPS with --ssl-client-auth requested: a request
+    with a certificate and no Authorization header is the certificate's principal (seen in
+    the ACL refusal), one with neither is 401, and a header, when sent, wins."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    b = broker_factory(start=False, extra_args=[
+        "--http-tls", "--ssl-certificate-file", str(certs.server), "--ssl-key-file", str(certs.server_key),
+        "--ssl-truststore-file", str(certs.ca), "--ssl-client-auth", "requested",
+        "--http-authentication", "basic",
+        "--authorizer", "acl", "--allow-everyone-if-no-acl-found"])
+    b.start(wait=False)
+    https = f"https://localhost:{b.http_port}"
+    cert = (str(certs.alice), str(certs.alice_key))
+
+    def ready() -> bool:
+        try:
+            return requests.get(f"{https}/readyz", verify=str(certs.ca), timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, timeout=60, what="HTTPS /readyz")
+    topic = unique("mtls-http")
+    create_topic(b.bootstrap, topic)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    owner = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:owner", "*",
+                       AclOperation.ALL, AclPermissionType.ALLOW)
+    for f in admin.create_acls([owner], request_timeout=30).values():
+        f.result(timeout=30)
+    r = requests.get(f"{https}/topics/{topic}", verify=str(certs.ca), cert=cert, timeout=10)
+    assert r.status_code == 403 and f"User:{ALICE_DN}" in r.json()["message"], r.text
+    assert requests.get(f"{https}/topics", verify=str(certs.ca), cert=cert, timeout=10).status_code == 200
+    r = requests.get(f"{https}/topics", verify=str(certs.ca), timeout=10)
+    assert r.status_code == 401 and r.json()["error_code"] == 40101, r.text
+    r = requests.get(f"{https}/topics", verify=str(certs.ca), cert=cert, auth=("alice", "wrong"), timeout=10)
+    assert r.status_code == 401, r.text

@@ -77,6 +77,9 @@ impl ClientAuthArgs {
         }
         match (mechanism, username, password) {
             (None, None, None) => Ok(None),
+            (Some(Mechanism::OauthBearer), _, _) => anyhow::bail!(
+                "sasl.mechanism OAUTHBEARER is not supported by oxbow's client (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            ),
             (Some(m), Some(u), Some(p)) if !u.is_empty() && !p.is_empty() => {
                 Ok(Some(SaslCredentials::new(m, u, p)))
             }

@@ -190,6 +190,11 @@ pub(super) async fn authenticate(
         )?;
         Ok(response.auth_bytes)
     }
+    if credentials.mechanism == Mechanism::OauthBearer {
+        return Err(failed(
+            "OAUTHBEARER is not supported by oxbow's client".into(),
+        ));
+    }
     match credentials.mechanism.scram() {
         None => {
             let mut token = vec![0u8];

@@ -1,8 +1,7 @@
 //! Every broker's view of the cluster, kept current from the metadata service.
 //!
-//! Two background loops per broker, each of the same shape: subscribe to a watch, list
-//! (subscribe first, so nothing falls between), apply every event, and subscribe and list
-//! again when the watch ends or every [`RECONCILE_EVERY`]:
+//! Two background loops per broker, each the loop of [`super::watch_loop`] (subscribe,
+//! list, apply events; again when the watch ends or every [`RECONCILE_EVERY`]):
 //! - [`run_membership`]: live brokers → [`super::ClusterView`] (Metadata, FindCoordinator,
 //!   placement). When membership changes, groups this broker no longer coordinates are
 //!   dropped from its coordinator (their members get NOT_COORDINATOR and re-find).
@@ -13,11 +12,11 @@
 //!   leads but has not opened is opened in the background ([`Opens`]).
 
 use super::handoff::Handoff;
+use super::watch_loop::{follow, Followed};
 use crate::broker::Broker;
-use oxbow_metadata::{BrokerEvent, PartitionState, TopicEvent, TopicId, TopicPartition};
+use oxbow_metadata::{BrokerEvent, PartitionState, TopicEvent, TopicId, TopicPartition, Watch};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -82,66 +81,47 @@ impl Opens {
     }
 }
 
-/// Pause before subscribing again after the metadata service failed.
-pub(crate) const RETRY: Duration = Duration::from_millis(500);
-
-/// Waits [`RETRY`] (or until shutdown) before a watch is subscribed again.
-pub(crate) async fn pause(shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = tokio::time::sleep(RETRY) => {}
-    }
-}
-
 /// Keeps [`Broker::cluster`] current until `shutdown`.
 pub async fn run_membership(broker: Arc<Broker>, shutdown: CancellationToken) {
-    let metadata = broker.metadata.clone();
-    while !shutdown.is_cancelled() {
-        let mut watch = match metadata.watch_brokers().await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::debug!(error = %e, "watching brokers failed; retrying");
-                pause(&shutdown).await;
-                continue;
+    follow(&Membership { broker }, &shutdown).await
+}
+
+struct Membership {
+    broker: Arc<Broker>,
+}
+
+impl Followed for Membership {
+    type Event = BrokerEvent;
+    const WHAT: &'static str = "brokers";
+
+    async fn subscribe(&self) -> oxbow_metadata::Result<Watch<BrokerEvent>> {
+        self.broker.metadata.watch_brokers().await
+    }
+
+    async fn relist(&self) -> oxbow_metadata::Result<()> {
+        let list = self.broker.metadata.list_brokers().await?;
+        if self.broker.cluster.set_brokers(list) {
+            membership_changed(&self.broker);
+        }
+        Ok(())
+    }
+
+    fn apply(&self, event: BrokerEvent, _watch: &mut Watch<BrokerEvent>) {
+        let broker = &self.broker;
+        let changed = match event {
+            BrokerEvent::Joined(b) => {
+                tracing::info!(broker = b.broker_id, az = ?b.az, addr = %b.kafka_addr, "broker joined");
+                // It may be the WAL replica a waiting recovery needs.
+                broker.log.retry_recoveries_now();
+                broker.cluster.joined(b)
+            }
+            BrokerEvent::Left(id) => {
+                tracing::info!(broker = id, "broker left (lease ended)");
+                broker.cluster.left(id)
             }
         };
-        match metadata.list_brokers().await {
-            Ok(list) => {
-                if broker.cluster.set_brokers(list) {
-                    membership_changed(&broker);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "listing brokers failed; retrying");
-                pause(&shutdown).await;
-                continue;
-            }
-        }
-        let relist = tokio::time::sleep(RECONCILE_EVERY);
-        tokio::pin!(relist);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = &mut relist => break,
-                event = watch.recv() => {
-                    let changed = match event {
-                        Some(BrokerEvent::Joined(b)) => {
-                            tracing::info!(broker = b.broker_id, az = ?b.az, addr = %b.kafka_addr, "broker joined");
-                            // It may be the WAL replica a waiting recovery needs.
-                            broker.log.retry_recoveries_now();
-                            broker.cluster.joined(b)
-                        }
-                        Some(BrokerEvent::Left(id)) => {
-                            tracing::info!(broker = id, "broker left (lease ended)");
-                            broker.cluster.left(id)
-                        }
-                        None => break,
-                    };
-                    if changed {
-                        membership_changed(&broker);
-                    }
-                }
-            }
+        if changed {
+            membership_changed(broker);
         }
     }
 }
@@ -161,77 +141,64 @@ pub async fn run_topic_follower(
     handoffs: mpsc::Sender<Handoff>,
     shutdown: CancellationToken,
 ) {
-    let metadata = broker.metadata.clone();
     let opens = Opens {
         tasks: TaskTracker::new(),
         in_flight: Arc::default(),
         shutdown: shutdown.clone(),
     };
-    run_topic_watch(&broker, &handoffs, &opens, &shutdown).await;
+    let followed = TopicFollower {
+        broker: &broker,
+        handoffs: &handoffs,
+        opens: &opens,
+    };
+    follow(&followed, &shutdown).await;
     opens.tasks.close();
     opens.tasks.wait().await;
-    drop(metadata);
 }
 
-async fn run_topic_watch(
-    broker: &Arc<Broker>,
-    handoffs: &mpsc::Sender<Handoff>,
-    opens: &Opens,
-    shutdown: &CancellationToken,
-) {
-    let metadata = broker.metadata.clone();
-    while !shutdown.is_cancelled() {
-        let mut watch = match metadata.watch_topics().await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::debug!(error = %e, "watching topics failed; retrying");
-                pause(shutdown).await;
-                continue;
-            }
-        };
-        match metadata.list_topics().await {
-            Ok(list) => {
-                let (kept, missing) = broker.replace_topics(list);
-                for t in kept {
-                    for p in &t.partitions {
-                        follow(broker, t.topic_id, p, handoffs, opens);
-                    }
-                }
-                // Missing from the list: gone, or created while it was read. Ask.
-                for id in missing {
-                    if let Ok(None) = metadata.topic_by_id(id).await {
-                        broker.remove_topic(id);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "listing topics failed; retrying");
-                pause(shutdown).await;
-                continue;
+struct TopicFollower<'a> {
+    broker: &'a Arc<Broker>,
+    handoffs: &'a mpsc::Sender<Handoff>,
+    opens: &'a Opens,
+}
+
+impl Followed for TopicFollower<'_> {
+    type Event = TopicEvent;
+    const WHAT: &'static str = "topics";
+
+    async fn subscribe(&self) -> oxbow_metadata::Result<Watch<TopicEvent>> {
+        self.broker.metadata.watch_topics().await
+    }
+
+    async fn relist(&self) -> oxbow_metadata::Result<()> {
+        let list = self.broker.metadata.list_topics().await?;
+        let (kept, missing) = self.broker.replace_topics(list);
+        for t in kept {
+            for p in &t.partitions {
+                follow_partition(self.broker, t.topic_id, p, self.handoffs, self.opens);
             }
         }
-        let relist = tokio::time::sleep(RECONCILE_EVERY);
-        tokio::pin!(relist);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = &mut relist => break,
-                event = watch.recv() => {
-                    let Some(first) = event else { break };
-                    // A burst (a broker opening or taking over thousands of partitions) is
-                    // applied in one copy of a topic per run of its partitions' changes, not
-                    // one per change: each copy costs the topic's whole partition list.
-                    let mut burst = vec![first];
-                    while burst.len() < TOPIC_EVENTS_PER_BURST {
-                        match watch.try_recv() {
-                            Some(e) => burst.push(e),
-                            None => break,
-                        }
-                    }
-                    apply_burst(broker, burst, handoffs, opens);
-                }
+        // Missing from the list: gone, or created while it was read. Ask.
+        for id in missing {
+            if let Ok(None) = self.broker.metadata.topic_by_id(id).await {
+                self.broker.remove_topic(id);
             }
         }
+        Ok(())
+    }
+
+    fn apply(&self, first: TopicEvent, watch: &mut Watch<TopicEvent>) {
+        // A burst (a broker opening or taking over thousands of partitions) is applied in
+        // one copy of a topic per run of its partitions' changes, not one per change: each
+        // copy costs the topic's whole partition list.
+        let mut burst = vec![first];
+        while burst.len() < TOPIC_EVENTS_PER_BURST {
+            match watch.try_recv() {
+                Some(e) => burst.push(e),
+                None => break,
+            }
+        }
+        apply_burst(self.broker, burst, self.handoffs, self.opens);
     }
 }
 
@@ -255,7 +222,7 @@ fn apply_burst(
         if let Some(t) = broker.apply_partitions(topic_id, states) {
             for i in partitions {
                 if let Some(p) = t.partition(i) {
-                    follow(broker, topic_id, p, handoffs, opens);
+                    follow_partition(broker, topic_id, p, handoffs, opens);
                 }
             }
         }
@@ -273,7 +240,7 @@ fn apply_burst(
                 flush(&mut run);
                 let t = broker.apply_topic(t);
                 for p in &t.partitions {
-                    follow(broker, t.topic_id, p, handoffs, opens);
+                    follow_partition(broker, t.topic_id, p, handoffs, opens);
                 }
             }
             TopicEvent::Deleted { topic_id, .. } => {
@@ -287,7 +254,7 @@ fn apply_burst(
 
 /// Acts on one partition's current state: forget it if led elsewhere (or at a newer
 /// epoch), hand it over if asked to.
-fn follow(
+fn follow_partition(
     broker: &Arc<Broker>,
     topic_id: TopicId,
     state: &PartitionState,

@@ -37,6 +37,7 @@ pub mod history;
 pub mod history_state;
 pub mod placement;
 pub mod reclaim;
+pub mod watch_loop;
 
 use oxbow_metadata::{BrokerId, BrokerRegistration};
 use std::collections::BTreeMap;

@@ -1,6 +1,7 @@
-//! Authorization of the HTTP API (`--authorizer acl`). HTTP has no authentication yet, so
-//! every request is `User:ANONYMOUS` from its peer address, checked against the same ACLs
-//! and with the same operations as the Kafka API it stands for:
+//! Authorization of the HTTP API (`--authorizer acl`). Every request is checked as the
+//! principal [`super::authn`] found (`User:ANONYMOUS` without `--http-authentication` or a
+//! client certificate), from its peer address, against the same ACLs and with the same
+//! operations as the Kafka API it stands for:
 //!
 //! | route | needs |
 //! |-------|-------|
@@ -41,13 +42,22 @@ const HTTP_LISTENER: &str = "HTTP";
 
 /// The session of an HTTP request: anonymous, from its peer.
 pub fn session_of(peer: Option<PeerAddr>) -> Session {
+    session_for(peer, Principal::anonymous(), SecurityProtocol::Plaintext)
+}
+
+/// The session of an HTTP request from `peer` authenticated as `principal`.
+pub fn session_for(
+    peer: Option<PeerAddr>,
+    principal: Principal,
+    protocol: SecurityProtocol,
+) -> Session {
     Session {
         peer: peer
             .map(|p| p.0)
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
         listener: HTTP_LISTENER.into(),
-        protocol: SecurityProtocol::Plaintext,
-        principal: Principal::anonymous(),
+        protocol,
+        principal,
     }
 }
 
@@ -160,10 +170,15 @@ fn path_checks(
     }
 }
 
-/// The route middleware: the path-only checks, then the session for the handler.
+/// The route middleware: the path-only checks, then the session for the handler. The
+/// session is the one authentication left (anonymous from the peer if none did).
 pub(crate) async fn check(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let broker = app.http.broker.clone();
-    let session = session_of(request.extensions().get::<PeerAddr>().copied());
+    let session = request
+        .extensions()
+        .get::<Session>()
+        .cloned()
+        .unwrap_or_else(|| session_of(request.extensions().get::<PeerAddr>().copied()));
     if broker.authorizer.enabled() {
         let (mut parts, body) = request.into_parts();
         let route = parts

@@ -135,6 +135,17 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, 50001, message)
     }
 
+    /// No valid credentials (`--http-authentication`): 401, Confluent REST's 40101. The
+    /// caller adds the `WWW-Authenticate` challenges.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, 40101, message)
+    }
+
+    /// Too much work queued to take this request now (password checks): 503, retry.
+    pub fn busy(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, 50301, message)
+    }
+
     /// Refused by the authorizer (`--authorizer acl`): 403, REST Proxy's 40301.
     pub fn forbidden(rt: crate::security::acl::ResourceType, message: impl Into<String>) -> Self {
         let m = crate::error::authorization_failed(rt);

@@ -23,6 +23,7 @@
 
 use crate::broker::Broker;
 use crate::security::tls::TlsSource;
+use crate::security::Principal;
 use axum::Router;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -405,8 +406,8 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let tls = tls.clone();
         tracker.spawn(async move {
-            let stream: Option<Box<dyn HttpIo>> = match &tls {
-                None => Some(Box::new(stream)),
+            let stream: Option<(Box<dyn HttpIo>, Option<Principal>)> = match &tls {
+                None => Some((Box::new(stream), None)),
                 Some(tls) => {
                     let handshake = tokio::select! {
                         _ = shutdown.cancelled() => None,
@@ -414,7 +415,7 @@ pub async fn serve(
                     };
                     match handshake {
                         None => None,
-                        Some(Ok((stream, _principal))) => Some(Box::new(stream)),
+                        Some(Ok((stream, principal))) => Some((Box::new(stream), Some(principal))),
                         Some(Err(e)) => {
                             broker
                                 .metrics
@@ -426,8 +427,8 @@ pub async fn serve(
                     }
                 }
             };
-            if let Some(stream) = stream {
-                serve_connection(stream, peer, routed, &broker, limits, shutdown).await;
+            if let Some((stream, principal)) = stream {
+                serve_connection(stream, peer, principal, routed, &broker, limits, shutdown).await;
             }
             broker
                 .metrics
@@ -441,6 +442,7 @@ pub async fn serve(
 async fn serve_connection(
     stream: Box<dyn HttpIo>,
     peer: std::net::SocketAddr,
+    tls_principal: Option<Principal>,
     routed: TowerToHyperService<Router>,
     broker: &Broker,
     limits: HttpLimits,
@@ -461,6 +463,12 @@ async fn serve_connection(
         request
             .extensions_mut()
             .insert(super::authz::PeerAddr(peer));
+        // Over HTTPS, the client certificate's principal (`http::authn`).
+        if let Some(p) = &tls_principal {
+            request
+                .extensions_mut()
+                .insert(super::authn::TlsPrincipal(p.clone()));
+        }
         let request = request.map(|inner| TimedBody {
             inner,
             timeout: limits.body_timeout,

@@ -14,6 +14,7 @@
 //! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`,
 //!   `.../topics/{t}/configs[/{name}|:alter]`
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`
+//! - [`authn`]: `--http-authentication` Basic and Bearer (401/40101 with `WWW-Authenticate`)
 //! - [`authz`]: ACL checks of every route under `--authorizer acl` (403/40301)
 //!
 //! # Errors
@@ -28,6 +29,7 @@
 //! | 400    | 40001 | body is not JSON (syntax error, truncated, empty) |
 //! | 400    | 40002 | body could not be read |
 //! | 400    | 40003 | path is not UTF-8 after percent-decoding |
+//! | 401    | 40101 | no valid credentials (`--http-authentication`, see [`authn`]) |
 //! | 403    | 40301 | not authorized (`--authorizer acl`, see [`authz`]) |
 //! | 404    | 40400 | no such endpoint |
 //! | 404    | 40402 | partition path segment is not a partition number |
@@ -44,6 +46,7 @@
 //! | 422    | 42209 | more than [`produce::RECORDS_PER_REQUEST_MAX`] records |
 //! | 422    | 42210 | JSON nested deeper than [`body::JSON_DEPTH_MAX`] |
 //! | 431    | 43101 | more than [`HEADERS_MAX`] header lines |
+//! | 503    | 50301 | Basic login waited too long for a password check (retry) |
 //!
 //! Connections are bounded by [`listener`]: a cap, and header-read, idle and body timeouts.
 //! A request head hyper cannot parse at all (over [`listener::HEADERS_PARSE_MAX`] lines or
@@ -55,6 +58,7 @@
 //! sees a plain-text error.
 
 pub mod admin_v3;
+pub mod authn;
 pub mod authz;
 pub mod body;
 pub mod consumers;
@@ -95,6 +99,8 @@ pub struct HttpState {
     pub broker: Arc<Broker>,
     /// Raised once the broker serves traffic, lowered when shutdown begins (`/readyz`).
     pub ready: Arc<AtomicBool>,
+    /// `--http-authentication` and friends (none by default).
+    pub authentication: authn::HttpAuthSettings,
 }
 
 /// The state handlers see: the server's plus what the API itself keeps.
@@ -105,12 +111,18 @@ pub(crate) struct AppState {
     pub(crate) next_partition: Arc<AtomicU32>,
     /// REST Proxy consumer instances; dropping the last clone ends their tasks.
     pub(crate) consumers: Arc<consumers::instance::Registry>,
+    /// Who requests are (`authn`): the settings and the Basic verifier.
+    pub(crate) authentication: Arc<authn::Authentication>,
 }
 
 /// The whole HTTP API, ready for `axum::serve`.
 pub fn router(state: HttpState) -> Router {
     let app = AppState {
         consumers: Arc::new(consumers::instance::Registry::new(state.broker.clone())),
+        authentication: Arc::new(authn::Authentication {
+            settings: state.authentication.clone(),
+            logins: crate::security::password::PasswordLogins::new(state.broker.security.clone()),
+        }),
         http: state,
         next_partition: Arc::new(AtomicU32::new(0)),
     };
@@ -160,6 +172,11 @@ pub fn router(state: HttpState) -> Router {
         // Every route above (not the fallback): ACL checks, and the request's session.
         .route_layer(middleware::from_fn_with_state(app.clone(), authz::check))
         .fallback(no_route)
+        // Every route and the fallback: who the request is (401 before anything else).
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            authn::authenticate,
+        ))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)

@@ -1,6 +1,6 @@
 //! Every broker's current copy of the security keyspace (ACL bindings, SCRAM credentials,
 //! client quotas): listed at start, kept current by one watch, re-listed when the watch
-//! ends and every [`RECONCILE_EVERY`].
+//! ends and every [`crate::cluster::controller::RECONCILE_EVERY`].
 //!
 //! Readers never touch the metadata service on a request's path: they read the copy, or
 //! a view derived from it (the ACL index, the quota table) which they rebuild when
@@ -9,9 +9,8 @@
 //! next request; other brokers see it when their watch delivers it (milliseconds), as
 //! Kafka's brokers see an ACL change when their metadata log does.
 
-use crate::cluster::controller::RECONCILE_EVERY;
-use crate::cluster::follower::pause;
-use oxbow_metadata::{MetadataStore, SecurityEvent, SecurityKind, SecurityRecord};
+use crate::cluster::watch_loop::{follow, Followed};
+use oxbow_metadata::{MetadataStore, SecurityEvent, SecurityKind, SecurityRecord, Watch};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -123,43 +122,35 @@ async fn list_all(metadata: &dyn MetadataStore) -> oxbow_metadata::Result<Vec<Se
     Ok(all)
 }
 
-/// Keeps `cache` current until `shutdown`: subscribe, then list (so no change between the
-/// two is missed), then apply events; again when the watch ends or every
-/// [`RECONCILE_EVERY`].
+/// Keeps `cache` current until `shutdown` (the loop of [`crate::cluster::watch_loop`]).
 pub async fn run_security_follower(
     metadata: Arc<dyn MetadataStore>,
     cache: Arc<SecurityCache>,
     shutdown: CancellationToken,
 ) {
-    while !shutdown.is_cancelled() {
-        let mut watch = match metadata.watch_security().await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::debug!(error = %e, "watching security records failed; retrying");
-                pause(&shutdown).await;
-                continue;
-            }
-        };
-        match list_all(metadata.as_ref()).await {
-            Ok(list) => cache.replace(list),
-            Err(e) => {
-                tracing::debug!(error = %e, "listing security records failed; retrying");
-                pause(&shutdown).await;
-                continue;
-            }
-        }
-        let relist = tokio::time::sleep(RECONCILE_EVERY);
-        tokio::pin!(relist);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = &mut relist => break,
-                event = watch.recv() => match event {
-                    Some(e) => cache.apply(e),
-                    None => break,
-                },
-            }
-        }
+    follow(&SecurityFollower { metadata, cache }, &shutdown).await
+}
+
+struct SecurityFollower {
+    metadata: Arc<dyn MetadataStore>,
+    cache: Arc<SecurityCache>,
+}
+
+impl Followed for SecurityFollower {
+    type Event = SecurityEvent;
+    const WHAT: &'static str = "security records";
+
+    async fn subscribe(&self) -> oxbow_metadata::Result<Watch<SecurityEvent>> {
+        self.metadata.watch_security().await
+    }
+
+    async fn relist(&self) -> oxbow_metadata::Result<()> {
+        self.cache.replace(list_all(self.metadata.as_ref()).await?);
+        Ok(())
+    }
+
+    fn apply(&self, first: SecurityEvent, _watch: &mut Watch<SecurityEvent>) {
+        self.cache.apply(first)
     }
 }
 

@@ -10,7 +10,9 @@
 //! - [`listeners`]: `--listeners` and friends, Kafka's syntax and rules.
 //! - [`cache`]: the broker's watched copy of the security keyspace.
 //! - [`oauth`]: OAUTHBEARER token validation against a JWKS.
+//! - [`password`]: password logins against the SCRAM credentials (PLAIN's source, HTTP Basic).
 //! - [`quota`]: client quotas (entities, precedence, rates, throttles).
+//! - [`startup`]: the security flags checked and loaded at start.
 //! - [`acl`]: ACL authorization (the model, the decision, the storage).
 //! - [`sasl`]: SASL authentication (SCRAM, PLAIN, re-authentication), pure.
 //! - [`tls`]: TLS listeners' configuration, reload and mTLS principals.
@@ -19,8 +21,10 @@ pub mod acl;
 pub mod cache;
 pub mod listeners;
 pub mod oauth;
+pub mod password;
 pub mod quota;
 pub mod sasl;
+pub mod startup;
 pub mod tls;
 
 use std::fmt;

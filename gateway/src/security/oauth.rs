@@ -366,6 +366,11 @@ impl Validator {
         Ok(v)
     }
 
+    /// The `--sasl-oauthbearer-*` settings it checks tokens with.
+    pub fn settings(&self) -> &OauthSettings {
+        &self.settings
+    }
+
     /// Re-reads the key set; on failure the old set stays.
     pub async fn reload(&self) -> Result<(), String> {
         let bytes = match &self.settings.jwks {
@@ -546,5 +551,6 @@ async fn read_bounded_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// Also the key and token helpers of other modules' tests.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

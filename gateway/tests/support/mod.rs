@@ -82,6 +82,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
     let app = router(HttpState {
         broker: broker.clone(),
         ready: ready.clone(),
+        authentication: Default::default(),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -38,8 +38,10 @@ fn broker_config_type(name: &str) -> ConfigType {
     match name {
         "num.partitions" | "message.max.bytes" | "broker.id" => ConfigType::Int,
         "auto.create.topics.enable" | "allow.everyone.if.no.acl.found" => ConfigType::Boolean,
-        "connections.max.reauth.ms" => ConfigType::Long,
-        "sasl.enabled.mechanisms" => ConfigType::List,
+        "connections.max.reauth.ms"
+        | "sasl.oauthbearer.clock.skew.seconds"
+        | "sasl.oauthbearer.jwks.endpoint.refresh.ms" => ConfigType::Long,
+        "sasl.enabled.mechanisms" | "sasl.oauthbearer.expected.audience" => ConfigType::List,
         _ => ConfigType::String,
     }
 }
@@ -53,7 +55,7 @@ fn security_configs(s: &crate::broker::BrokerSettings) -> Vec<(&'static str, Str
         // The same rules (decision 27), so tools that look for it see ACLs are on.
         AuthorizerKind::Acl => "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     };
-    vec![
+    let mut configs = vec![
         ("authorizer.class.name", authorizer.to_string()),
         (
             "super.users",
@@ -81,7 +83,31 @@ fn security_configs(s: &crate::broker::BrokerSettings) -> Vec<(&'static str, Str
             "connections.max.reauth.ms",
             s.sasl.max_reauth.as_millis().to_string(),
         ),
-    ]
+    ];
+    // The token checks, when OAUTHBEARER validation is on. Not the JWKS URL: one may carry
+    // credentials in its query or user info.
+    if let Some(o) = s.oauth.as_ref().map(|v| v.settings()) {
+        configs.extend([
+            (
+                "sasl.oauthbearer.expected.audience",
+                o.expected_audience.join(","),
+            ),
+            (
+                "sasl.oauthbearer.expected.issuer",
+                o.expected_issuer.clone().unwrap_or_default(),
+            ),
+            ("sasl.oauthbearer.sub.claim.name", o.sub_claim.clone()),
+            (
+                "sasl.oauthbearer.clock.skew.seconds",
+                o.clock_skew.as_secs().to_string(),
+            ),
+            (
+                "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+                o.refresh.as_millis().to_string(),
+            ),
+        ]);
+    }
+    configs
 }
 
 fn entry(
@@ -261,6 +287,33 @@ fn refused(code: ResponseError, message: String) -> Outcome {
     (code.code(), Some(message))
 }
 
+/// One resource of an alter request: refused unless the session may ALTER_CONFIGS it,
+/// else altered (or only validated).
+async fn authorized_alter(
+    broker: &Arc<Broker>,
+    authz: &AuthzView,
+    resource_type: i8,
+    name: &str,
+    keys: Result<Vec<String>, String>,
+    alteration: Result<ConfigAlteration, String>,
+    validate_only: bool,
+) -> Outcome {
+    if let Some((code, message)) =
+        config_refusal(authz, resource_type, name, AclOperation::AlterConfigs)
+    {
+        return (code, Some(message));
+    }
+    alter_resource(
+        broker,
+        resource_type,
+        name,
+        keys.unwrap_or_default(),
+        alteration,
+        validate_only,
+    )
+    .await
+}
+
 /// Alters one resource; `alteration` is what its entries said (or why they are refused).
 async fn alter_resource(
     broker: &Arc<Broker>,
@@ -345,21 +398,16 @@ pub async fn incremental_alter(
                 .collect::<Result<Vec<_>, String>>()
                 .map(ConfigAlteration::Incremental)
         });
-        let refusal = config_refusal(&authz, res.resource_type, &name, AclOperation::AlterConfigs);
-        let (code, message) = match refusal {
-            Some((code, message)) => (code, Some(message)),
-            None => {
-                alter_resource(
-                    broker,
-                    res.resource_type,
-                    &name,
-                    keys.unwrap_or_default(),
-                    alteration,
-                    req.validate_only,
-                )
-                .await
-            }
-        };
+        let (code, message) = authorized_alter(
+            broker,
+            &authz,
+            res.resource_type,
+            &name,
+            keys,
+            alteration,
+            req.validate_only,
+        )
+        .await;
         responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
@@ -392,21 +440,16 @@ pub async fn alter(
                 .collect::<Result<BTreeMap<_, _>, String>>()
                 .map(ConfigAlteration::Replace)
         });
-        let refusal = config_refusal(&authz, res.resource_type, &name, AclOperation::AlterConfigs);
-        let (code, message) = match refusal {
-            Some((code, message)) => (code, Some(message)),
-            None => {
-                alter_resource(
-                    broker,
-                    res.resource_type,
-                    &name,
-                    keys.unwrap_or_default(),
-                    alteration,
-                    req.validate_only,
-                )
-                .await
-            }
-        };
+        let (code, message) = authorized_alter(
+            broker,
+            &authz,
+            res.resource_type,
+            &name,
+            keys,
+            alteration,
+            req.validate_only,
+        )
+        .await;
         responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)

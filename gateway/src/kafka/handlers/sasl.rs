@@ -1,21 +1,21 @@
 //! SaslHandshake (v1; v0 refused) and SaslAuthenticate (v0-2): the wire side of a connection's
 //! [`Authenticator`], with credentials read from the broker's security cache (never the
-//! metadata service: a login costs no round trip).
+//! metadata service: a login costs no round trip) and OAUTHBEARER tokens checked by the
+//! broker's validator (`--sasl-oauthbearer-*`).
 //!
 //! These two are answered by the connection loop itself (`kafka/conn.rs`), which owns the
 //! authenticator, not by [`super::handle`]: they change the connection's principal.
 
 use crate::broker::Broker;
-use crate::security::sasl::{
-    fresh_nonce, AuthReply, Authenticator, CredentialSource, ScramHash, UserCredentials,
-};
+use crate::security::oauth::{parse_client_response, TokenError};
+use crate::security::password::CacheCredentials;
+use crate::security::sasl::authenticator::TokenOutcome;
+use crate::security::sasl::{fresh_nonce, AuthReply, Authenticator};
 use crate::security::Session;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
-use oxbow_metadata::SecurityKind;
-use std::sync::OnceLock;
 use tokio::time::Instant;
 
 /// Most bytes a SASL listener accepts in one frame before the client authenticates
@@ -58,8 +58,10 @@ pub fn handshake(
 
 /// Answers SaslAuthenticate of `version`, and what it did to the connection.
 ///
-/// The exchange runs on the blocking pool: PLAIN costs a PBKDF2 per stored mechanism (up
-/// to 16384 iterations each), which must not stall the async workers' other connections.
+/// A SCRAM or PLAIN exchange runs on the blocking pool: PLAIN costs a PBKDF2 per stored
+/// mechanism (up to 16384 iterations each), which must not stall the async workers' other
+/// connections. An OAUTHBEARER token is checked here (one signature verification, and a
+/// re-read of the key set when it names an unknown key).
 pub async fn authenticate(
     broker: &Broker,
     session: &Session,
@@ -67,15 +69,49 @@ pub async fn authenticate(
     version: i16,
     r: SaslAuthenticateRequest,
 ) -> (SaslAuthenticateResponse, AuthReply) {
-    let cache = broker.security.clone();
     let now = Instant::now();
+    let mut reply = if auth.awaits_token() {
+        let outcome = validate_token(broker, &r.auth_bytes).await;
+        if let Err(why) = &outcome {
+            tracing::info!(peer = %session.peer, listener = %session.listener, reason = %why, "OAUTHBEARER token refused");
+        }
+        auth.authenticate_token(version, outcome, now, wall_clock_ms())
+    } else {
+        exchange(broker, auth, version, r, now).await
+    };
+    match (&reply.error, &reply.authenticated) {
+        (Some((code, message)), _) => {
+            tracing::info!(peer = %session.peer, listener = %session.listener, ?code, %message, "SASL authentication failed");
+        }
+        (None, Some(principal)) => {
+            tracing::debug!(peer = %session.peer, %principal, "SASL authenticated");
+        }
+        (None, None) => {}
+    }
+    let response = SaslAuthenticateResponse::default()
+        .with_error_code(reply.error.as_ref().map_or(0, |(e, _)| e.code()))
+        .with_error_message(reply.error.as_ref().map(|(_, m)| super::str_bytes(m)))
+        .with_auth_bytes(std::mem::take(&mut reply.auth_bytes).into())
+        .with_session_lifetime_ms(reply.session_lifetime_ms);
+    (response, reply)
+}
+
+/// A SCRAM or PLAIN step, on the blocking pool.
+async fn exchange(
+    broker: &Broker,
+    auth: &mut Authenticator,
+    version: i16,
+    r: SaslAuthenticateRequest,
+    now: Instant,
+) -> AuthReply {
+    let cache = broker.security.clone();
     let mut running = std::mem::replace(auth, Authenticator::failed(broker.settings.sasl.clone()));
     let joined = tokio::task::spawn_blocking(move || {
         let reply = running.authenticate(version, &r.auth_bytes, &CacheCredentials(&cache), now);
         (running, reply)
     })
     .await;
-    let mut reply = match joined {
+    match joined {
         Ok((back, reply)) => {
             *auth = back;
             reply
@@ -95,84 +131,20 @@ pub async fn authenticate(
                 authenticated: None,
             }
         }
-    };
-    match (&reply.error, &reply.authenticated) {
-        (Some((code, message)), _) => {
-            tracing::info!(peer = %session.peer, listener = %session.listener, ?code, %message, "SASL authentication failed");
-        }
-        (None, Some(principal)) => {
-            tracing::debug!(peer = %session.peer, %principal, "SASL authenticated");
-        }
-        (None, None) => {}
-    }
-    let response = SaslAuthenticateResponse::default()
-        .with_error_code(reply.error.as_ref().map_or(0, |(e, _)| e.code()))
-        .with_error_message(reply.error.as_ref().map(|(_, m)| super::str_bytes(m)))
-        .with_auth_bytes(std::mem::take(&mut reply.auth_bytes).into())
-        .with_session_lifetime_ms(reply.session_lifetime_ms);
-    (response, reply)
-}
-
-/// Credentials from the broker's copy of `security/scram/*`.
-struct CacheCredentials<'a>(&'a crate::security::cache::SecurityCache);
-
-impl CredentialSource for CacheCredentials<'_> {
-    fn lookup(&self, user: &str) -> Option<UserCredentials> {
-        let record = self.0.get(SecurityKind::ScramCredential, user)?;
-        match UserCredentials::decode(&record.value) {
-            Ok(c) => Some(c),
-            Err(why) => {
-                tracing::error!(user, %why, "the stored SCRAM credential record is unreadable; the user cannot log in until it is rewritten");
-                None
-            }
-        }
-    }
-
-    /// As long as a real user's salt (the tools differ: Kafka's ~26 bytes, ours 32).
-    fn decoy_salt(&self, user: &str) -> Vec<u8> {
-        let len = self
-            .sample(None)
-            .map_or(DECOY_SALT_BYTES, |(salt_len, _)| salt_len)
-            .clamp(1, 32);
-        let tag = ring::hmac::sign(decoy_key(), user.as_bytes());
-        tag.as_ref()[..len].to_vec()
-    }
-
-    fn decoy_iterations(&self, hash: ScramHash) -> u32 {
-        self.sample(Some(hash))
-            .map_or(ScramHash::ITERATIONS_MIN, |(_, iterations)| iterations)
     }
 }
 
-/// A decoy salt's length when no user exists to copy it from.
-const DECOY_SALT_BYTES: usize = 24;
-
-impl CacheCredentials<'_> {
-    /// (salt length, iterations) of the first stored user with a credential of `hash` (any
-    /// mechanism if `None`): what a decoy should look like.
-    fn sample(&self, hash: Option<ScramHash>) -> Option<(usize, u32)> {
-        self.0
-            .first_records(SecurityKind::ScramCredential, 8)
-            .iter()
-            .filter_map(|r| UserCredentials::decode(&r.value).ok())
-            .find_map(|c| {
-                c.mechanisms()
-                    .find(|(h, _)| hash.is_none_or(|want| *h == want))
-                    .map(|(_, e)| (e.salt.len(), e.iterations))
-            })
-    }
+/// The token of an OAUTHBEARER client's first message, validated.
+async fn validate_token(broker: &Broker, message: &[u8]) -> TokenOutcome {
+    let (token, authzid) = parse_client_response(message)?;
+    // Startup refuses OAUTHBEARER without a key set, so this is a broker built otherwise.
+    let validator = broker.settings.oauth.as_ref().ok_or(TokenError::NoKeys)?;
+    Ok((validator.validate(&token).await?, authzid))
 }
 
-/// This process's secret for decoy salts (random at start: a decoy is stable per user on
-/// one broker, and unpredictable).
-fn decoy_key() -> &'static ring::hmac::Key {
-    static KEY: OnceLock<ring::hmac::Key> = OnceLock::new();
-    KEY.get_or_init(|| {
-        let rng = ring::rand::SystemRandom::new();
-        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
-            // The OS generator failing leaves a fixed key: decoys stay stable per user,
-            // only predictable.
-            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"oxbow decoy salt")
-        })
-    })
+/// Milliseconds since the epoch, for a token's expiry (a wall-clock time).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

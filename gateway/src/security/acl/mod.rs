@@ -15,6 +15,7 @@ pub mod authorizer;
 pub mod model;
 pub mod store;
 
+use crate::security::Session;
 pub use authorizer::{
     parse_super_users, Authorizer, AuthorizerKind, AuthorizerSettings, AuthzView,
 };
@@ -53,5 +54,30 @@ impl AuthorizationArgs {
             super_users,
             allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
         })
+    }
+}
+
+/// Where a handler asks: the broker's authorizer over its watched security records.
+impl crate::broker::Broker {
+    /// The authorization entry point: a view of the ACLs for one request's session, against
+    /// which a handler checks every resource it touches (`view.allows(op, type, name)`;
+    /// many checks share one index, no I/O). With `--authorizer none` it allows all.
+    pub fn authz(&self, session: &Session) -> AuthzView {
+        self.authorizer.view(
+            &self.security,
+            &session.principal,
+            &session.peer.ip().to_canonical().to_string(),
+        )
+    }
+
+    /// One check: may the session do `op` on the resource?
+    pub fn authorize(
+        &self,
+        session: &Session,
+        op: AclOperation,
+        resource_type: ResourceType,
+        name: &str,
+    ) -> bool {
+        self.authz(session).allows(op, resource_type, name)
     }
 }

@@ -7,12 +7,12 @@ use jsonwebtoken::{EncodingKey, Header};
 use serde_json::json;
 
 /// A generated P-256 key: its signing key and its JWK.
-struct Key {
+pub(crate) struct Key {
     encoding: EncodingKey,
     jwk: serde_json::Value,
 }
 
-fn key(kid: &str) -> Key {
+pub(crate) fn key(kid: &str) -> Key {
     let rng = SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).expect("key");
     let pair =
@@ -29,18 +29,18 @@ fn key(kid: &str) -> Key {
     }
 }
 
-fn jwks(keys: &[&Key]) -> Jwks {
+pub(crate) fn jwks(keys: &[&Key]) -> Jwks {
     let doc = json!({ "keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>() });
     Jwks::parse(doc.to_string().as_bytes()).expect("jwks")
 }
 
-fn sign(key: &Key, kid: Option<&str>, claims: serde_json::Value) -> String {
+pub(crate) fn sign(key: &Key, kid: Option<&str>, claims: serde_json::Value) -> String {
     let mut header = Header::new(Algorithm::ES256);
     header.kid = kid.map(str::to_string);
     jsonwebtoken::encode(&header, &claims, &key.encoding).expect("sign")
 }
 
-fn settings() -> OauthSettings {
+pub(crate) fn settings() -> OauthSettings {
     OauthSettings {
         jwks: JwksSource::File("unused".into()),
         expected_audience: vec!["oxbow".into()],
@@ -51,9 +51,9 @@ fn settings() -> OauthSettings {
     }
 }
 
-const NOW: u64 = 1_800_000_000;
+pub(crate) const NOW: u64 = 1_800_000_000;
 
-fn good_claims() -> serde_json::Value {
+pub(crate) fn good_claims() -> serde_json::Value {
     json!({ "sub": "alice", "aud": "oxbow", "iss": "https://issuer.example",
             "iat": NOW - 10, "exp": NOW + 600 })
 }

@@ -14,15 +14,27 @@
 //! (else it fails and the connection closes); success restarts the lifetime. A request
 //! other than SaslHandshake/SaslAuthenticate after expiry closes the connection.
 //!
+//! OAUTHBEARER (RFC 7628, as Kafka's `OAuthBearerSaslServer`): the first SaslAuthenticate
+//! carries the client's GS2 message with the token. The driver validates it (which may
+//! read the issuer's keys again, so it is async and outside this state machine) when
+//! [`Authenticator::awaits_token`] says so, and hands the outcome to
+//! [`Authenticator::authenticate_token`]. A malformed message fails at once; a token that
+//! does not validate is answered with the error challenge `{"status":"invalid_token"}`,
+//! the client acknowledges it with `\x01`, and that fails the authentication. The
+//! session also ends when the token expires: its lifetime is the lesser of the token's
+//! remaining life and `--connections-max-reauth`.
+//!
 //! On PLAINTEXT/SSL listeners nothing is required, and SaslHandshake/SaslAuthenticate are
 //! answered ILLEGAL_SASL_STATE, as Kafka's request handler does.
 
 use super::scram::{ScramServer, ScramStep};
 use super::{CredentialSource, Mechanism, SaslError, SaslSettings};
+use crate::security::oauth::{TokenError, Validated};
 use crate::security::Principal;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// Whether and how a request may be served in the connection's state.
@@ -72,6 +84,13 @@ impl AuthReply {
     }
 }
 
+/// What the driver found of an OAUTHBEARER client's first message: the validated token
+/// and the authorization id the client asked for (its GS2 `a=`), or why not.
+pub type TokenOutcome = Result<(Validated, Option<String>), TokenError>;
+
+/// The error challenge of a refused token (RFC 7628 §3.2.2, as Kafka answers it).
+pub const INVALID_TOKEN_CHALLENGE: &str = r#"{"status":"invalid_token"}"#;
+
 /// Produces fresh server nonces (the OS CSPRNG in production, fixed in tests).
 pub type NonceSource = Box<dyn FnMut() -> Option<String> + Send>;
 
@@ -93,6 +112,9 @@ enum State {
     Handshaken(Mechanism),
     /// A SCRAM exchange is under way.
     Exchanging(Box<ScramServer>),
+    /// OAUTHBEARER: the token was refused and the error challenge sent; the client's
+    /// acknowledgement (`\x01`) fails the authentication.
+    TokenRefused,
     /// Authenticated, or on a listener that needs no authentication.
     Ready,
     /// Failed: the connection is closing.
@@ -152,7 +174,7 @@ impl Authenticator {
                     "Unexpected Kafka request of type {key:?} during SASL handshake"
                 )),
             },
-            State::Handshaken(_) | State::Exchanging(_) => match key {
+            State::Handshaken(_) | State::Exchanging(_) | State::TokenRefused => match key {
                 ApiKey::SaslAuthenticate => Gate::Sasl,
                 _ => Gate::Close(format!(
                     "Unexpected Kafka request of type {key:?} during SASL authentication"
@@ -226,7 +248,7 @@ impl Authenticator {
                 },
             },
             // The gate closes the connection before these.
-            State::Handshaken(_) | State::Exchanging(_) | State::Failed => {
+            State::Handshaken(_) | State::Exchanging(_) | State::TokenRefused | State::Failed => {
                 self.state = State::Failed;
                 HandshakeReply {
                     error: Some(ResponseError::IllegalSaslState),
@@ -275,6 +297,22 @@ impl Authenticator {
                 return self.fail(
                     ResponseError::IllegalSaslState,
                     "authentication already failed".into(),
+                )
+            }
+            // The driver validates the token first (`authenticate_token`).
+            State::Handshaken(Mechanism::OauthBearer) => {
+                return self.fail(
+                    ResponseError::IllegalSaslState,
+                    "the OAUTHBEARER token was not validated".into(),
+                )
+            }
+            // Kafka fails on the client's `\x01`; any other answer to the error challenge
+            // fails too (Kafka would take it as a new first message: one token per
+            // exchange here).
+            State::TokenRefused => {
+                return self.fail(
+                    ResponseError::SaslAuthenticationFailed,
+                    INVALID_TOKEN_CHALLENGE.into(),
                 )
             }
             State::Handshaken(Mechanism::Plain) => (
@@ -329,37 +367,118 @@ impl Authenticator {
                 self.fail(ResponseError::SaslAuthenticationFailed, message)
             }
             Ok((user, auth_bytes)) => {
-                let principal = Principal::user(user);
-                if let Some(previous) = &self.session {
-                    if previous.principal != principal {
-                        let message = format!(
-                            "Cannot change principals during re-authentication from {}: {}",
-                            previous.principal, principal
-                        );
-                        return self.fail(ResponseError::SaslAuthenticationFailed, message);
-                    }
-                }
-                let lifetime = self.settings.max_reauth;
-                let expires = !lifetime.is_zero();
-                self.session = Some(Session {
-                    principal: principal.clone(),
-                    mechanism,
-                    expires_at: expires.then(|| now + lifetime),
-                    can_reauthenticate: version >= 1,
-                });
-                self.state = State::Ready;
+                self.complete(Principal::user(user), mechanism, version, now, None, auth_bytes)
+            }
+        }
+    }
+
+    /// Whether the exchange is at OAUTHBEARER's first message: the driver validates its
+    /// token and calls [`Authenticator::authenticate_token`] instead of `authenticate`.
+    pub fn awaits_token(&self) -> bool {
+        matches!(self.state, State::Handshaken(Mechanism::OauthBearer))
+    }
+
+    /// Answers the first OAUTHBEARER SaslAuthenticate of `version`, given what validating
+    /// its token gave (`now_ms`: the wall clock, against the token's expiry).
+    pub fn authenticate_token(
+        &mut self,
+        version: i16,
+        outcome: TokenOutcome,
+        now: Instant,
+        now_ms: i64,
+    ) -> AuthReply {
+        if !self.awaits_token() {
+            return self.fail(
+                ResponseError::IllegalSaslState,
+                "no OAUTHBEARER token is awaited".into(),
+            );
+        }
+        match outcome {
+            // Kafka's answer to a client message it cannot parse (a SaslException).
+            Err(TokenError::Malformed(_)) => self.fail(
+                ResponseError::SaslAuthenticationFailed,
+                format!(
+                    "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+                    Mechanism::OauthBearer
+                ),
+            ),
+            Err(_) => {
+                self.state = State::TokenRefused;
                 AuthReply {
                     error: None,
-                    auth_bytes,
-                    session_lifetime_ms: if expires && version >= 1 {
-                        i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX)
-                    } else {
-                        0
-                    },
+                    auth_bytes: INVALID_TOKEN_CHALLENGE.as_bytes().to_vec(),
+                    session_lifetime_ms: 0,
                     close: false,
-                    authenticated: Some(principal),
+                    authenticated: None,
                 }
             }
+            Ok((token, authzid)) => {
+                if let Some(a) = authzid.filter(|a| *a != token.subject) {
+                    let message = format!(
+                        "Authentication failed: Client requested an authorization id ({a}) that is different from the token's principal name ({})",
+                        token.subject
+                    );
+                    return self.fail(ResponseError::SaslAuthenticationFailed, message);
+                }
+                // A token valid only thanks to the clock skew gets the shortest session
+                // that still tells the client to re-authenticate.
+                let remaining_ms = token.expires_at_ms.saturating_sub(now_ms).max(1);
+                let remaining = Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(1));
+                self.complete(
+                    Principal::user(token.subject),
+                    Mechanism::OauthBearer,
+                    version,
+                    now,
+                    Some(remaining),
+                    Vec::new(),
+                )
+            }
+        }
+    }
+
+    /// Ends an exchange that proved `principal`: the session starts (or, re-authenticating,
+    /// renews if it is the same principal). Its lifetime is `--connections-max-reauth`,
+    /// bounded by the credential's own (`credential_lifetime`, a token's), as Kafka's
+    /// `SaslServerAuthenticator` computes it.
+    fn complete(
+        &mut self,
+        principal: Principal,
+        mechanism: Mechanism,
+        version: i16,
+        now: Instant,
+        credential_lifetime: Option<Duration>,
+        auth_bytes: Vec<u8>,
+    ) -> AuthReply {
+        if let Some(previous) = &self.session {
+            if previous.principal != principal {
+                let message = format!(
+                    "Cannot change principals during re-authentication from {}: {}",
+                    previous.principal, principal
+                );
+                return self.fail(ResponseError::SaslAuthenticationFailed, message);
+            }
+        }
+        let max_reauth = (!self.settings.max_reauth.is_zero()).then_some(self.settings.max_reauth);
+        let lifetime = match (credential_lifetime, max_reauth) {
+            (Some(c), Some(m)) => Some(c.min(m)),
+            (c, m) => c.or(m),
+        };
+        self.session = Some(Session {
+            principal: principal.clone(),
+            mechanism,
+            expires_at: lifetime.map(|l| now + l),
+            can_reauthenticate: version >= 1,
+        });
+        self.state = State::Ready;
+        AuthReply {
+            error: None,
+            auth_bytes,
+            session_lifetime_ms: match lifetime {
+                Some(l) if version >= 1 => i64::try_from(l.as_millis()).unwrap_or(i64::MAX),
+                _ => 0,
+            },
+            close: false,
+            authenticated: Some(principal),
         }
     }
 
@@ -376,329 +495,4 @@ impl Authenticator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::security::sasl::{ScramEntry, ScramHash, UserCredentials};
-    use base64::Engine;
-    use std::collections::HashMap;
-    use std::time::Duration;
-
-    struct Users(HashMap<String, UserCredentials>);
-    impl CredentialSource for Users {
-        fn lookup(&self, user: &str) -> Option<UserCredentials> {
-            self.0.get(user).cloned()
-        }
-        fn decoy_salt(&self, user: &str) -> Vec<u8> {
-            user.as_bytes().to_vec()
-        }
-    }
-
-    fn users() -> Users {
-        let mut map = HashMap::new();
-        for (name, pw) in [("alice", "alice-pw"), ("bob", "bob-pw")] {
-            let mut c = UserCredentials::default();
-            for h in ScramHash::ALL {
-                c.set(
-                    h,
-                    Some(ScramEntry::from_password(
-                        h,
-                        b"salt".to_vec(),
-                        pw.as_bytes(),
-                        4096,
-                    )),
-                );
-            }
-            map.insert(name.to_string(), c);
-        }
-        Users(map)
-    }
-
-    fn settings(max_reauth: Duration) -> Arc<SaslSettings> {
-        Arc::new(SaslSettings {
-            enabled: vec![Mechanism::ScramSha256, Mechanism::Plain],
-            max_reauth,
-            ..SaslSettings::default()
-        })
-    }
-
-    fn sasl(max_reauth: Duration) -> Authenticator {
-        Authenticator::new(
-            settings(max_reauth),
-            true,
-            Box::new(|| Some("SERVERNONCE".to_string())),
-        )
-    }
-
-    /// A SCRAM-SHA-256 client's final message for `server_first`.
-    fn client_final(user_pw: &str, client_first_bare: &str, server_first: &str) -> String {
-        client_final_with_prefix(user_pw, client_first_bare, server_first, "")
-    }
-
-    /// Like [`client_final`], with `prefix` before the nonce (librdkafka 2.0's bug).
-    fn client_final_with_prefix(
-        user_pw: &str,
-        client_first_bare: &str,
-        server_first: &str,
-        prefix: &str,
-    ) -> String {
-        let hash = ScramHash::Sha256;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let salted = crate::security::sasl::credential::salted_password(
-            hash,
-            b"salt",
-            user_pw.as_bytes(),
-            4096,
-        );
-        let key = ring::hmac::Key::new(hash.hmac(), &salted);
-        let client_key = ring::hmac::sign(&key, b"Client Key");
-        let stored = ring::digest::digest(hash.digest(), client_key.as_ref());
-        let nonce = server_first
-            .split(',')
-            .next()
-            .and_then(|r| r.strip_prefix("r="))
-            .expect("nonce");
-        let without_proof = format!("c=biws,r={prefix}{nonce}");
-        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
-        let sig = ring::hmac::sign(
-            &ring::hmac::Key::new(hash.hmac(), stored.as_ref()),
-            auth_message.as_bytes(),
-        );
-        let proof: Vec<u8> = client_key
-            .as_ref()
-            .iter()
-            .zip(sig.as_ref())
-            .map(|(a, b)| a ^ b)
-            .collect();
-        format!("{without_proof},p={}", b64.encode(proof))
-    }
-
-    /// Runs a whole SCRAM-SHA-256 login; the final reply.
-    fn scram_login(a: &mut Authenticator, user: &str, pw: &str, now: Instant) -> AuthReply {
-        let u = users();
-        assert_eq!(a.gate(ApiKey::SaslHandshake, now), Gate::Sasl);
-        let h = a.handshake("SCRAM-SHA-256");
-        assert_eq!(h.error, None);
-        let bare = format!("n={user},r=cnonce");
-        let first = a.authenticate(2, format!("n,,{bare}").as_bytes(), &u, now);
-        assert_eq!(first.error, None);
-        let server_first = String::from_utf8(first.auth_bytes).expect("utf8");
-        assert_eq!(a.gate(ApiKey::SaslAuthenticate, now), Gate::Sasl);
-        a.authenticate(
-            2,
-            client_final(pw, &bare, &server_first).as_bytes(),
-            &u,
-            now,
-        )
-    }
-
-    #[test]
-    fn only_sasl_requests_before_authentication() {
-        let now = Instant::now();
-        let a = sasl(Duration::ZERO);
-        assert_eq!(a.gate(ApiKey::ApiVersions, now), Gate::Serve);
-        assert!(
-            matches!(a.gate(ApiKey::Metadata, now), Gate::Close(m) if m.contains("during SASL handshake"))
-        );
-        assert!(matches!(
-            a.gate(ApiKey::SaslAuthenticate, now),
-            Gate::Close(_)
-        ));
-        let mut a = sasl(Duration::ZERO);
-        a.handshake("SCRAM-SHA-256");
-        assert!(
-            matches!(a.gate(ApiKey::Produce, now), Gate::Close(m) if m.contains("during SASL authentication"))
-        );
-        assert!(matches!(a.gate(ApiKey::SaslHandshake, now), Gate::Close(_)));
-        assert!(matches!(a.gate(ApiKey::ApiVersions, now), Gate::Close(_)));
-    }
-
-    #[test]
-    fn a_mechanism_not_enabled_is_refused_with_the_enabled_list() {
-        let mut a = sasl(Duration::ZERO);
-        let h = a.handshake("SCRAM-SHA-512");
-        assert_eq!(h.error, Some(ResponseError::UnsupportedSaslMechanism));
-        assert_eq!(h.mechanisms, ["SCRAM-SHA-256", "PLAIN"]);
-        assert!(h.close);
-        assert!(matches!(
-            a.gate(ApiKey::ApiVersions, Instant::now()),
-            Gate::Close(_)
-        ));
-    }
-
-    #[test]
-    fn scram_success_sets_the_principal_and_a_wrong_password_fails_and_closes() {
-        let now = Instant::now();
-        let mut a = sasl(Duration::ZERO);
-        let done = scram_login(&mut a, "alice", "alice-pw", now);
-        assert_eq!(done.error, None);
-        assert_eq!(done.authenticated, Some(Principal::user("alice")));
-        assert!(done.auth_bytes.starts_with(b"v="));
-        assert_eq!(done.session_lifetime_ms, 0);
-        assert_eq!(
-            a.gate(ApiKey::Produce, now + Duration::from_secs(86400)),
-            Gate::Serve
-        );
-        // After success SaslAuthenticate is ILLEGAL_SASL_STATE, not a close.
-        let again = a.authenticate(2, b"x", &users(), now);
-        assert_eq!(
-            again.error.map(|e| e.0),
-            Some(ResponseError::IllegalSaslState)
-        );
-        assert!(!again.close);
-
-        for (user, pw) in [("alice", "wrong"), ("mallory", "alice-pw")] {
-            let mut a = sasl(Duration::ZERO);
-            let failed = scram_login(&mut a, user, pw, now);
-            assert_eq!(
-                failed.error,
-                Some((
-                    ResponseError::SaslAuthenticationFailed,
-                    "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256".into()
-                )),
-                "{user}"
-            );
-            assert!(failed.close && failed.authenticated.is_none());
-            assert!(matches!(a.gate(ApiKey::ApiVersions, now), Gate::Close(_)));
-        }
-    }
-
-    #[test]
-    fn a_nonce_mismatch_fails() {
-        let now = Instant::now();
-        let u = users();
-        let mut a = sasl(Duration::ZERO);
-        a.handshake("SCRAM-SHA-256");
-        a.authenticate(2, b"n,,n=alice,r=cnonce", &u, now);
-        let forged = client_final(
-            "alice-pw",
-            "n=alice,r=cnonce",
-            "r=cnonceOTHER,s=c2FsdA==,i=4096",
-        );
-        let r = a.authenticate(2, forged.as_bytes(), &u, now);
-        assert_eq!(
-            r.error.map(|e| e.0),
-            Some(ResponseError::SaslAuthenticationFailed)
-        );
-        assert!(r.close);
-    }
-
-    #[test]
-    fn a_nonce_with_the_clients_repeated_in_front_fails_as_in_kafka() {
-        let now = Instant::now();
-        let u = users();
-        let mut a = sasl(Duration::ZERO);
-        a.handshake("SCRAM-SHA-256");
-        let first = a.authenticate(2, b"n,,n=alice,r=cnonce", &u, now);
-        let server_first = String::from_utf8(first.auth_bytes).expect("utf8");
-        let quirky =
-            client_final_with_prefix("alice-pw", "n=alice,r=cnonce", &server_first, "cnonce");
-        let r = a.authenticate(2, quirky.as_bytes(), &u, now);
-        assert_eq!(
-            r.error.map(|e| e.0),
-            Some(ResponseError::SaslAuthenticationFailed)
-        );
-    }
-
-    #[test]
-    fn plain_logs_in_in_one_step() {
-        let now = Instant::now();
-        let mut a = sasl(Duration::ZERO);
-        a.handshake("PLAIN");
-        let r = a.authenticate(1, b"\0bob\0bob-pw", &users(), now);
-        assert_eq!(r.authenticated, Some(Principal::user("bob")));
-        let mut a = sasl(Duration::ZERO);
-        a.handshake("PLAIN");
-        let r = a.authenticate(1, b"\0bob\0alice-pw", &users(), now);
-        assert_eq!(
-            r.error,
-            Some((
-                ResponseError::SaslAuthenticationFailed,
-                super::super::plain::INVALID.into()
-            ))
-        );
-    }
-
-    #[test]
-    fn sessions_expire_and_re_authentication_renews_them_as_the_same_principal() {
-        let t0 = Instant::now();
-        let lifetime = Duration::from_secs(3);
-        let mut a = sasl(lifetime);
-        let done = scram_login(&mut a, "alice", "alice-pw", t0);
-        assert_eq!(done.session_lifetime_ms, 3000);
-        assert_eq!(a.gate(ApiKey::Fetch, t0 + lifetime), Gate::Serve);
-        assert!(matches!(
-            a.gate(ApiKey::Fetch, t0 + lifetime + Duration::from_millis(1)),
-            Gate::Close(m) if m.contains("expired")
-        ));
-        // Re-authenticating (even past expiry) renews the session.
-        let t1 = t0 + Duration::from_secs(10);
-        let again = scram_login(&mut a, "alice", "alice-pw", t1);
-        assert_eq!(again.error, None);
-        assert_eq!(
-            a.gate(ApiKey::Fetch, t1 + Duration::from_secs(2)),
-            Gate::Serve
-        );
-        // As someone else: refused and closed.
-        let other = scram_login(&mut a, "bob", "bob-pw", t1);
-        assert!(
-            matches!(other.error, Some((ResponseError::SaslAuthenticationFailed, m)) if m.contains("Cannot change principals"))
-        );
-        assert!(other.close);
-        assert!(matches!(a.gate(ApiKey::Fetch, t1), Gate::Close(_)));
-    }
-
-    #[test]
-    fn re_authentication_keeps_the_mechanism_and_needs_authenticate_v1() {
-        let now = Instant::now();
-        let mut a = sasl(Duration::from_secs(60));
-        scram_login(&mut a, "alice", "alice-pw", now);
-        let h = a.handshake("PLAIN");
-        assert_eq!(h.error, Some(ResponseError::IllegalSaslState));
-        assert!(h.close);
-
-        // A v0 client gets no lifetime and cannot start over (ILLEGAL_SASL_STATE, kept
-        // open, as Kafka's request handler answers).
-        let mut a = sasl(Duration::from_secs(60));
-        a.handshake("PLAIN");
-        let r = a.authenticate(0, b"\0bob\0bob-pw", &users(), now);
-        assert_eq!(r.session_lifetime_ms, 0);
-        let h = a.handshake("PLAIN");
-        assert_eq!(h.error, Some(ResponseError::IllegalSaslState));
-        assert!(!h.close);
-    }
-
-    #[test]
-    fn plaintext_listeners_answer_sasl_requests_illegal_state() {
-        let mut a = Authenticator::new(settings(Duration::ZERO), false, Box::new(|| None));
-        let now = Instant::now();
-        assert_eq!(a.gate(ApiKey::Produce, now), Gate::Serve);
-        assert_eq!(a.gate(ApiKey::SaslHandshake, now), Gate::Sasl);
-        let h = a.handshake("PLAIN");
-        assert_eq!(h.error, Some(ResponseError::IllegalSaslState));
-        assert!(!h.close);
-        let r = a.authenticate(1, b"\0bob\0bob-pw", &users(), now);
-        assert_eq!(r.error.map(|e| e.0), Some(ResponseError::IllegalSaslState));
-        assert!(!r.close && r.authenticated.is_none());
-        assert_eq!(a.gate(ApiKey::Produce, now), Gate::Serve);
-    }
-
-    #[test]
-    fn hostile_tokens_fail_cleanly() {
-        let now = Instant::now();
-        for token in [
-            vec![0xffu8; 64],
-            vec![b'n'; super::super::TOKEN_BYTES_MAX + 1],
-            b"n,,".to_vec(),
-            Vec::new(),
-        ] {
-            let mut a = sasl(Duration::ZERO);
-            a.handshake("SCRAM-SHA-256");
-            let r = a.authenticate(2, &token, &users(), now);
-            assert_eq!(
-                r.error.map(|e| e.0),
-                Some(ResponseError::SaslAuthenticationFailed)
-            );
-            assert!(r.close);
-        }
-    }
-}
+mod tests;

@@ -1,6 +1,6 @@
 //! SASL authentication on Kafka listeners (issue 15): SCRAM-SHA-256, SCRAM-SHA-512 and
-//! PLAIN, all verified against one store of SCRAM credentials, with KIP-368
-//! re-authentication.
+//! PLAIN, all verified against one store of SCRAM credentials, and OAUTHBEARER (a JWT
+//! checked by [`crate::security::oauth`]), with KIP-368 re-authentication.
 //!
 //! Everything here is pure: no clock reads, no randomness (the server nonce and the time
 //! are handed in), no I/O. The connection loop (`kafka/conn.rs`) owns one
@@ -35,13 +35,16 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    /// RFC 7628 / KIP-255: a bearer token (JWT) validated against the issuer's JWKS.
+    OauthBearer,
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 3] = [
+    pub const ALL: [Mechanism; 4] = [
         Mechanism::Plain,
         Mechanism::ScramSha256,
         Mechanism::ScramSha512,
+        Mechanism::OauthBearer,
     ];
 
     /// The IANA/Kafka name.
@@ -50,13 +53,14 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OauthBearer => "OAUTHBEARER",
         }
     }
 
-    /// The SCRAM hash of the mechanism, `None` for PLAIN.
+    /// The SCRAM hash of the mechanism, `None` for PLAIN and OAUTHBEARER.
     pub fn scram(self) -> Option<ScramHash> {
         match self {
-            Mechanism::Plain => None,
+            Mechanism::Plain | Mechanism::OauthBearer => None,
             Mechanism::ScramSha256 => Some(ScramHash::Sha256),
             Mechanism::ScramSha512 => Some(ScramHash::Sha512),
         }
@@ -71,7 +75,7 @@ impl fmt::Display for Mechanism {
 
 /// A mechanism name this broker does not serve.
 #[derive(Debug, thiserror::Error)]
-#[error("'{0}' is not a SASL mechanism served here: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")]
+#[error("'{0}' is not a SASL mechanism served here: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER")]
 pub struct BadMechanism(pub String);
 
 impl FromStr for Mechanism {
@@ -160,7 +164,8 @@ pub struct SaslSettings {
     /// (`--connection-failed-authentication-delay`).
     pub failed_authentication_delay: Duration,
     /// A session must re-authenticate this long after authenticating; zero: never
-    /// (`--connections-max-reauth`).
+    /// (`--connections-max-reauth`). An OAUTHBEARER session also ends when its token
+    /// expires.
     pub max_reauth: Duration,
 }
 
@@ -178,9 +183,11 @@ impl Default for SaslSettings {
 #[derive(Clone, Debug, clap::Args)]
 pub struct SaslArgs {
     /// Kafka's `sasl.enabled.mechanisms`: mechanisms offered on SASL_PLAINTEXT/SASL_SSL
-    /// listeners, comma-separated: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN. PLAIN sends the
-    /// password itself (in clear on SASL_PLAINTEXT) and costs the broker a PBKDF2 per
-    /// login; SCRAM sends neither.
+    /// listeners, comma-separated: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN, OAUTHBEARER. PLAIN
+    /// sends the password itself (in clear on SASL_PLAINTEXT) and costs the broker a PBKDF2
+    /// per login; SCRAM sends neither. OAUTHBEARER takes a JWT checked against
+    /// --sasl-oauthbearer-jwks-endpoint-url (required with it); a bearer token is as good
+    /// as a password to whoever sees it, so prefer SASL_SSL.
     #[arg(
         long,
         env = "OXBOW_SASL_ENABLED_MECHANISMS",

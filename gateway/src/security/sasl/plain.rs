@@ -44,10 +44,19 @@ pub fn authenticate(token: &[u8], credentials: &dyn CredentialSource) -> Result<
             "Authentication failed: Client requested an authorization id that is different from username".into(),
         ));
     }
-    let stored = credentials.lookup(user).filter(|c| !c.is_empty());
-    let ok = match &stored {
+    if check_password(user, password, credentials) {
+        Ok(user.to_string())
+    } else {
+        Err(SaslError::Named(INVALID.into()))
+    }
+}
+
+/// Whether `password` is `user`'s, by the stored SCRAM credentials (every stored
+/// mechanism checked, no early exit). An unknown user costs one PBKDF2 with a decoy salt,
+/// as a known one does. Shared by PLAIN and HTTP Basic authentication.
+pub fn check_password(user: &str, password: &[u8], credentials: &dyn CredentialSource) -> bool {
+    match credentials.lookup(user).filter(|c| !c.is_empty()) {
         Some(creds) => {
-            // Every stored mechanism is checked (no early exit on the first match).
             let mut any = false;
             for (hash, entry) in creds.mechanisms() {
                 any |= verify(hash, entry, password);
@@ -64,11 +73,6 @@ pub fn authenticate(token: &[u8], credentials: &dyn CredentialSource) -> Result<
             verify(ScramHash::Sha512, &decoy, password);
             false
         }
-    };
-    if ok {
-        Ok(user.to_string())
-    } else {
-        Err(SaslError::Named(INVALID.into()))
     }
 }
 
