@@ -243,7 +243,11 @@ def test_retention_by_time_and_size_on_a_live_topic(broker_factory):
     assert high == 120
     kept = consume_partitions(bootstrap, sized, [0])[0]
     assert [r.offset for r in kept] == list(range(low, high)), "everything above the start is there"
-    assert sum(len(r.value) for r in kept) >= 2048, "at least retention.bytes is kept"
+    # Kafka keeps whole segments while what stays is at least retention.bytes; the size
+    # counted is the stored batches', so bound it from below by the values plus the least
+    # a record (7 bytes) and a batch header (61 bytes) take.
+    stored_at_least = sum(len(r.value) + 7 for r in kept) + 61
+    assert stored_at_least >= 2048, ("at least retention.bytes is kept", len(kept))
     # The objects of what left are deleted once nothing references them.
     objects = b.data_dir / "objects"
 
