@@ -219,12 +219,14 @@ stage_fuzz() {
     fi
 }
 
-# The fixed seeds (OXBOW_SIM_SEEDS, 24 by default) run in `cargo test --workspace`; this runs
-# more: `scripts/test.sh sim --seeds 500` (seeds from OXBOW_SIM_FIRST_SEED, default 1).
+# The fixed seeds (OXBOW_SIM_SEEDS, 24 by default, and OXBOW_SIM_LIFECYCLE_SEEDS, 12, with
+# the compactor running) run in `cargo test --workspace`; this runs more of both:
+# `scripts/test.sh sim --seeds 500` (seeds from OXBOW_SIM_FIRST_SEED, default 1).
 stage_sim() {
-    section "deterministic simulation (${SIM_SEEDS:-200} seeds)"
-    OXBOW_SIM_SEEDS="${SIM_SEEDS:-200}" bounded cargo test -p oxbow-segment-writer \
-        --test sim fixed_seeds -- --nocapture || return 1
+    section "deterministic simulation (${SIM_SEEDS:-200} seeds, then as many with the storage lifecycle)"
+    OXBOW_SIM_SEEDS="${SIM_SEEDS:-200}" OXBOW_SIM_LIFECYCLE_SEEDS="${SIM_SEEDS:-200}" \
+        bounded cargo test -p oxbow-segment-writer --test sim -- --nocapture \
+        fixed_seeds lifecycle_seeds || return 1
 }
 
 # ------------------------------------------------------------------ e2e ----

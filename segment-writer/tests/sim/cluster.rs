@@ -24,8 +24,8 @@ use oxbow_segment_writer::internal_auth::Secrets;
 use oxbow_segment_writer::transport::SimNet;
 use oxbow_segment_writer::wal_disk::MemDisk;
 use oxbow_segment_writer::{
-    run_sealer, serve_internal, Leadership, LogComponents, LogManager, LogSettings,
-    ReplicationSettings, WalSettings,
+    run_compactor, run_sealer, serve_internal, CompactSettings, Leadership, LogComponents,
+    LogManager, LogSettings, ReplicationSettings, Retention, RetentionPolicies, WalSettings,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,6 +43,53 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 const STORAGE_EXIT_DELAY: Duration = Duration::from_secs(1);
 /// The supervisor's delay before starting an exited broker again.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// The storage lifecycle a run exercises beside its faults: every broker runs the
+/// compactor (merging sealed objects into segments, applying time retention, deleting
+/// objects nothing references after a delay), as `oxbow serve` does. Off in the default
+/// runs: the compactor draws segment keys from the log's Rng, so turning it on changes
+/// every seed's schedule, and the pinned seeds stand for the schedules they were found in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// The topic's `retention.ms`: longer than a clock step (`schedule::MAX_SKEW_MS`) so
+    /// rule 10 has something to judge, short enough to expire data mid-faults.
+    pub retention_ms: i64,
+    /// How often a round runs, and how long a superseded object outlives its last
+    /// reference (a reader that looked it up just before has that long).
+    pub interval: Duration,
+    pub delete_delay: Duration,
+    /// Largest segment a round writes (a few seconds of one partition's data).
+    pub segment_bytes: u64,
+}
+
+pub const LIFECYCLE: Lifecycle = Lifecycle {
+    retention_ms: 6_000,
+    interval: Duration::from_millis(500),
+    delete_delay: Duration::from_secs(1),
+    segment_bytes: 2 << 10,
+};
+
+/// The sim topic's retention, as the gateway's policies give a real topic's.
+struct SimPolicies {
+    topic_id: TopicId,
+    retention: Retention,
+}
+
+impl RetentionPolicies for SimPolicies {
+    fn retention(&self, topic_id: TopicId) -> Option<Retention> {
+        (topic_id == self.topic_id).then_some(self.retention)
+    }
+}
+
+/// What the compactors did over a run (summed over every broker incarnation).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LifecycleCounts {
+    pub rounds: u64,
+    pub segments_written: u64,
+    pub entries_replaced: u64,
+    pub entries_expired: u64,
+    pub objects_deleted: u64,
+}
 
 pub fn zone(id: BrokerId) -> String {
     format!("az{id}")
@@ -96,6 +143,11 @@ pub struct Cluster {
     slots: Arc<Mutex<BTreeMap<BrokerId, Slot>>>,
     pub history: Arc<Mutex<History>>,
     pub topic_id: TopicId,
+    pub lifecycle: Option<Lifecycle>,
+    pub lifecycle_counts: Arc<Mutex<LifecycleCounts>>,
+    /// The latest wall time the shared clock has read so far (rule 10): a step forward
+    /// reads later than the true time until it is lifted.
+    wall_peak_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Incarnations started per broker (seeds each start's randomness).
     starts: Arc<Mutex<BTreeMap<BrokerId, u64>>>,
     /// Simulated time zero (monotonic: trace times ignore wall-clock steps).
@@ -103,7 +155,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub async fn new(seed: u64) -> Cluster {
+    pub async fn new(seed: u64, lifecycle: Option<Lifecycle>) -> Cluster {
         let clock = SimClock::new(1_750_000_000_000);
         let rng = SeededRng::new(seed);
         let raw = Arc::new(EmbeddedStore::in_memory().expect("in-memory metadata"));
@@ -126,18 +178,25 @@ impl Cluster {
         let disks = (1..=BROKERS)
             .map(|id| (id, MemDisk::new(format!("b{id}"))))
             .collect();
-        let topic = metadata
-            .create_topic_with_leaders(
-                TopicSpec {
-                    name: TOPIC.into(),
-                    partitions: PARTITIONS,
-                    replication_factor: 3,
-                    configs: BTreeMap::from([("min.insync.replicas".to_string(), "2".to_string())]),
-                },
-                &(1..=BROKERS).collect::<Vec<_>>(),
-            )
-            .await
-            .expect("topic");
+        let topic =
+            metadata
+                .create_topic_with_leaders(
+                    TopicSpec {
+                        name: TOPIC.into(),
+                        partitions: PARTITIONS,
+                        replication_factor: 3,
+                        configs: BTreeMap::from_iter(
+                            [("min.insync.replicas".to_string(), "2".to_string())]
+                                .into_iter()
+                                .chain(lifecycle.map(|l| {
+                                    ("retention.ms".to_string(), l.retention_ms.to_string())
+                                })),
+                        ),
+                    },
+                    &(1..=BROKERS).collect::<Vec<_>>(),
+                )
+                .await
+                .expect("topic");
         let origin = clock.now();
         Cluster {
             seed,
@@ -154,6 +213,9 @@ impl Cluster {
             slots: Arc::default(),
             history: Arc::default(),
             topic_id: topic.topic_id,
+            lifecycle,
+            lifecycle_counts: Arc::default(),
+            wall_peak_ms: Arc::default(),
             starts: Arc::default(),
             origin,
         }
@@ -182,6 +244,33 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .violation(t, line);
+    }
+
+    /// Steps every broker's wall clock to `skew_ms` from the true time (0 lifts a step),
+    /// remembering the latest time it read before the change.
+    pub fn set_skew_ms(&self, skew_ms: i64) {
+        self.note_wall();
+        self.clock.set_skew_ms(skew_ms);
+    }
+
+    /// The latest wall time any broker's clock can have read by now: readings under one
+    /// skew only grow, so the peak is at a skew's end or now.
+    fn note_wall(&self) -> i64 {
+        let now = self.clock.unix_ms();
+        self.wall_peak_ms
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed)
+            .max(now)
+    }
+
+    /// A client was served `start` as `partition`'s log start now (rules 9 and 10).
+    pub fn observe_log_start(&self, partition: i32, start: i64) {
+        let t = self.now_ms();
+        let wall_max_ms = self.note_wall();
+        let retention_ms = self.lifecycle.map(|l| l.retention_ms);
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe_log_start(t, partition, start, wall_max_ms, retention_ms);
     }
 
     pub fn fault(&self, kind: &'static str, line: String) {
@@ -352,7 +441,7 @@ impl Cluster {
                     .map_err(|e| oxbow_metadata::Error::Unavailable(e.to_string()))
             })
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(run_sealer(log.clone(), stop.clone())),
             tokio::spawn(log.clone().run_recoveries(stop.clone())),
             tokio::spawn(log.replicator.clone().run(stop.clone())),
@@ -384,6 +473,21 @@ impl Cluster {
                 stop.clone(),
             )),
         ];
+        if let Some(l) = self.lifecycle {
+            let policies: Arc<dyn RetentionPolicies> = Arc::new(SimPolicies {
+                topic_id: self.topic_id,
+                retention: Retention {
+                    ms: l.retention_ms,
+                    bytes: -1,
+                },
+            });
+            tasks.push(tokio::spawn(run_compactor(
+                log.clone(),
+                CompactSettings::new(l.segment_bytes, l.interval, l.delete_delay),
+                Some(policies),
+                stop.clone(),
+            )));
+        }
         self.event(format!("b{id} started (start {start})"));
         Some(Arc::new(SimBroker {
             log,
@@ -416,6 +520,19 @@ impl Cluster {
             t.abort();
         }
         b.stop.cancel();
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let m = &b.log.compact_metrics;
+            let mut c = self
+                .lifecycle_counts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            c.rounds += m.rounds.load(Relaxed);
+            c.segments_written += m.segments_written.load(Relaxed);
+            c.entries_replaced += m.entries_replaced.load(Relaxed);
+            c.entries_expired += m.entries_expired.load(Relaxed);
+            c.objects_deleted += m.objects_deleted.load(Relaxed);
+        }
         let Some(disk) = self.disks.get(&id) else {
             return false;
         };
@@ -561,7 +678,7 @@ impl Cluster {
         for d in self.disks.values() {
             d.set_faults(Default::default());
         }
-        self.clock.set_skew_ms(0);
+        self.set_skew_ms(0);
     }
 
     /// Stops every broker as a crash would (the end of a run).

@@ -17,7 +17,13 @@
 //!    every partition is served again once the faults end;
 //! 8. the catalogue resolves every offset below its end to exactly one entry (dense from
 //!    the log start, no overlap), and no entry serves an offset at or past the start of the
-//!    next leader epoch (`workload::catalog_violations`, ARCHITECTURE decision 23).
+//!    next leader epoch, and every entry it serves names an object the store holds
+//!    (`workload::catalog_violations`, ARCHITECTURE decisions 23 and 25);
+//! 9. nothing deleted comes back: the log start a client is served never moves back, across
+//!    leader changes and restarts too;
+//! 10. retention removes only what expired (the lifecycle runs): every acknowledged record
+//!     below a served log start was either below a DeleteRecords request or older than
+//!     `retention.ms` by the latest wall time any broker's clock could have read by then.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,6 +35,8 @@ pub struct Ack {
     pub base_sequence: i32,
     pub count: i32,
     pub base_offset: i64,
+    /// The timestamp of its newest record (CreateTime, set by the producer).
+    pub max_timestamp_ms: i64,
     /// The epoch of the leader that acknowledged it.
     pub leader_epoch: i32,
     /// A retry the leader recognised (its first attempt was written, perhaps under an
@@ -64,6 +72,13 @@ pub struct History {
     /// The highest log start each partition was given (DeleteRecords): a consumer may skip
     /// forward to at most this.
     pub log_starts: BTreeMap<i32, i64>,
+    /// The highest offset each partition was asked to delete below (DeleteRecords, whether
+    /// or not its answer arrived: a lost answer may still have landed).
+    pub delete_requested: BTreeMap<i32, i64>,
+    /// The highest log start each partition was served at (rule 9).
+    pub served_starts: BTreeMap<i32, i64>,
+    /// How often a served log start moved forward.
+    pub start_advances: u64,
 }
 
 impl History {
@@ -80,6 +95,67 @@ impl History {
     pub fn violation(&mut self, t_ms: u64, line: String) {
         self.event(t_ms, format!("VIOLATION {line}"));
         self.violations.push(line);
+    }
+
+    pub fn request_delete(&mut self, partition: i32, below: i64) {
+        let r = self.delete_requested.entry(partition).or_default();
+        *r = (*r).max(below);
+    }
+
+    /// A client was served `start` as `partition`'s log start at `t_ms`, when no broker's
+    /// wall clock could yet have read past `wall_max_ms`. Checks rules 9 and 10
+    /// (`retention_ms`: the topic's, if retention runs).
+    pub fn observe_log_start(
+        &mut self,
+        t_ms: u64,
+        partition: i32,
+        start: i64,
+        wall_max_ms: i64,
+        retention_ms: Option<i64>,
+    ) {
+        let seen = self.served_starts.get(&partition).copied().unwrap_or(0);
+        if start < seen {
+            self.violation(
+                t_ms,
+                format!("p{partition}: the log start went back from {seen} to {start}: deleted records came back"),
+            );
+            return;
+        }
+        if start == seen {
+            return;
+        }
+        self.served_starts.insert(partition, start);
+        self.start_advances += 1;
+        let requested = self.delete_requested.get(&partition).copied().unwrap_or(0);
+        // Retention removes whole catalog entries, each at most as new as its newest record:
+        // one may go only once that record is older than retention.ms by the deciding
+        // broker's clock, which never reads past `wall_max_ms`.
+        let removable = |a: &Ack| {
+            retention_ms.is_some_and(|ms| a.max_timestamp_ms < wall_max_ms.saturating_sub(ms))
+        };
+        let young: Vec<String> = self
+            .acks
+            .iter()
+            .filter(|a| a.partition == partition)
+            .filter(|a| {
+                let end = a.base_offset + i64::from(a.count);
+                end <= start && end > seen.max(requested)
+            })
+            .filter(|a| !removable(a))
+            .map(|a| {
+                format!(
+                    "p{partition}: log start {start} removed acknowledged offsets {}..{} (producer {} sequence {}) whose newest record ({} ms) had not expired: no clock could read past {wall_max_ms} ms yet, retention.ms {retention_ms:?}, DeleteRecords asked for below {requested}",
+                    a.base_offset,
+                    a.base_offset + i64::from(a.count),
+                    a.producer_id,
+                    a.base_sequence,
+                    a.max_timestamp_ms,
+                )
+            })
+            .collect();
+        for v in young {
+            self.violation(t_ms, v);
+        }
     }
 }
 
@@ -236,9 +312,55 @@ mod tests {
             base_sequence: seq,
             count,
             base_offset: base,
+            max_timestamp_ms: 0,
             leader_epoch: epoch,
             duplicate: false,
         }
+    }
+
+    #[test]
+    fn served_log_starts_never_go_back_and_retention_removes_only_expired_records() {
+        let mut h = History {
+            acks: vec![
+                Ack {
+                    max_timestamp_ms: 1_000,
+                    ..ack(0, 2, 0, 7, 0)
+                },
+                Ack {
+                    max_timestamp_ms: 5_000,
+                    ..ack(2, 2, 0, 7, 2)
+                },
+            ],
+            ..History::default()
+        };
+        // By wall time 4_000 with retention.ms 2_000 only records before 2_000 may go.
+        h.observe_log_start(0, 0, 2, 4_000, Some(2_000));
+        assert!(h.violations.is_empty(), "{:?}", h.violations);
+        h.observe_log_start(0, 0, 4, 4_000, Some(2_000));
+        assert!(
+            h.violations.iter().any(|v| v.contains("had not expired")),
+            "{:?}",
+            h.violations
+        );
+        h.violations.clear();
+        h.observe_log_start(0, 0, 3, 4_000, Some(2_000));
+        assert!(h.violations.iter().any(|v| v.contains("went back")));
+        // Without retention only DeleteRecords may remove anything; what it asked for is not
+        // judged by age.
+        let mut d = History {
+            acks: h.acks.clone(),
+            ..History::default()
+        };
+        d.request_delete(0, 4);
+        d.observe_log_start(0, 0, 4, 0, None);
+        assert!(d.violations.is_empty(), "{:?}", d.violations);
+        let mut n = History {
+            acks: h.acks.clone(),
+            ..History::default()
+        };
+        n.request_delete(0, 1);
+        n.observe_log_start(0, 0, 2, i64::MAX, None);
+        assert!(n.violations.iter().any(|v| v.contains("had not expired")));
     }
 
     #[test]

@@ -13,9 +13,12 @@
 //! the violations and writes its whole trace to a file; `OXBOW_SIM_SEED=N cargo test -p
 //! oxbow-segment-writer --test sim -- one_seed --nocapture` replays it.
 //!
-//! Knobs: `OXBOW_SIM_SEEDS` (seeds for `fixed_seeds`, default 24), `OXBOW_SIM_FIRST_SEED`
-//! (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs), `OXBOW_SIM_KEEP_GOING`
-//! (run every seed, then list the failing ones).
+//! Knobs: `OXBOW_SIM_SEEDS` (seeds for `fixed_seeds`, default 24),
+//! `OXBOW_SIM_LIFECYCLE_SEEDS` (seeds for `lifecycle_seeds`, default 12: the same faults
+//! with every broker's compactor running — segment merges, time retention, deletions),
+//! `OXBOW_SIM_FIRST_SEED` (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs;
+//! `OXBOW_SIM_LIFECYCLE=1` with the lifecycle), `OXBOW_SIM_KEEP_GOING` (run every seed,
+//! then list the failing ones).
 
 mod cluster;
 mod history;
@@ -23,7 +26,7 @@ mod meta;
 mod schedule;
 mod workload;
 
-use cluster::{Cluster, BROKERS};
+use cluster::{Cluster, Lifecycle, LifecycleCounts, BROKERS, LIFECYCLE};
 use oxbow_metadata::clock::{Clock, Rng, SeededRng};
 use std::cell::RefCell;
 use std::sync::{Arc, Once};
@@ -47,6 +50,11 @@ pub struct Outcome {
     pub faults: u64,
     pub fault_kinds: Vec<&'static str>,
     pub sim_ms: u64,
+    /// How often a served log start moved forward (DeleteRecords, retention).
+    pub start_advances: u64,
+    /// What the compactors did (lifecycle runs).
+    pub lifecycle: LifecycleCounts,
+    pub with_lifecycle: bool,
 }
 
 thread_local! {
@@ -66,8 +74,8 @@ fn install_panic_hook() {
     });
 }
 
-async fn simulate(seed: u64) -> Outcome {
-    let c = Cluster::new(seed).await;
+async fn simulate(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
+    let c = Cluster::new(seed, lifecycle).await;
     for id in 1..=BROKERS {
         c.start(id).await;
     }
@@ -168,6 +176,7 @@ async fn simulate(seed: u64) -> Outcome {
     run_stop.cancel();
     c.stop_all().await;
     let sim_ms = c.now_ms();
+    let counts = *c.lifecycle_counts.lock().unwrap_or_else(|e| e.into_inner());
     let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
     let mut violations = history::check(&h, &logs, &starts);
     violations.extend(catalog);
@@ -185,6 +194,9 @@ async fn simulate(seed: u64) -> Outcome {
         faults: h.faults,
         fault_kinds: h.fault_kinds.iter().copied().collect(),
         sim_ms,
+        start_advances: h.start_advances,
+        lifecycle: counts,
+        with_lifecycle: lifecycle.is_some(),
     }
 }
 
@@ -206,6 +218,11 @@ fn install_log() {
 /// Runs one seed on a thread of its own (its runtime is single-threaded), bounded in real
 /// time.
 pub fn run_seed(seed: u64) -> Outcome {
+    run_seed_with(seed, None)
+}
+
+/// [`run_seed`] with the storage lifecycle (compaction, retention, deletion) running too.
+pub fn run_seed_with(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
     install_panic_hook();
     install_log();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -217,7 +234,7 @@ pub fn run_seed(seed: u64) -> Outcome {
                 .start_paused(true)
                 .build()
                 .expect("runtime");
-            let _ = tx.send(rt.block_on(simulate(seed)));
+            let _ = tx.send(rt.block_on(simulate(seed, lifecycle)));
         })
         .expect("thread");
     match rx.recv_timeout(REAL_TIME_MAX) {
@@ -237,12 +254,13 @@ fn judge(o: &Outcome) {
     let _ = std::fs::write(&path, o.trace.join("\n"));
     let tail: Vec<&String> = o.trace.iter().rev().take(60).rev().collect();
     panic!(
-        "seed {} failed ({} violations):\n  {}\nlast trace lines:\n{}\nwhole trace: {}\nreplay: OXBOW_SIM_SEED={} cargo test -p oxbow-segment-writer --test sim -- one_seed --nocapture",
+        "seed {} failed ({} violations):\n  {}\nlast trace lines:\n{}\nwhole trace: {}\nreplay: {}OXBOW_SIM_SEED={} cargo test -p oxbow-segment-writer --test sim -- one_seed --nocapture",
         o.seed,
         o.violations.len(),
         o.violations.join("\n  "),
         tail.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n"),
         path.display(),
+        if o.with_lifecycle { "OXBOW_SIM_LIFECYCLE=1 " } else { "" },
         o.seed
     );
 }
@@ -254,21 +272,19 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The seeds CI runs (`OXBOW_SIM_SEEDS` more on demand: `scripts/test.sh sim --seeds N`).
-#[test]
-fn fixed_seeds() {
-    let first = env_u64("OXBOW_SIM_FIRST_SEED", 1);
-    let count = env_u64("OXBOW_SIM_SEEDS", 24);
+/// Runs `count` seeds from `first` (every one with `OXBOW_SIM_KEEP_GOING`, then lists
+/// the failing ones) and prints the figures: seeds and fault cycles per second of real time.
+fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
     // Real time, outside every simulated runtime: the figure "seeds per second".
     #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
-    let (mut faults, mut acks, mut sim_ms) = (0u64, 0usize, 0u64);
+    let (mut faults, mut acks, mut sim_ms, mut advances) = (0u64, 0usize, 0u64, 0u64);
+    let mut counts = LifecycleCounts::default();
     let mut kinds = std::collections::BTreeSet::new();
-    // OXBOW_SIM_KEEP_GOING: run every seed, then list the failing ones (a survey).
     let keep_going = std::env::var("OXBOW_SIM_KEEP_GOING").is_ok();
     let mut failing = Vec::new();
     for seed in first..first + count {
-        let o = run_seed(seed);
+        let o = run_seed_with(seed, lifecycle);
         if keep_going && !o.violations.is_empty() {
             let path = std::env::temp_dir().join(format!("oxbow-sim-seed-{seed}.trace"));
             let _ = std::fs::write(&path, o.trace.join("\n"));
@@ -279,6 +295,12 @@ fn fixed_seeds() {
         faults += o.faults;
         acks += o.acks;
         sim_ms += o.sim_ms;
+        advances += o.start_advances;
+        counts.rounds += o.lifecycle.rounds;
+        counts.segments_written += o.lifecycle.segments_written;
+        counts.entries_replaced += o.lifecycle.entries_replaced;
+        counts.entries_expired += o.lifecycle.entries_expired;
+        counts.objects_deleted += o.lifecycle.objects_deleted;
         kinds.extend(o.fault_kinds.iter().copied());
     }
     assert!(
@@ -289,32 +311,70 @@ fn fixed_seeds() {
     );
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "simulation: {count} seeds in {secs:.1} s real ({:.1} s simulated), {faults} faults ({:.1} fault cycles/s), {} of {} fault kinds, {acks} acknowledged batches, 0 violations",
+        "simulation{}: {count} seeds in {secs:.1} s real ({:.1} s simulated), {faults} faults ({:.1} fault cycles/s), {} of {} fault kinds, {acks} acknowledged batches, {advances} log start advances served, 0 violations",
+        if lifecycle.is_some() { " with the storage lifecycle" } else { "" },
         sim_ms as f64 / 1000.0,
         faults as f64 / secs,
         kinds.len(),
-        // The schedule's kinds, graceful moves and zombie commits.
-        schedule::FAULT_KINDS.len() + 2
+        // The schedule's kinds, graceful moves, DeleteRecords and zombie commits.
+        schedule::FAULT_KINDS.len() + 3
+    );
+    if lifecycle.is_some() {
+        println!(
+            "  compactor: {} rounds, {} segments written replacing {} entries, {} entries expired by retention, {} objects deleted",
+            counts.rounds,
+            counts.segments_written,
+            counts.entries_replaced,
+            counts.entries_expired,
+            counts.objects_deleted
+        );
+    }
+}
+
+/// The seeds CI runs (`OXBOW_SIM_SEEDS` more on demand: `scripts/test.sh sim --seeds N`).
+#[test]
+fn fixed_seeds() {
+    run_seeds(
+        env_u64("OXBOW_SIM_FIRST_SEED", 1),
+        env_u64("OXBOW_SIM_SEEDS", 24),
+        None,
+    );
+}
+
+/// The same faults with the storage lifecycle running on every broker: compaction swaps,
+/// time retention and object deletion racing crashes, moves, zombies and DeleteRecords
+/// (rules 9 and 10 besides the rest). `OXBOW_SIM_LIFECYCLE_SEEDS` (default 12).
+#[test]
+fn lifecycle_seeds() {
+    run_seeds(
+        env_u64("OXBOW_SIM_FIRST_SEED", 1),
+        env_u64("OXBOW_SIM_LIFECYCLE_SEEDS", 12),
+        Some(LIFECYCLE),
     );
 }
 
 /// One seed, for replaying a failure (`OXBOW_SIM_SEED`); seed 1 by default.
 #[test]
 fn one_seed() {
-    let o = run_seed(env_u64("OXBOW_SIM_SEED", 1));
+    let lifecycle = std::env::var("OXBOW_SIM_LIFECYCLE")
+        .is_ok()
+        .then_some(LIFECYCLE);
+    let o = run_seed_with(env_u64("OXBOW_SIM_SEED", 1), lifecycle);
     if std::env::var("OXBOW_SIM_TRACE").is_ok() {
         for line in &o.trace {
             println!("{line}");
         }
     }
     println!(
-        "seed {}: {} faults ({:?}), {} acknowledged batches, {} records consumed, {:.1} s simulated",
+        "seed {}: {} faults ({:?}), {} acknowledged batches, {} records consumed, {:.1} s simulated, {} log start advances, {:?}",
         o.seed,
         o.faults,
         o.fault_kinds,
         o.acks,
         o.records_consumed,
-        o.sim_ms as f64 / 1000.0
+        o.sim_ms as f64 / 1000.0,
+        o.start_advances,
+        o.lifecycle
     );
     judge(&o);
 }

@@ -35,6 +35,9 @@ pub const FAULT_KINDS: &[&str] = &[
 /// were for each seed.
 pub const MOVE_KIND: &str = "graceful-move";
 
+/// The most a clock step moves a broker's wall clock from the true time (either way).
+pub const MAX_SKEW_MS: i64 = 3000;
+
 fn between(rng: &dyn Rng, lo_ms: u64, hi_ms: u64) -> Duration {
     Duration::from_millis(lo_ms + rng.next_u64() % (hi_ms - lo_ms + 1))
 }
@@ -197,13 +200,13 @@ pub async fn inject(
                 });
             }
             "clock-step" => {
-                let skew = (rng.next_u64() % 6000) as i64 - 3000;
-                cluster.clock.set_skew_ms(skew);
+                let skew = (rng.next_u64() % (2 * MAX_SKEW_MS as u64)) as i64 - MAX_SKEW_MS;
+                cluster.set_skew_ms(skew);
                 cluster.fault(kind, format!("wall clock {skew:+} ms for {lasting:?}"));
                 let c = cluster.clone();
                 tokio::spawn(async move {
                     c.clock.sleep(lasting).await;
-                    c.clock.set_skew_ms(0);
+                    c.set_skew_ms(0);
                 });
             }
             _ => {}
@@ -299,6 +302,11 @@ pub async fn deletions(cluster: Cluster, rng: Arc<dyn Rng>, stop: CancellationTo
         let span = u64::try_from((high - start).max(0)).unwrap_or(0);
         let to = start + i64::try_from(draw % (span / 2 + 1)).unwrap_or(0);
         cluster.fault(DELETE_KIND, format!("p{partition} below {to} on b{leader}"));
+        cluster
+            .history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .request_delete(partition, to);
         match broker.log.advance_log_start(&p, to).await {
             Ok(now) => {
                 cluster

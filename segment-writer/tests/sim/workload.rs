@@ -9,6 +9,7 @@
 
 use crate::cluster::{Cluster, PARTITIONS};
 use crate::history::{Ack, StoredBatch};
+use object_store::ObjectStoreExt;
 use oxbow_metadata::clock::{Clock, Rng};
 use oxbow_metadata::TopicMetadata;
 use oxbow_segment_writer::batch::{self, testing::make_idempotent_batch};
@@ -114,7 +115,8 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
         let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
         let count = 1 + (rng.next_u64() % 4) as i32;
         let sequence = *sequences.entry(partition).or_default();
-        let raw = make_idempotent_batch(count, cluster.clock.unix_ms(), producer_id, 0, sequence);
+        let timestamp = cluster.clock.unix_ms();
+        let raw = make_idempotent_batch(count, timestamp, producer_id, 0, sequence);
         let mut attempts = 0u32;
         loop {
             if stop.is_cancelled() {
@@ -134,6 +136,8 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
                             base_sequence: sequence,
                             count,
                             base_offset,
+                            // make_idempotent_batch's records are a millisecond apart.
+                            max_timestamp_ms: timestamp + i64::from(count - 1),
                             leader_epoch,
                             duplicate,
                         });
@@ -230,6 +234,9 @@ async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> 
         }
         pos.served_by = Some((leader, epoch));
     }
+    // Rules 9 and 10: the log start this leader serves (what ListOffsets earliest answers).
+    let (start, _, _) = p.offsets().map_err(classify)?;
+    cluster.observe_log_start(partition, start);
     let read = match log.read(&p, pos.next, READ_BYTES, true).await {
         Ok(r) => r,
         // Below the log start (DeleteRecords): auto.offset.reset=earliest.
@@ -307,6 +314,7 @@ pub async fn final_logs(cluster: &Cluster) -> Result<FinalLogs, String> {
             .offsets()
             .map_err(|e| format!("p{partition} on b{leader}: offsets: {e}"))?;
         starts.insert(partition, start);
+        cluster.observe_log_start(partition, start);
         let mut next = start;
         loop {
             let r = log
@@ -396,6 +404,17 @@ pub async fn catalog_violations(
                     e.last_offset,
                     cut.unwrap_or_default()
                 ));
+            }
+            // Nothing still in the log is lost: an entry readers are served names an object
+            // the store holds (compaction and retention delete only what nothing references).
+            if e.last_offset >= state.log_start_offset {
+                let path = object_store::path::Path::from(e.object_key.as_str());
+                if let Err(err) = cluster.store.head(&path).await {
+                    out.push(format!(
+                        "p{partition}: the entry serving {}..={} names object {}, which the store does not hold: {err}",
+                        e.base_offset, e.last_offset, e.object_key
+                    ));
+                }
             }
             next = e.last_offset + 1;
         }
