@@ -169,6 +169,9 @@ pub struct LogComponents {
     pub rng: Arc<dyn Rng>,
     /// `None`: real files in `settings.wal.dir`.
     pub wal_disk: Option<Arc<dyn WalDisk>>,
+    /// Where other brokers' WAL copies go; `None`: real files in `replicas` beside
+    /// `settings.wal.dir`.
+    pub replica_disk: Option<Arc<dyn WalDisk>>,
     pub transport: Arc<dyn ReplicaTransport>,
 }
 
@@ -178,6 +181,7 @@ impl Default for LogComponents {
             clock: Arc::new(SystemClock),
             rng: Arc::new(OsRng),
             wal_disk: None,
+            replica_disk: None,
             transport: Arc::new(TcpTransport),
         }
     }
@@ -206,6 +210,7 @@ impl LogManager {
             clock,
             rng,
             wal_disk,
+            replica_disk,
             transport,
         } = components;
         let (wal, entries) = match settings.durability {
@@ -257,8 +262,10 @@ impl LogManager {
                 .as_ref()
                 .is_some_and(|p| p.incarnation != wal.incarnation());
         }
+        let replica_disk = replica_disk
+            .unwrap_or_else(|| FsDisk::new(settings.wal.dir.with_file_name("replicas")));
         let replica_store = Arc::new(crate::replica_store::ReplicaStore::new(
-            settings.wal.dir.with_file_name("replicas"),
+            replica_disk,
             settings.wal.file_bytes_max,
         ));
         if let Some(wal) = &wal {

@@ -5,30 +5,30 @@
 //! Naming: `{dir}/b{source}/{incarnation:016x}/{first_sequence:020}.wal`, files in the WAL's
 //! own entry framing (`crate::wal`), so each entry keeps the CRC its source computed. A file
 //! holds contiguous sequences; a stream that restarts after a gap starts a new file.
-//! Blocking I/O: call from `spawn_blocking`.
+//! The files are on a [`WalDisk`] (real ones in production, the broker's simulated disk in
+//! the simulation, so crashes, injected failures and a lost disk reach the copies too).
+//! Blocking I/O on a real disk: call through `run_blocking`.
 
 use crate::error::{Error, Result};
 use crate::wal::{parse_file, WalEntry};
+use crate::wal_disk::{WalDisk, WalDiskFile};
 use bytes::Bytes;
 use oxbow_metadata::BrokerId;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 struct StoredFile {
     first_sequence: u64,
-    path: PathBuf,
+    name: String,
     bytes: u64,
 }
 
 /// One incarnation of one source's WAL, as held here.
 pub struct ReplicaLog {
-    dir: PathBuf,
+    dir: Arc<dyn WalDisk>,
     file_bytes_max: u64,
     files: Vec<StoredFile>,
-    current: Option<File>,
+    current: Option<Box<dyn WalDiskFile>>,
     /// One past the highest stored sequence (0: nothing stored).
     next: u64,
     /// The store's counter of bytes written.
@@ -49,40 +49,42 @@ fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
 
 impl ReplicaLog {
     fn open(
-        dir: PathBuf,
+        dir: Arc<dyn WalDisk>,
         file_bytes_max: u64,
         written: Arc<std::sync::atomic::AtomicU64>,
     ) -> Result<ReplicaLog> {
-        std::fs::create_dir_all(&dir)?;
-        let mut firsts: Vec<u64> = std::fs::read_dir(&dir)?
-            .filter_map(|d| d.ok())
-            .filter_map(|d| {
-                d.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".wal"))
-                    .and_then(|n| n.parse().ok())
-            })
+        dir.create_dir()?;
+        let mut firsts: Vec<u64> = dir
+            .list()?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".wal").and_then(|n| n.parse().ok()))
             .collect();
         firsts.sort_unstable();
         let mut files = Vec::new();
         let mut next = 0;
-        for first in firsts {
-            let path = dir.join(format!("{first:020}.wal"));
-            let mut data = Vec::new();
-            File::open(&path)?.read_to_end(&mut data)?;
-            let (entries, valid) = parse_file(&data);
+        for (i, &first) in firsts.iter().enumerate() {
+            let name = file_name(first);
+            let data = dir.read(&name)?;
+            let (mut entries, mut valid) = parse_file(&data);
+            // A file ends where the next one begins: an append whose fsync failed was
+            // resent into a new file, and its bytes may have reached this one anyway.
+            if let Some(&following) = firsts.get(i + 1) {
+                if let Some(cut) = entries.iter().position(|e| e.sequence >= following) {
+                    valid = entries[..cut].iter().map(entry_len).sum();
+                    entries.truncate(cut);
+                }
+            }
             if valid < data.len() {
-                // A torn append (the replica died mid-write); it was never acknowledged.
-                let f = OpenOptions::new().write(true).open(&path)?;
-                f.set_len(valid as u64)?;
-                f.sync_all()?;
+                // A torn append (the replica died mid-write, or an append failed); it was
+                // never acknowledged.
+                dir.truncate(&name, valid as u64)?;
             }
             if let Some(last) = entries.last() {
                 next = next.max(last.sequence + 1);
             }
             files.push(StoredFile {
                 first_sequence: first,
-                path,
+                name,
                 bytes: valid as u64,
             });
         }
@@ -132,13 +134,22 @@ impl ReplicaLog {
             .last()
             .is_none_or(|f| f.bytes >= self.file_bytes_max);
         if self.current.is_none() || gap || full {
-            let path = self.dir.join(format!("{first_new:020}.wal"));
-            let file = OpenOptions::new().create(true).append(true).open(&path)?;
-            File::open(&self.dir)?.sync_all()?;
+            let name = file_name(first_new);
+            if self
+                .files
+                .last()
+                .is_some_and(|f| f.first_sequence == first_new)
+            {
+                // The file a failed append began (it holds no whole entry): start it over.
+                self.dir.truncate(&name, 0)?;
+                self.files.pop();
+            }
+            // Its name is durable once opened (WalDisk::open_append).
+            let file = self.dir.open_append(&name)?;
             self.current = Some(file);
             self.files.push(StoredFile {
                 first_sequence: first_new,
-                path,
+                name,
                 bytes: 0,
             });
         }
@@ -147,8 +158,14 @@ impl ReplicaLog {
             .current
             .as_mut()
             .ok_or_else(|| Error::Internal("no open replica file".into()))?;
-        file.write_all(data)?;
-        file.sync_data()?;
+        if let Err(e) = file.write_all(data).and_then(|()| file.sync()) {
+            // What reached the file past its recorded length is unknown (part of it, maybe
+            // unsynced): nothing is appended to it again — the next append starts a new
+            // file — reads stop at the recorded length, and a reopen cuts it at its last
+            // whole entry.
+            self.current = None;
+            return Err(e.into());
+        }
         self.written
             .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(f) = self.files.last_mut() {
@@ -168,7 +185,7 @@ impl ReplicaLog {
             remove += 1;
         }
         for f in self.files.drain(..remove) {
-            std::fs::remove_file(&f.path)?;
+            self.dir.remove(&f.name)?;
         }
         Ok(())
     }
@@ -199,8 +216,7 @@ impl ReplicaLog {
     pub fn read_all(&self) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         for f in &self.files {
-            let mut data = Vec::new();
-            File::open(&f.path)?.read_to_end(&mut data)?;
+            let mut data = self.dir.read(&f.name)?;
             data.truncate(f.bytes as usize);
             out.extend_from_slice(&data);
         }
@@ -211,6 +227,14 @@ impl ReplicaLog {
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
     }
+}
+
+fn source_dir_name(source: BrokerId) -> String {
+    format!("b{source}")
+}
+
+fn file_name(first_sequence: u64) -> String {
+    format!("{first_sequence:020}.wal")
 }
 
 /// Framed length of an entry (header + payload), as written by the WAL.
@@ -225,14 +249,15 @@ type Logs = HashMap<(BrokerId, u64), Arc<Mutex<ReplicaLog>>>;
 pub struct ReplicaStore {
     /// This broker's own WAL, for tail requests about this broker itself.
     own_wal: std::sync::OnceLock<crate::wal::Wal>,
-    root: PathBuf,
+    root: Arc<dyn WalDisk>,
     file_bytes_max: u64,
     logs: Mutex<Logs>,
     written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ReplicaStore {
-    pub fn new(root: PathBuf, file_bytes_max: u64) -> ReplicaStore {
+    /// The copies under `root` (`crate::wal_disk::FsDisk` on the directory in production).
+    pub fn new(root: Arc<dyn WalDisk>, file_bytes_max: u64) -> ReplicaStore {
         ReplicaStore {
             own_wal: std::sync::OnceLock::new(),
             root,
@@ -242,8 +267,8 @@ impl ReplicaStore {
         }
     }
 
-    fn source_dir(&self, source: BrokerId) -> PathBuf {
-        self.root.join(format!("b{source}"))
+    fn source_dir(&self, source: BrokerId) -> Arc<dyn WalDisk> {
+        self.root.subdir(&source_dir_name(source))
     }
 
     /// The copy of `source`'s WAL incarnation, opened (or created) on first use.
@@ -252,7 +277,9 @@ impl ReplicaStore {
         if let Some(l) = logs.get(&(source, incarnation)) {
             return Ok(l.clone());
         }
-        let dir = self.source_dir(source).join(format!("{incarnation:016x}"));
+        let dir = self
+            .source_dir(source)
+            .subdir(&format!("{incarnation:016x}"));
         let log = Arc::new(Mutex::new(ReplicaLog::open(
             dir,
             self.file_bytes_max,
@@ -264,19 +291,13 @@ impl ReplicaStore {
 
     /// Everything held of `source`'s WAL: (incarnation, entries in WAL framing).
     pub fn tail(&self, source: BrokerId) -> Result<Vec<(u64, Bytes)>> {
-        let dir = self.source_dir(source);
-        let incarnations: Vec<u64> = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd
-                .filter_map(|d| d.ok())
-                .filter_map(|d| {
-                    d.file_name()
-                        .to_str()
-                        .and_then(|n| u64::from_str_radix(n, 16).ok())
-                })
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
+        let mut incarnations: Vec<u64> = self
+            .source_dir(source)
+            .list_dirs()?
+            .iter()
+            .filter_map(|n| u64::from_str_radix(n, 16).ok())
+            .collect();
+        incarnations.sort_unstable();
         let mut out = Vec::new();
         for inc in incarnations {
             let log = self.log(source, inc)?;
@@ -326,21 +347,14 @@ impl ReplicaStore {
     /// recovered what the older ones held).
     pub fn drop_other_incarnations(&self, source: BrokerId, keep: u64) -> Result<()> {
         let dir = self.source_dir(source);
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            return Ok(());
-        };
         let mut logs = lock(&self.logs)?;
-        for d in rd.filter_map(|d| d.ok()) {
-            let Some(inc) = d
-                .file_name()
-                .to_str()
-                .and_then(|n| u64::from_str_radix(n, 16).ok())
-            else {
+        for name in dir.list_dirs()? {
+            let Ok(inc) = u64::from_str_radix(&name, 16) else {
                 continue;
             };
             if inc != keep {
                 logs.remove(&(source, inc));
-                std::fs::remove_dir_all(d.path())?;
+                dir.remove_dir(&name)?;
             }
         }
         Ok(())
@@ -348,14 +362,11 @@ impl ReplicaStore {
 
     /// The sources this broker holds copies of (directories `b{source}`).
     pub fn sources(&self) -> Result<Vec<BrokerId>> {
-        let rd = match std::fs::read_dir(&self.root) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out: Vec<BrokerId> = rd
-            .filter_map(|d| d.ok())
-            .filter_map(|d| d.file_name().to_str()?.strip_prefix('b')?.parse().ok())
+        let mut out: Vec<BrokerId> = self
+            .root
+            .list_dirs()?
+            .iter()
+            .filter_map(|n| n.strip_prefix('b')?.parse().ok())
             .collect();
         out.sort_unstable();
         Ok(out)
@@ -364,7 +375,6 @@ impl ReplicaStore {
     /// Drops every copy of `source`'s WAL (it is gone for good: see
     /// [`gone_sources`]). Returns the bytes freed.
     pub fn drop_source(&self, source: BrokerId) -> Result<u64> {
-        let dir = self.source_dir(source);
         let mut logs = lock(&self.logs)?;
         let freed = logs
             .iter()
@@ -372,11 +382,8 @@ impl ReplicaStore {
             .filter_map(|(_, l)| l.lock().ok().map(|l| l.bytes()))
             .sum();
         logs.retain(|(s, _), _| *s != source);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(freed),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(freed),
-            Err(e) => Err(e.into()),
-        }
+        self.root.remove_dir(&source_dir_name(source))?;
+        Ok(freed)
     }
 
     /// Bytes written for other brokers since start (for write amplification figures).
@@ -395,8 +402,9 @@ impl ReplicaStore {
             .unwrap_or(0)
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// Where the copies are, for messages.
+    pub fn location(&self) -> String {
+        self.root.location()
     }
 }
 
@@ -448,10 +456,21 @@ mod tests {
         TopicPartition::new(TopicId(uuid::Uuid::from_u128(7)), 0)
     }
 
+    /// The store's behaviour on either disk (the conformance of the seam it runs on is
+    /// `wal_disk`'s; this is the store's own, run on both).
+    fn on_both_disks(test: impl Fn(Arc<dyn WalDisk>)) {
+        let dir = tempfile::tempdir().expect("tmp");
+        test(crate::wal_disk::FsDisk::new(dir.path().join("replicas")));
+        test(Arc::new(crate::wal_disk::MemDisk::new("replicas")));
+    }
+
     #[test]
     fn stores_skips_resent_entries_and_survives_reopen() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        on_both_disks(stores_skips_resent_entries_and_survives_reopen_on);
+    }
+
+    fn stores_skips_resent_entries_and_survives_reopen_on(disk: Arc<dyn WalDisk>) {
+        let store = ReplicaStore::new(disk.clone(), 1 << 20);
         let log = store.log(2, 9).expect("log");
         let mut buf = Vec::new();
         for s in 0..3 {
@@ -463,7 +482,7 @@ mod tests {
         again.extend(entry(3, tp(), 1, b"batch"));
         assert_eq!(log.lock().expect("lock").append(&again).expect("append"), 4);
         drop(log);
-        let reopened = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        let reopened = ReplicaStore::new(disk, 1 << 20);
         let tail = reopened.tail(2).expect("tail");
         assert_eq!(tail.len(), 1);
         let (entries, valid) = parse_file(&tail[0].1);
@@ -474,8 +493,11 @@ mod tests {
 
     #[test]
     fn a_corrupt_frame_is_refused_and_trim_deletes_old_files() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = ReplicaStore::new(dir.path().to_path_buf(), 1);
+        on_both_disks(a_corrupt_frame_is_refused_and_trim_deletes_old_files_on);
+    }
+
+    fn a_corrupt_frame_is_refused_and_trim_deletes_old_files_on(disk: Arc<dyn WalDisk>) {
+        let store = ReplicaStore::new(disk, 1);
         let log = store.log(2, 1).expect("log");
         let mut bad = entry(0, tp(), 1, b"batch");
         let n = bad.len();
@@ -532,8 +554,11 @@ mod tests {
 
     #[test]
     fn dropping_a_source_removes_its_copies() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = ReplicaStore::new(dir.path().to_path_buf(), 1 << 20);
+        on_both_disks(dropping_a_source_removes_its_copies_on);
+    }
+
+    fn dropping_a_source_removes_its_copies_on(disk: Arc<dyn WalDisk>) {
+        let store = ReplicaStore::new(disk, 1 << 20);
         for (source, inc) in [(2, 7), (2, 8), (3, 1)] {
             store.log(source, inc).expect("log");
         }
@@ -541,5 +566,79 @@ mod tests {
         store.drop_source(2).expect("drop");
         assert_eq!(store.sources().expect("sources"), vec![3]);
         assert!(store.tail(2).expect("tail").is_empty());
+    }
+
+    #[test]
+    fn a_failed_append_is_never_half_read_and_the_next_one_starts_a_new_file() {
+        use crate::wal_disk::{DiskFaults, MemDisk};
+        let disk = MemDisk::new("b3");
+        let store = ReplicaStore::new(Arc::new(disk.clone()), 1 << 20);
+        let log = store.log(2, 1).expect("log");
+        let append = |seqs: std::ops::Range<u64>| {
+            let buf: Vec<u8> = seqs.flat_map(|s| entry(s, tp(), 1, b"batch")).collect();
+            log.lock().expect("lock").append(&buf)
+        };
+        assert_eq!(append(0..2).expect("append"), 2);
+        // A full disk stores half of the next frame, an fsync failure leaves it unsynced:
+        // either way the copy answers for what it held before, and the source's resend
+        // lands whole in a new file.
+        for faults in [
+            DiskFaults {
+                full: true,
+                sync_fails: false,
+            },
+            DiskFaults {
+                full: false,
+                sync_fails: true,
+            },
+        ] {
+            disk.set_faults(faults);
+            let before = log.lock().expect("lock").next();
+            assert!(append(before..before + 2).is_err(), "{faults:?}");
+            let (entries, valid) = parse_file(&log.lock().expect("lock").read_all().expect("read"));
+            assert_eq!(entries.len() as u64, before, "{faults:?}");
+            assert_eq!(entries.last().map(|e| e.sequence), Some(before - 1));
+            assert!(valid > 0);
+            disk.set_faults(DiskFaults::default());
+            assert_eq!(append(before..before + 2).expect("resend"), before + 2);
+        }
+        let seqs = |bytes: &[u8]| -> Vec<u64> {
+            let (entries, valid) = parse_file(bytes);
+            assert_eq!(valid, bytes.len());
+            entries.iter().map(|e| e.sequence).collect()
+        };
+        assert_eq!(
+            seqs(&log.lock().expect("lock").read_all().expect("read")),
+            (0..6).collect::<Vec<_>>()
+        );
+        // A crash keeps the synced files; a reopen cuts each at its last whole entry and
+        // answers the same entries.
+        drop(log);
+        disk.crash(|_, pending| pending / 2);
+        let reopened = ReplicaStore::new(Arc::new(disk.clone()), 1 << 20);
+        let tail = reopened.tail(2).expect("tail");
+        assert_eq!(tail.len(), 1);
+        assert_eq!(seqs(&tail[0].1), (0..6).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failure_on_a_fresh_file_starts_that_file_over() {
+        use crate::wal_disk::{DiskFaults, MemDisk};
+        let disk = MemDisk::new("b3");
+        let store = ReplicaStore::new(Arc::new(disk.clone()), 1 << 20);
+        let log = store.log(2, 1).expect("log");
+        disk.set_faults(DiskFaults {
+            full: true,
+            sync_fails: false,
+        });
+        let first = entry(0, tp(), 1, b"batch");
+        assert!(log.lock().expect("lock").append(&first).is_err());
+        disk.set_faults(DiskFaults::default());
+        assert_eq!(log.lock().expect("lock").append(&first).expect("again"), 1);
+        let all = log.lock().expect("lock").read_all().expect("read");
+        assert_eq!(
+            all, first,
+            "the half frame is gone, the whole one is there once"
+        );
     }
 }

@@ -7,7 +7,10 @@
 //! part of what was not, and a disk lost entirely (a replaced instance).
 //!
 //! Names are plain file names inside one directory (`{first_sequence:020}.wal`,
-//! `incarnation`); the WAL has no subdirectories.
+//! `incarnation`); the WAL has no subdirectories. The replica store keeps other brokers'
+//! WAL copies in a tree of them (`b{source}/{incarnation}/…`), through the same trait:
+//! [`WalDisk::subdir`] is a directory inside this one (on the same disk, so a crash or a
+//! lost disk takes both), [`WalDisk::list_dirs`] and [`WalDisk::remove_dir`] the rest.
 //!
 //! Whether the writer runs on a dedicated thread ([`WalDisk::blocking`]): a real fsync
 //! blocks for milliseconds, so production writes on its own thread; the in-memory disk never
@@ -38,6 +41,15 @@ pub trait WalDisk: Send + Sync + 'static {
     /// Replaces a small file atomically and durably (a crash leaves the old or the new
     /// content, never a mix).
     fn write_atomic(&self, name: &str, data: &[u8]) -> io::Result<()>;
+    /// The directory `name` inside this one, on the same disk (created by its
+    /// [`WalDisk::create_dir`]). [`WalDisk::list`] does not show it.
+    fn subdir(&self, name: &str) -> Arc<dyn WalDisk>;
+    /// The names of the directories inside this one, in no particular order (none if this
+    /// one does not exist).
+    fn list_dirs(&self) -> io::Result<Vec<String>>;
+    /// Deletes the directory `name` inside this one with everything in it (nothing to do if
+    /// it does not exist).
+    fn remove_dir(&self, name: &str) -> io::Result<()>;
     /// Where the files are, for messages.
     fn location(&self) -> String;
     /// Whether calls block the calling thread (then the writer gets a thread of its own).
@@ -68,6 +80,21 @@ impl FsDisk {
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }
+
+    /// The names of the files (or of the directories) in the directory.
+    fn entries(&self, dirs: bool) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for dirent in std::fs::read_dir(&self.dir)? {
+            let dirent = dirent?;
+            if dirent.file_type()?.is_dir() != dirs {
+                continue;
+            }
+            if let Some(name) = dirent.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
 }
 
 impl WalDisk for FsDisk {
@@ -76,13 +103,7 @@ impl WalDisk for FsDisk {
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
-        let mut names = Vec::new();
-        for dirent in std::fs::read_dir(&self.dir)? {
-            if let Some(name) = dirent?.file_name().to_str() {
-                names.push(name.to_owned());
-            }
-        }
-        Ok(names)
+        self.entries(false)
     }
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
@@ -118,6 +139,24 @@ impl WalDisk for FsDisk {
         f.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(name))?;
         self.sync_dir()
+    }
+
+    fn subdir(&self, name: &str) -> Arc<dyn WalDisk> {
+        FsDisk::new(self.dir.join(name))
+    }
+
+    fn list_dirs(&self) -> io::Result<Vec<String>> {
+        match self.entries(true) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            other => other,
+        }
+    }
+
+    fn remove_dir(&self, name: &str) -> io::Result<()> {
+        match std::fs::remove_dir_all(self.dir.join(name)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
     }
 
     fn location(&self) -> String {
@@ -174,6 +213,8 @@ impl MemFile {
 #[derive(Default)]
 struct MemState {
     files: BTreeMap<String, MemFile>,
+    /// Directories made by `create_dir` (paths ending in `/`), so an empty one is listed.
+    dirs: std::collections::BTreeSet<String>,
     faults: DiskFaults,
     /// Bumped by a crash or a loss: handles opened before it fail, as a dead process's
     /// descriptors would.
@@ -181,11 +222,14 @@ struct MemState {
 }
 
 /// A simulated disk in memory; clones share it (the disk outlives the broker process that
-/// crashes on it).
+/// crashes on it). Its directories are name prefixes (`dir/`), so a crash, a loss or an
+/// injected failure applies to every directory of the disk.
 #[derive(Clone, Default)]
 pub struct MemDisk {
     state: Arc<Mutex<MemState>>,
     name: String,
+    /// This directory's path on the disk: empty, or ending in `/`.
+    prefix: String,
 }
 
 fn lock(m: &Mutex<MemState>) -> MutexGuard<'_, MemState> {
@@ -209,7 +253,21 @@ impl MemDisk {
         MemDisk {
             state: Arc::default(),
             name: name.into(),
+            prefix: String::new(),
         }
+    }
+
+    /// The path on the disk of `name` in this directory.
+    fn path(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// What follows this directory's prefix in each path under it.
+    fn below<'a>(&self, s: &'a MemState) -> impl Iterator<Item = &'a str> + 'a {
+        let prefix = self.prefix.clone();
+        s.files
+            .keys()
+            .filter_map(move |k| k.strip_prefix(prefix.as_str()))
     }
 
     /// Sets the failures later calls see.
@@ -240,6 +298,7 @@ impl MemDisk {
         let mut s = lock(&self.state);
         s.generation += 1;
         s.files.clear();
+        s.dirs.clear();
     }
 
     /// Bytes held, durable or not.
@@ -254,27 +313,37 @@ impl MemDisk {
 
 impl WalDisk for MemDisk {
     fn create_dir(&self) -> io::Result<()> {
+        // `a/b/` and its parents, as `mkdir -p`.
+        let mut s = lock(&self.state);
+        for (i, _) in self.prefix.match_indices('/') {
+            s.dirs.insert(self.prefix[..=i].to_owned());
+        }
         Ok(())
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
-        Ok(lock(&self.state).files.keys().cloned().collect())
+        let s = lock(&self.state);
+        Ok(self
+            .below(&s)
+            .filter(|rest| !rest.contains('/'))
+            .map(str::to_owned)
+            .collect())
     }
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         lock(&self.state)
             .files
-            .get(name)
+            .get(&self.path(name))
             .map(MemFile::content)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
 
     fn open_append(&self, name: &str) -> io::Result<Box<dyn WalDiskFile>> {
         let mut s = lock(&self.state);
-        s.files.entry(name.to_owned()).or_default();
+        s.files.entry(self.path(name)).or_default();
         Ok(Box::new(MemHandle {
             state: self.state.clone(),
-            name: name.to_owned(),
+            name: self.path(name),
             generation: s.generation,
         }))
     }
@@ -283,7 +352,7 @@ impl WalDisk for MemDisk {
         let mut s = lock(&self.state);
         let f = s
             .files
-            .get_mut(name)
+            .get_mut(&self.path(name))
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         truncate_file(f, len);
         Ok(())
@@ -292,7 +361,7 @@ impl WalDisk for MemDisk {
     fn remove(&self, name: &str) -> io::Result<()> {
         lock(&self.state)
             .files
-            .remove(name)
+            .remove(&self.path(name))
             .map(|_| ())
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
@@ -303,7 +372,7 @@ impl WalDisk for MemDisk {
             return Err(enospc());
         }
         s.files.insert(
-            name.to_owned(),
+            self.path(name),
             MemFile {
                 durable: data.to_vec(),
                 pending: Vec::new(),
@@ -312,8 +381,38 @@ impl WalDisk for MemDisk {
         Ok(())
     }
 
+    fn subdir(&self, name: &str) -> Arc<dyn WalDisk> {
+        Arc::new(MemDisk {
+            state: self.state.clone(),
+            name: self.name.clone(),
+            prefix: format!("{}{name}/", self.prefix),
+        })
+    }
+
+    fn list_dirs(&self) -> io::Result<Vec<String>> {
+        let s = lock(&self.state);
+        let made = s
+            .dirs
+            .iter()
+            .filter_map(|d| d.strip_prefix(self.prefix.as_str()));
+        let dirs: std::collections::BTreeSet<&str> = self
+            .below(&s)
+            .chain(made)
+            .filter_map(|rest| rest.split_once('/').map(|(dir, _)| dir))
+            .collect();
+        Ok(dirs.into_iter().map(str::to_owned).collect())
+    }
+
+    fn remove_dir(&self, name: &str) -> io::Result<()> {
+        let inside = format!("{}{name}/", self.prefix);
+        let mut s = lock(&self.state);
+        s.files.retain(|k, _| !k.starts_with(&inside));
+        s.dirs.retain(|d| !d.starts_with(&inside));
+        Ok(())
+    }
+
     fn location(&self) -> String {
-        format!("memory disk {}", self.name)
+        format!("memory disk {}:/{}", self.name, self.prefix)
     }
 
     fn blocking(&self) -> bool {
@@ -419,6 +518,33 @@ mod tests {
         assert_eq!(disk.list().expect("ls"), vec!["incarnation".to_string()]);
         assert!(disk.remove("a.wal").is_err(), "removing twice fails");
         assert!(!disk.location().is_empty());
+
+        // Directories: files inside them are not this directory's, and go with them.
+        assert!(disk.list_dirs().expect("ls -d").is_empty());
+        let sub = disk.subdir("b2");
+        assert!(sub.list_dirs().expect("absent dir").is_empty());
+        let inner = sub.subdir("0001");
+        inner.create_dir().expect("mkdir -p");
+        let mut h = inner.open_append("1.wal").expect("open inside");
+        h.write_all(b"copy").expect("write");
+        h.sync().expect("sync");
+        // An empty directory is listed too.
+        sub.subdir("0002").create_dir().expect("mkdir");
+        assert_eq!(inner.read("1.wal").expect("read"), b"copy");
+        assert_eq!(inner.list().expect("ls"), vec!["1.wal".to_string()]);
+        assert_eq!(disk.list().expect("ls"), vec!["incarnation".to_string()]);
+        assert_eq!(disk.list_dirs().expect("ls -d"), vec!["b2".to_string()]);
+        assert!(sub.list().expect("ls").is_empty());
+        let mut incs = sub.list_dirs().expect("ls -d");
+        incs.sort();
+        assert_eq!(incs, vec!["0001".to_string(), "0002".to_string()]);
+        sub.remove_dir("0001").expect("rm -r");
+        sub.remove_dir("0001").expect("rm -r of nothing");
+        assert_eq!(sub.list_dirs().expect("ls -d"), vec!["0002".to_string()]);
+        assert!(inner.read("1.wal").is_err());
+        disk.remove_dir("b2").expect("rm -r");
+        assert!(disk.list_dirs().expect("ls -d").is_empty());
+        assert_eq!(disk.read("incarnation").expect("kept"), b"2\n");
     }
 
     #[test]
@@ -451,8 +577,15 @@ mod tests {
         // The crashed process's handle is dead.
         assert!(f.write_all(b"x").is_err());
         assert!(f.sync().is_err());
+        // A directory is on the same disk: the crash tears its files too, a loss takes them.
+        let sub = disk.subdir("replicas");
+        let mut g = sub.open_append("c").expect("open");
+        g.write_all(b"copy").expect("write");
+        disk.crash(|_, pending| pending / 2);
+        assert_eq!(sub.read("c").expect("read"), b"co");
         disk.lose();
         assert!(disk.list().expect("ls").is_empty());
+        assert!(sub.read("c").is_err());
     }
 
     #[test]

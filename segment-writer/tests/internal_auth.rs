@@ -70,7 +70,10 @@ impl Replica {
     /// trim would delete some).
     async fn start(s: Secrets) -> Replica {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(ReplicaStore::new(dir.path().join("replicas"), 512));
+        let store = Arc::new(ReplicaStore::new(
+            oxbow_segment_writer::wal_disk::FsDisk::new(dir.path().join("replicas")),
+            512,
+        ));
         {
             let copy = store.log(SOURCE, INCARNATION).expect("copy");
             let mut copy = copy.lock().expect("lock");
@@ -342,7 +345,10 @@ async fn a_dialer_with_a_secret_and_a_server_without_do_not_talk() {
     // The server runs without a secret (the old behaviour): it reads the dialer's magic as
     // an oversized frame length and closes; the dialer fails its handshake.
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(ReplicaStore::new(dir.path().join("replicas"), 512));
+    let store = Arc::new(ReplicaStore::new(
+        oxbow_segment_writer::wal_disk::FsDisk::new(dir.path().join("replicas")),
+        512,
+    ));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let stop = CancellationToken::new();

@@ -125,7 +125,10 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
     metadata.revoke_lease(lease.id).await.expect("revoke");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
-    let store = Arc::new(ReplicaStore::new(dir.path().join("b2/replicas"), 1 << 20));
+    let store = Arc::new(ReplicaStore::new(
+        oxbow_segment_writer::wal_disk::FsDisk::new(dir.path().join("b2/replicas")),
+        1 << 20,
+    ));
     // As an in-sync replica does, it holds a copy of the recorded incarnation, begun at or
     // below the source's sealed floor (empty: all trimmed); a replica without one (its disk
     // lost), or whose copy began above the floor, would not count as in sync.

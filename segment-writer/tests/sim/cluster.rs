@@ -22,7 +22,7 @@ use oxbow_metadata::{
 use oxbow_segment_writer::faulty_store::FaultyObjectStore;
 use oxbow_segment_writer::internal_auth::Secrets;
 use oxbow_segment_writer::transport::SimNet;
-use oxbow_segment_writer::wal_disk::MemDisk;
+use oxbow_segment_writer::wal_disk::{MemDisk, WalDisk};
 use oxbow_segment_writer::{
     run_compactor, run_sealer, serve_internal, CompactSettings, Leadership, LogComponents,
     LogManager, LogSettings, ReplicationSettings, Retention, RetentionPolicies, WalSettings,
@@ -337,9 +337,9 @@ impl Cluster {
         }
     }
 
-    /// Where the broker's replica store (other brokers' WAL copies) lives: real files in
-    /// the run's temporary directory (see ARCHITECTURE.md on what the simulation does not
-    /// model).
+    /// The broker's directory, for the paths its settings name: its WAL and its replica
+    /// store (other brokers' WAL copies) are both on its simulated disk, so nothing is
+    /// written here.
     fn replica_root(&self, id: BrokerId) -> PathBuf {
         self.root.path().join(format!("b{id}"))
     }
@@ -402,6 +402,8 @@ impl Cluster {
             clock: self.clock.clone(),
             rng: SeededRng::new(self.seed ^ ((id as u64) << 32) ^ start),
             wal_disk: Some(Arc::new(self.disks.get(&id)?.clone())),
+            // The same disk: a crash tears both, a failed fsync or a full disk fails both.
+            replica_disk: Some(self.disks.get(&id)?.subdir("replicas")),
             transport: self.net.transport(&zone(id)),
         };
         let opened = LogManager::open_with(
@@ -545,8 +547,8 @@ impl Cluster {
             }
         });
         if lose_disk {
+            // Its WAL and its copies of the others' go together.
             disk.lose();
-            let _ = std::fs::remove_dir_all(self.replica_root(id));
         }
         drop(b);
         true
