@@ -219,14 +219,16 @@ stage_fuzz() {
     fi
 }
 
-# The fixed seeds (OXBOW_SIM_SEEDS, 24 by default, and OXBOW_SIM_LIFECYCLE_SEEDS, 12, with
-# the compactor running) run in `cargo test --workspace`; this runs more of both:
-# `scripts/test.sh sim --seeds 500` (seeds from OXBOW_SIM_FIRST_SEED, default 1).
+# The fixed seeds (OXBOW_SIM_SEEDS, 24 by default; OXBOW_SIM_LIFECYCLE_SEEDS, 12, with the
+# compactor running; OXBOW_SIM_COMPACTION_SEEDS, 12, on a key-compacted topic) run in
+# `cargo test --workspace`; this runs more of each: `scripts/test.sh sim --seeds 500`
+# (seeds from OXBOW_SIM_FIRST_SEED, default 1).
 stage_sim() {
-    section "deterministic simulation (${SIM_SEEDS:-200} seeds, then as many with the storage lifecycle)"
+    section "deterministic simulation (${SIM_SEEDS:-200} seeds, then as many with the storage lifecycle and with key compaction)"
     OXBOW_SIM_SEEDS="${SIM_SEEDS:-200}" OXBOW_SIM_LIFECYCLE_SEEDS="${SIM_SEEDS:-200}" \
+        OXBOW_SIM_COMPACTION_SEEDS="${SIM_SEEDS:-200}" \
         bounded cargo test -p oxbow-segment-writer --test sim -- --nocapture \
-        fixed_seeds lifecycle_seeds || return 1
+        fixed_seeds lifecycle_seeds compaction_seeds || return 1
 }
 
 # ------------------------------------------------------------------ e2e ----

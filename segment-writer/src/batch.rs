@@ -269,6 +269,33 @@ pub mod testing {
         b
     }
 
+    /// [`make_idempotent_batch`] whose records carry one-byte keys, one record per key
+    /// (at most 63 records: every varint stays one byte).
+    pub fn make_keyed_idempotent_batch(
+        keys: &[u8],
+        timestamp: i64,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> Vec<u8> {
+        let count = keys.len().min(63) as i32;
+        let mut b =
+            make_idempotent_batch(count, timestamp, producer_id, producer_epoch, base_sequence);
+        b.truncate(BATCH_HEADER_BYTES);
+        for (i, key) in keys.iter().take(63).enumerate() {
+            // attributes, timestampDelta, offsetDelta, keyLen(1), key, valueLen(1), 'x',
+            // headers(0), as zigzag varints.
+            let body = [0u8, (i as u8) << 1, (i as u8) << 1, 2, *key, 2, b'x', 0];
+            b.push((body.len() as u8) << 1);
+            b.extend_from_slice(&body);
+        }
+        let length = (b.len() - BATCH_LOG_OVERHEAD) as i32;
+        b[OFFSET_LENGTH..OFFSET_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&b[OFFSET_ATTRIBUTES..]);
+        b[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
     /// [`make_batch`] from an idempotent producer: id, epoch and first sequence set.
     pub fn make_idempotent_batch(
         count: i32,

@@ -23,7 +23,11 @@
 //!    leader changes and restarts too;
 //! 10. retention removes only what expired (the lifecycle runs): every acknowledged record
 //!     below a served log start was either below a DeleteRecords request or older than
-//!     `retention.ms` by the latest wall time any broker's clock could have read by then.
+//!     `retention.ms` by the latest wall time any broker's clock could have read by then;
+//! 11. key compaction removes a record only behind a later record of its key (compacted
+//!     runs): every acknowledged record missing from the final log, and every record a
+//!     consumer read that is gone, has a later record of its key there; a consumer may skip
+//!     only offsets the final log does not hold; batches keep their ranges.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,6 +53,9 @@ pub struct Ack {
 pub struct StoredBatch {
     pub base_offset: i64,
     pub last_offset: i64,
+    /// The offsets of the records it holds: all of `base_offset..=last_offset`, fewer once
+    /// key compaction removed some (the header keeps the batch's range).
+    pub offsets: Vec<i64>,
     pub leader_epoch: i32,
     pub producer_id: i64,
     pub base_sequence: i32,
@@ -159,18 +166,67 @@ impl History {
     }
 }
 
+/// How many keys a compacted run's producers write to (few, so most records are
+/// superseded and every cleaning removes something).
+pub const KEYS: u64 = 6;
+
+/// The key of a compacted run's record: a function of who wrote it, so the checker knows
+/// the key of every acknowledged record and of every record it finds.
+pub fn key_of(producer_id: i64, sequence: i32) -> u8 {
+    let mix = (producer_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (sequence as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    b'a' + ((mix >> 29) % KEYS) as u8
+}
+
 /// Checks the history against the final logs (partition → batches from its log start,
-/// the first one holding it) and the final log starts.
+/// the first one holding it) and the final log starts. `compacted`: the topic is
+/// key-compacted, so a record may be missing behind a later record of its key (rule 11).
 pub fn check(
     h: &History,
     logs: &BTreeMap<i32, Vec<StoredBatch>>,
     starts: &BTreeMap<i32, i64>,
+    compacted: bool,
 ) -> Vec<String> {
     let mut out = h.violations.clone();
     let start_of = |p: i32| starts.get(&p).copied().unwrap_or(0);
+    // Every record of the final logs: partition → offset → (producer, sequence).
+    let present: BTreeMap<i32, BTreeMap<i64, (i64, i32)>> = logs
+        .iter()
+        .map(|(p, bs)| {
+            let records = bs
+                .iter()
+                .flat_map(|b| {
+                    b.offsets.iter().map(move |&o| {
+                        (
+                            o,
+                            (b.producer_id, b.base_sequence + (o - b.base_offset) as i32),
+                        )
+                    })
+                })
+                .collect();
+            (*p, records)
+        })
+        .collect();
+    // The last offset of each key in the final logs (compacted runs).
+    let latest: BTreeMap<(i32, u8), i64> = present
+        .iter()
+        .flat_map(|(p, records)| {
+            records
+                .iter()
+                .map(move |(&o, &(pid, seq))| ((*p, key_of(pid, seq)), o))
+        })
+        .collect();
+    // Rule 11: compaction removed the record at `offset` only behind a later one of its key.
+    let superseded = |p: i32, offset: i64, pid: i64, seq: i32| {
+        compacted
+            && latest
+                .get(&(p, key_of(pid, seq)))
+                .is_some_and(|&l| l > offset)
+    };
     for (p, batches) in logs {
         let mut next = batches.first().map_or(0, |b| b.base_offset);
-        if next > start_of(*p) {
+        // (Compacted: the batches at the start may have been emptied and dropped.)
+        if next > start_of(*p) && !compacted {
             out.push(format!(
                 "p{p}: the log begins at {next}, past its log start {}",
                 start_of(*p)
@@ -179,7 +235,10 @@ pub fn check(
         let mut epoch = i32::MIN;
         let mut seen = BTreeSet::new();
         for b in batches {
-            if b.base_offset != next {
+            // Compaction drops batches it emptied: later batches start further on, never
+            // before the previous one's end.
+            let gap_allowed = compacted && b.base_offset > next;
+            if b.base_offset != next && !gap_allowed {
                 out.push(format!(
                     "p{p}: offsets not dense: a batch at {} after one ending at {}",
                     b.base_offset,
@@ -193,80 +252,98 @@ pub fn check(
                 ));
             }
             epoch = epoch.max(b.leader_epoch);
-            let count = (b.last_offset - b.base_offset + 1) as i32;
-            for i in 0..count {
-                if !seen.insert((b.producer_id, b.base_sequence + i)) {
+            if !compacted && b.offsets.len() as i64 != b.last_offset - b.base_offset + 1 {
+                out.push(format!(
+                    "p{p}: the batch at {}..={} holds {} records",
+                    b.base_offset,
+                    b.last_offset,
+                    b.offsets.len()
+                ));
+            }
+            for &o in &b.offsets {
+                let seq = b.base_sequence + (o - b.base_offset) as i32;
+                if !seen.insert((b.producer_id, seq)) {
                     out.push(format!(
-                        "p{p}: producer {} sequence {} stored twice (again at offset {})",
+                        "p{p}: producer {} sequence {seq} stored twice (again at offset {o})",
                         b.producer_id,
-                        b.base_sequence + i,
-                        b.base_offset + i64::from(i)
                     ));
                 }
             }
             next = b.last_offset + 1;
         }
     }
+    let none = BTreeMap::new();
     for a in &h.acks {
         // Wholly below the log start: deleted, as asked (rule 1 is about the rest).
         if a.base_offset + i64::from(a.count) <= start_of(a.partition) {
             continue;
         }
+        let records = present.get(&a.partition).unwrap_or(&none);
         let found = logs
             .get(&a.partition)
             .and_then(|bs| bs.iter().find(|b| b.base_offset == a.base_offset));
-        match found {
-            None => out.push(format!(
-                "p{}: acknowledged batch lost: producer {} sequence {}..{} at offset {}",
-                a.partition,
-                a.producer_id,
-                a.base_sequence,
-                a.base_sequence + a.count,
-                a.base_offset
-            )),
-            Some(b) => {
-                let count = (b.last_offset - b.base_offset + 1) as i32;
-                if b.producer_id != a.producer_id
-                    || b.base_sequence != a.base_sequence
-                    || count != a.count
-                {
-                    out.push(format!(
-                        "p{}: acknowledged batch lost: offset {} holds producer {} sequence {} ({} records), acknowledged producer {} sequence {} ({} records)",
-                        a.partition, a.base_offset, b.producer_id, b.base_sequence, count,
-                        a.producer_id, a.base_sequence, a.count
-                    ));
-                } else if !a.duplicate && b.leader_epoch != a.leader_epoch {
-                    out.push(format!(
-                        "p{}: offset {} acknowledged under epoch {} but stored under epoch {}: a fenced leader acknowledged it",
-                        a.partition, a.base_offset, a.leader_epoch, b.leader_epoch
-                    ));
-                }
+        if let Some(b) = found {
+            let count = (b.last_offset - b.base_offset + 1) as i32;
+            if b.producer_id != a.producer_id
+                || b.base_sequence != a.base_sequence
+                || count != a.count
+            {
+                out.push(format!(
+                    "p{}: acknowledged batch lost: offset {} holds producer {} sequence {} ({} records), acknowledged producer {} sequence {} ({} records)",
+                    a.partition, a.base_offset, b.producer_id, b.base_sequence, count,
+                    a.producer_id, a.base_sequence, a.count
+                ));
+                continue;
+            } else if !a.duplicate && b.leader_epoch != a.leader_epoch {
+                out.push(format!(
+                    "p{}: offset {} acknowledged under epoch {} but stored under epoch {}: a fenced leader acknowledged it",
+                    a.partition, a.base_offset, a.leader_epoch, b.leader_epoch
+                ));
             }
         }
+        // Record by record: each is there, or (compacted) superseded by a later one of its
+        // key, or below the log start.
+        for i in 0..a.count {
+            let offset = a.base_offset + i64::from(i);
+            let seq = a.base_sequence + i;
+            if offset < start_of(a.partition) || records.get(&offset) == Some(&(a.producer_id, seq))
+            {
+                continue;
+            }
+            if records.get(&offset).is_none() && superseded(a.partition, offset, a.producer_id, seq)
+            {
+                continue;
+            }
+            out.push(format!(
+                "p{}: acknowledged record lost: producer {} sequence {seq} at offset {offset} (batch {}..{}); the final log holds {:?} there{}",
+                a.partition,
+                a.producer_id,
+                a.base_offset,
+                a.base_offset + i64::from(a.count),
+                records.get(&offset),
+                if compacted {
+                    format!(", and key {} last at {:?}", key_of(a.producer_id, seq) as char,
+                        latest.get(&(a.partition, key_of(a.producer_id, seq))))
+                } else {
+                    String::new()
+                }
+            ));
+            break;
+        }
     }
-    for (p, records) in &h.consumed {
-        let stored: BTreeMap<i64, (i64, i32)> = logs
-            .get(p)
-            .map(|bs| {
-                bs.iter()
-                    .flat_map(|b| {
-                        (b.base_offset..=b.last_offset).map(move |o| {
-                            (
-                                o,
-                                (b.producer_id, b.base_sequence + (o - b.base_offset) as i32),
-                            )
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+    for (p, read) in &h.consumed {
+        let stored = present.get(p).unwrap_or(&none);
         let mut expect = 0i64;
         // A consumer below the log start resets to it (auto.offset.reset): a skip forward to
         // at most the highest log start set, or the final one, is that reset.
         let reset_to = h.log_starts.get(p).copied().unwrap_or(0).max(start_of(*p));
-        for &(offset, pid, seq) in records {
+        for &(offset, pid, seq) in read {
             let reset = offset > expect && offset <= reset_to;
-            if offset != expect && !reset {
+            // Compacted: a skip over offsets the final log does not hold (removed before the
+            // consumer got there) is no skip.
+            let compacted_away =
+                compacted && offset > expect && stored.range(expect..offset).next().is_none();
+            if offset != expect && !reset && !compacted_away {
                 out.push(format!(
                     "p{p}: the consumer read offset {offset} after {} (a {})",
                     expect - 1,
@@ -278,7 +355,9 @@ pub fn check(
             if offset < start_of(*p) {
                 continue;
             }
-            if stored.get(&offset) != Some(&(pid, seq)) {
+            if stored.get(&offset) != Some(&(pid, seq))
+                && !(stored.get(&offset).is_none() && superseded(*p, offset, pid, seq))
+            {
                 out.push(format!(
                     "p{p}: the consumer read producer {pid} sequence {seq} at offset {offset}, which the final log does not hold there ({:?})",
                     stored.get(&offset)
@@ -299,6 +378,7 @@ mod tests {
         StoredBatch {
             base_offset: base,
             last_offset: last,
+            offsets: (base..=last).collect(),
             leader_epoch: epoch,
             producer_id: pid,
             base_sequence: seq,
@@ -373,25 +453,29 @@ mod tests {
         h.consumed.insert(0, vec![(0, 7, 0), (1, 7, 1), (2, 7, 2)]);
         let none = BTreeMap::new();
         assert!(
-            check(&h, &good, &none).is_empty(),
+            check(&h, &good, &none, false).is_empty(),
             "{:?}",
-            check(&h, &good, &none)
+            check(&h, &good, &none, false)
         );
 
         let gap = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(3, 3, 1, 7, 2)])]);
-        assert!(check(&h, &gap, &none)
+        assert!(check(&h, &gap, &none, false)
             .iter()
             .any(|v| v.contains("not dense")));
         let lost = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0)])]);
-        assert!(check(&h, &lost, &none).iter().any(|v| v.contains("lost")));
+        assert!(check(&h, &lost, &none, false)
+            .iter()
+            .any(|v| v.contains("lost")));
         let dup = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 3, 1, 7, 0)])]);
-        assert!(check(&h, &dup, &none).iter().any(|v| v.contains("twice")));
+        assert!(check(&h, &dup, &none, false)
+            .iter()
+            .any(|v| v.contains("twice")));
         let fenced = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 2, 2, 7, 2)])]);
-        assert!(check(&h, &fenced, &none)
+        assert!(check(&h, &fenced, &none, false)
             .iter()
             .any(|v| v.contains("fenced")));
         let back = BTreeMap::from([(0, vec![batch(0, 1, 3, 7, 0), batch(2, 2, 1, 7, 2)])]);
-        assert!(check(&h, &back, &none)
+        assert!(check(&h, &back, &none, false)
             .iter()
             .any(|v| v.contains("went back")));
 
@@ -399,12 +483,12 @@ mod tests {
         rewind
             .consumed
             .insert(0, vec![(0, 7, 0), (1, 7, 1), (0, 7, 0)]);
-        assert!(check(&rewind, &good, &none)
+        assert!(check(&rewind, &good, &none, false)
             .iter()
             .any(|v| v.contains("rewind")));
         let mut skip = History::default();
         skip.consumed.insert(0, vec![(0, 7, 0), (2, 7, 2)]);
-        assert!(check(&skip, &good, &none)
+        assert!(check(&skip, &good, &none, false)
             .iter()
             .any(|v| v.contains("skip")));
 
@@ -413,9 +497,9 @@ mod tests {
         let trimmed = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
         let starts = BTreeMap::from([(0, 2)]);
         assert!(
-            check(&h, &trimmed, &starts).is_empty(),
+            check(&h, &trimmed, &starts, false).is_empty(),
             "{:?}",
-            check(&h, &trimmed, &starts)
+            check(&h, &trimmed, &starts, false)
         );
         let mut reset = History {
             acks: h.acks.clone(),
@@ -423,17 +507,84 @@ mod tests {
         };
         reset.set_log_start(0, 2);
         reset.consumed.insert(0, vec![(2, 7, 2)]);
-        assert!(check(&reset, &trimmed, &starts).is_empty());
+        assert!(check(&reset, &trimmed, &starts, false).is_empty());
         let mut past = History::default();
         past.consumed.insert(0, vec![(0, 7, 0), (3, 7, 3)]);
         let longer = BTreeMap::from([(0, vec![batch(2, 3, 1, 7, 2)])]);
-        assert!(check(&past, &longer, &starts)
+        assert!(check(&past, &longer, &starts, false)
             .iter()
             .any(|v| v.contains("skip")));
         // A log that begins past its log start lost what was between.
         let begins_late = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
-        assert!(check(&History::default(), &begins_late, &none)
+        assert!(check(&History::default(), &begins_late, &none, false)
             .iter()
             .any(|v| v.contains("past its log start")));
+    }
+
+    #[test]
+    fn compaction_may_remove_a_record_only_behind_a_later_one_of_its_key() {
+        // Producer 7's sequences 0..8 at offsets 0..8: find a sequence whose key comes back
+        // later, and the last sequence of some key.
+        let seqs: Vec<i32> = (0..8).collect();
+        let older = *seqs
+            .iter()
+            .find(|&&s| seqs.iter().any(|&l| l > s && key_of(7, l) == key_of(7, s)))
+            .expect("six keys over eight records repeat one");
+        let last_of_key = |s: i32| !seqs.iter().any(|&l| l > s && key_of(7, l) == key_of(7, s));
+        let newest = *seqs
+            .iter()
+            .find(|&&s| last_of_key(s))
+            .expect("some key ends");
+        let h = History {
+            acks: vec![ack(0, 8, 0, 7, 0)],
+            ..History::default()
+        };
+        let without = |gone: i32| {
+            let mut b = batch(0, 7, 0, 7, 0);
+            b.offsets.retain(|&o| o != i64::from(gone));
+            BTreeMap::from([(0, vec![b])])
+        };
+        let none = BTreeMap::new();
+        // The older value of a key may go in a compacted topic, not in another.
+        let compacted = without(older);
+        assert!(
+            check(&h, &compacted, &none, true).is_empty(),
+            "{:?}",
+            check(&h, &compacted, &none, true)
+        );
+        assert!(check(&h, &compacted, &none, false)
+            .iter()
+            .any(|v| v.contains("lost")));
+        // A key's last record may not.
+        let lost = without(newest);
+        assert!(check(&h, &lost, &none, true)
+            .iter()
+            .any(|v| v.contains("lost")));
+        // A consumer that read past the removed offset did not skip; one that missed a
+        // record still there did.
+        let mut read = History::default();
+        read.consumed.insert(
+            0,
+            (0..8)
+                .filter(|&s| s != older)
+                .map(|s| (i64::from(s), 7, s))
+                .collect(),
+        );
+        assert!(check(&read, &compacted, &none, true).is_empty());
+        assert!(check(&read, &without(99), &none, true)
+            .iter()
+            .any(|v| v.contains("skip")));
+        // A batch emptied and dropped leaves a gap the next batch may start after.
+        let dropped = BTreeMap::from([(0, vec![batch(0, 3, 0, 7, 0), batch(6, 7, 0, 7, 6)])]);
+        let two = History {
+            acks: vec![ack(0, 4, 0, 7, 0), ack(6, 2, 0, 7, 6)],
+            ..History::default()
+        };
+        assert!(check(&two, &dropped, &none, true)
+            .iter()
+            .all(|v| !v.contains("dense")));
+        assert!(check(&two, &dropped, &none, false)
+            .iter()
+            .any(|v| v.contains("dense")));
     }
 }

@@ -16,8 +16,10 @@
 //! Knobs: `OXBOW_SIM_SEEDS` (seeds for `fixed_seeds`, default 24),
 //! `OXBOW_SIM_LIFECYCLE_SEEDS` (seeds for `lifecycle_seeds`, default 12: the same faults
 //! with every broker's compactor running — segment merges, time retention, deletions),
+//! `OXBOW_SIM_COMPACTION_SEEDS` (seeds for `compaction_seeds`, default 12: a keyed,
+//! key-compacted topic),
 //! `OXBOW_SIM_FIRST_SEED` (default 1), `OXBOW_SIM_SEED` (the one seed `one_seed` runs;
-//! `OXBOW_SIM_LIFECYCLE=1` with the lifecycle), `OXBOW_SIM_KEEP_GOING` (run every seed,
+//! `OXBOW_SIM_LIFECYCLE=1` with the lifecycle, `=compact` with key compaction), `OXBOW_SIM_KEEP_GOING` (run every seed,
 //! then list the failing ones).
 
 mod cluster;
@@ -26,7 +28,7 @@ mod meta;
 mod schedule;
 mod workload;
 
-use cluster::{Cluster, Lifecycle, LifecycleCounts, BROKERS, LIFECYCLE};
+use cluster::{Cluster, Lifecycle, LifecycleCounts, BROKERS, KEY_COMPACTION, LIFECYCLE};
 use oxbow_metadata::clock::{Clock, Rng, SeededRng};
 use std::cell::RefCell;
 use std::sync::{Arc, Once};
@@ -54,7 +56,7 @@ pub struct Outcome {
     pub start_advances: u64,
     /// What the compactors did (lifecycle runs).
     pub lifecycle: LifecycleCounts,
-    pub with_lifecycle: bool,
+    pub lifecycle_run: Option<Lifecycle>,
 }
 
 thread_local! {
@@ -165,6 +167,12 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
         _ = drained.cancelled() => {}
         _ = drain => c.violation("the consumer did not catch up within 30 s".into()),
     }
+    if let Some(l) = lifecycle {
+        // A few more rounds with nothing new written: the final log is what the compactor
+        // leaves once it has caught up, so a record it wrongly removed is not hidden by a
+        // newer one of its key written meanwhile.
+        c.clock.sleep(l.interval * 6).await;
+    }
     let (logs, starts) = match workload::final_logs(&c).await {
         Ok(l) => l,
         Err(why) => {
@@ -178,7 +186,7 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
     let sim_ms = c.now_ms();
     let counts = *c.lifecycle_counts.lock().unwrap_or_else(|e| e.into_inner());
     let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
-    let mut violations = history::check(&h, &logs, &starts);
+    let mut violations = history::check(&h, &logs, &starts, c.compacted());
     violations.extend(catalog);
     PANICS.with(|p| {
         for m in p.borrow_mut().drain(..) {
@@ -196,7 +204,7 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
         sim_ms,
         start_advances: h.start_advances,
         lifecycle: counts,
-        with_lifecycle: lifecycle.is_some(),
+        lifecycle_run: lifecycle,
     }
 }
 
@@ -260,7 +268,11 @@ fn judge(o: &Outcome) {
         o.violations.join("\n  "),
         tail.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n"),
         path.display(),
-        if o.with_lifecycle { "OXBOW_SIM_LIFECYCLE=1 " } else { "" },
+        match o.lifecycle_run {
+            Some(l) if l.compact => "OXBOW_SIM_LIFECYCLE=compact ",
+            Some(_) => "OXBOW_SIM_LIFECYCLE=1 ",
+            None => "",
+        },
         o.seed
     );
 }
@@ -301,6 +313,8 @@ fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
         counts.entries_replaced += o.lifecycle.entries_replaced;
         counts.entries_expired += o.lifecycle.entries_expired;
         counts.objects_deleted += o.lifecycle.objects_deleted;
+        counts.key_cleanings += o.lifecycle.key_cleanings;
+        counts.key_records_removed += o.lifecycle.key_records_removed;
         kinds.extend(o.fault_kinds.iter().copied());
     }
     assert!(
@@ -312,7 +326,11 @@ fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
     let secs = started.elapsed().as_secs_f64();
     println!(
         "simulation{}: {count} seeds in {secs:.1} s real ({:.1} s simulated), {faults} faults ({:.1} fault cycles/s), {} of {} fault kinds, {acks} acknowledged batches, {advances} log start advances served, 0 violations",
-        if lifecycle.is_some() { " with the storage lifecycle" } else { "" },
+        match lifecycle {
+            Some(l) if l.compact => " with key compaction",
+            Some(_) => " with the storage lifecycle",
+            None => "",
+        },
         sim_ms as f64 / 1000.0,
         faults as f64 / secs,
         kinds.len(),
@@ -321,12 +339,14 @@ fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
     );
     if lifecycle.is_some() {
         println!(
-            "  compactor: {} rounds, {} segments written replacing {} entries, {} entries expired by retention, {} objects deleted",
+            "  compactor: {} rounds, {} segments written replacing {} entries, {} entries expired by retention, {} objects deleted, {} key cleanings removing {} records",
             counts.rounds,
             counts.segments_written,
             counts.entries_replaced,
             counts.entries_expired,
-            counts.objects_deleted
+            counts.objects_deleted,
+            counts.key_cleanings,
+            counts.key_records_removed
         );
     }
 }
@@ -353,12 +373,26 @@ fn lifecycle_seeds() {
     );
 }
 
+/// Key compaction under the same faults: producers write keyed records to a
+/// `cleanup.policy=compact` topic and every broker's compactor keeps the latest per key
+/// (rule 11 besides the rest). `OXBOW_SIM_COMPACTION_SEEDS` (default 12).
+#[test]
+fn compaction_seeds() {
+    run_seeds(
+        env_u64("OXBOW_SIM_FIRST_SEED", 1),
+        env_u64("OXBOW_SIM_COMPACTION_SEEDS", 12),
+        Some(KEY_COMPACTION),
+    );
+}
+
 /// One seed, for replaying a failure (`OXBOW_SIM_SEED`); seed 1 by default.
 #[test]
 fn one_seed() {
-    let lifecycle = std::env::var("OXBOW_SIM_LIFECYCLE")
-        .is_ok()
-        .then_some(LIFECYCLE);
+    let lifecycle = match std::env::var("OXBOW_SIM_LIFECYCLE").as_deref() {
+        Ok("compact") => Some(KEY_COMPACTION),
+        Ok(_) => Some(LIFECYCLE),
+        Err(_) => None,
+    };
     let o = run_seed_with(env_u64("OXBOW_SIM_SEED", 1), lifecycle);
     if std::env::var("OXBOW_SIM_TRACE").is_ok() {
         for line in &o.trace {

@@ -12,7 +12,12 @@ use crate::history::{Ack, StoredBatch};
 use object_store::ObjectStoreExt;
 use oxbow_metadata::clock::{Clock, Rng};
 use oxbow_metadata::TopicMetadata;
-use oxbow_segment_writer::batch::{self, testing::make_idempotent_batch};
+use oxbow_segment_writer::batch::{
+    self,
+    testing::{make_idempotent_batch, make_keyed_idempotent_batch},
+    BatchHeader,
+};
+use oxbow_segment_writer::records;
 use oxbow_segment_writer::{Acks, AppendPolicy, ErrorKind, Partition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -116,7 +121,14 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
         let count = 1 + (rng.next_u64() % 4) as i32;
         let sequence = *sequences.entry(partition).or_default();
         let timestamp = cluster.clock.unix_ms();
-        let raw = make_idempotent_batch(count, timestamp, producer_id, 0, sequence);
+        let raw = if cluster.compacted() {
+            let keys: Vec<u8> = (0..count)
+                .map(|i| crate::history::key_of(producer_id, sequence + i))
+                .collect();
+            make_keyed_idempotent_batch(&keys, timestamp, producer_id, 0, sequence)
+        } else {
+            make_idempotent_batch(count, timestamp, producer_id, 0, sequence)
+        };
         let mut attempts = 0u32;
         loop {
             if stop.is_cancelled() {
@@ -268,13 +280,24 @@ async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> 
         if h.last_offset() < pos.next {
             continue;
         }
-        if h.base_offset > pos.next {
+        // Key compaction drops batches it emptied, and records inside the rest.
+        if h.base_offset > pos.next && !cluster.compacted() {
             cluster.violation(format!(
                 "consumer p{partition}: b{leader} answered a batch at {} for position {} (a gap)",
                 h.base_offset, pos.next
             ));
         }
-        for offset in pos.next.max(h.base_offset)..=h.last_offset() {
+        let offsets = match record_offsets(raw, &h) {
+            Ok(o) => o,
+            Err(why) => {
+                cluster.violation(format!(
+                    "consumer p{partition}: b{leader} answered a batch at {} whose records do not decode: {why}",
+                    h.base_offset
+                ));
+                break;
+            }
+        };
+        for offset in offsets.into_iter().filter(|&o| o >= pos.next) {
             let seq = h.base_sequence + (offset - h.base_offset) as i32;
             consumed.push((offset, h.producer_id, seq));
         }
@@ -292,6 +315,18 @@ async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> 
             .extend(consumed);
     }
     Ok(pos.next >= read.high_watermark)
+}
+
+/// The offsets of the records a batch holds (its header's range, less what key compaction
+/// removed).
+fn record_offsets(raw: &[u8], h: &BatchHeader) -> Result<Vec<i64>, String> {
+    let section = records::records_section(raw, h, 1 << 20).map_err(|e| e.to_string())?;
+    records::walk(&section, h.record_count)
+        .map(|r| {
+            r.map(|r| h.base_offset + i64::from(r.offset_delta))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
 }
 
 /// Every partition's log at the end (read from its leader, from its log start) and its
@@ -333,6 +368,12 @@ pub async fn final_logs(cluster: &Cluster) -> Result<FinalLogs, String> {
                 batches.push(StoredBatch {
                     base_offset: h.base_offset,
                     last_offset: h.last_offset(),
+                    offsets: record_offsets(raw, &h).map_err(|why| {
+                        format!(
+                            "p{partition}: a batch at {} does not decode: {why}",
+                            h.base_offset
+                        )
+                    })?,
                     leader_epoch: h.partition_leader_epoch,
                     producer_id: h.producer_id,
                     base_sequence: h.base_sequence,
