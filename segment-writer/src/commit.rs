@@ -10,7 +10,7 @@
 //! The in-sync set here (in memory) is always a superset of the one recorded in the metadata
 //! service: a replica is added here before it is recorded, and removed from the record before
 //! it is removed here. So every acknowledged, unsealed entry is on every recorded in-sync
-//! replica, which is what tail recovery relies on (`crate::recover`).
+//! replica, which is what tail recovery relies on (`crate::leadership::recover`).
 //!
 //! Pure state ([`CommitState`]) plus a thin mutex wrapper ([`CommitTracker`]); no I/O.
 

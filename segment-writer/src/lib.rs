@@ -14,18 +14,20 @@
 //!   simulation's network of zones).
 //! - [`internal_auth`]: the brokers' mutual authentication on the internal port (a pure
 //!   handshake core, and [`internal_auth::InternalAuth`], which runs it on every connection).
-//! - [`recover`]: recovering a dead broker's (or a lost WAL's) tail from its replicas;
-//!   [`recovery_state`]: recoveries waiting for a replica to answer, and their backoff.
 //! - [`partition`]: pure in-memory state of one partition (offsets, watermark, dedup).
 //! - [`log`]: [`LogManager`], which drives partitions, the WAL and recovery; under `log/`
 //!   the [`Partition`] handle, opening a partition, the produce path ([`PendingAppend`])
-//!   and the tail recoveries owed before serving (the driver of [`recovery_state`]).
-//! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim.
-//! - [`fence`]: coming back after the metadata lease was lost (epoch bump, reopen).
-//! - [`leadership`]: [`Leadership`], giving partitions up on purpose — the per-partition
-//!   append gate and the graceful handoff of a batch to other brokers (decision 15);
-//!   [`leadership_state`]: the handoff's pure core (`step(event) -> Vec<Action>`) and
-//!   [`leadership_state::transferred_state`]. The gateway decides what moves and to whom.
+//!   and the tail recoveries owed before serving (the driver of
+//!   [`leadership::recovery_state`]).
+//! - [`seal`]: the sealer task: WAL → object store → catalog → WAL trim; [`seal_state`]:
+//!   its pure core (what an object holds, what follows from each outcome).
+//! - [`leadership`]: everything about leading a partition, each decision a pure core
+//!   beside its driver: [`Leadership`], giving partitions up on purpose — the per-partition
+//!   append gate and the graceful handoff of a batch to other brokers (decision 15; core
+//!   [`leadership::handoff_state`]); lease fencing, coming back after the metadata lease
+//!   was lost ([`leadership::fence`], core [`leadership::fence_state`]); tail recovery from
+//!   WAL replicas ([`leadership::recover`]) and the recoveries waiting for a replica to
+//!   answer ([`leadership::recovery_state`]). The gateway decides what moves and to whom.
 //! - [`object`]: the sealed object format.
 //! - [`segment`]: the per-partition segment format (offset and time index).
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
@@ -46,11 +48,9 @@ pub mod compress;
 pub mod decompress;
 pub mod error;
 pub mod faulty_store;
-pub mod fence;
 pub mod internal_auth;
 pub mod key_compact;
 pub mod leadership;
-pub mod leadership_state;
 pub mod log;
 pub mod object;
 pub mod objects;
@@ -59,14 +59,13 @@ pub mod partition;
 pub mod producer_summary;
 pub mod read;
 pub mod records;
-pub mod recover;
-pub mod recovery_state;
 pub mod replica;
 pub mod replica_proto;
 pub mod replica_store;
 pub mod replicate;
 pub mod retention;
 pub mod seal;
+pub mod seal_state;
 pub mod segment;
 pub mod transport;
 pub mod validate;
@@ -75,8 +74,8 @@ pub mod wal_disk;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};
+pub use leadership::handoff_state::{Handoff, Moved};
 pub use leadership::{AppendPermit, Leadership};
-pub use leadership_state::{Handoff, Moved};
 pub use log::{
     Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
     PendingAppend,

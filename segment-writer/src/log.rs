@@ -17,14 +17,14 @@
 //! - `recovery.rs`: `LogRecovery`, the WAL tail recoveries owed before serving, and the
 //!   loop that retries them ([`LogManager::run_recoveries`]).
 //!
-//! Reads ([`crate::read`]), sealing ([`crate::seal`]) and fencing ([`crate::fence`]) are
+//! Reads ([`crate::read`]), sealing ([`crate::seal`]) and fencing ([`crate::leadership::fence`]) are
 //! `impl LogManager` blocks of their own modules.
 
 use crate::batch;
 use crate::commit::CommitTracker;
 use crate::error::{Error, Result};
 use crate::internal_auth::InternalAuth;
-use crate::recovery_state::RecoveryKey;
+use crate::leadership::recovery_state::RecoveryKey;
 use crate::replicate::{ReplicationSettings, Replicator};
 use crate::transport::{ReplicaTransport, TcpTransport};
 use crate::wal::{Wal, WalEntry, WalSettings};

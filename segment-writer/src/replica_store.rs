@@ -1,6 +1,6 @@
 //! The replica side's disk: copies of other brokers' WALs, kept until their source says the
 //! data is in the object store (`Trim`) — or read back by whoever recovers a dead source's
-//! tail (`crate::recover`).
+//! tail (`crate::leadership::recover`).
 //!
 //! Naming: `{dir}/b{source}/{incarnation:016x}/{first_sequence:020}.wal`, files in the WAL's
 //! own entry framing (`crate::wal`), so each entry keeps the CRC its source computed. A file

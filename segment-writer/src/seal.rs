@@ -9,7 +9,9 @@
 //!
 //! The catalog commit is one metadata key per object whatever its partition count, fenced
 //! by this broker's lease ([`oxbow_metadata::CatalogCommit`]); an object holds at most
-//! [`OBJECT_PARTITIONS_MAX`] partitions so that key fits one metadata request.
+//! [`oxbow_metadata::OBJECT_PARTITIONS_MAX`] partitions so that key fits one metadata
+//! request. What an object holds and what follows from each outcome are decided by the
+//! pure [`crate::seal_state`]; this module carries it out.
 //!
 //! One object holds at most [`OBJECT_BYTES_MAX`] (or `flush_bytes` if larger) of batches: a
 //! backlog (after an object-store outage, up to the whole WAL budget) is uploaded as several
@@ -19,11 +21,13 @@
 use crate::error::{Error, Result};
 use crate::log::LogManager;
 use crate::object::{self, Chunk};
+use crate::seal_state::{
+    catalogued_up_to, Action, CatalogueEnd, CommitOutcome, Event, ObjectPlan, SealRound, Take,
+};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use oxbow_metadata::{
-    CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind, WriterFence, OBJECT_PARTITIONS_MAX,
-};
+use oxbow_metadata::{CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind, WriterFence};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -89,31 +93,168 @@ impl LogManager {
         }
     }
 
-    /// Seals one object's worth; also says whether more was left out for lack of room.
+    /// Seals one object's worth; also says whether more was left out for lack of room. The
+    /// decisions are [`SealRound`]'s; this carries them out.
     async fn seal_one_object(&self) -> Result<(u64, bool)> {
         let durable_sequence = self.wal.as_ref().map_or(0, |w| w.durable_sequence());
-        let room = self.settings.flush_bytes.max(OBJECT_BYTES_MAX);
-        let mut taken = 0u64;
-        let mut more = false;
+        let (chunks, fences, more) = self.plan_object()?;
+        let mut round = SealRound::new();
+        let mut events = VecDeque::from([Event::Planned {
+            partitions: chunks.len(),
+            more,
+        }]);
+        let mut sealed = None;
+        let mut failure = None;
+        let mut commit = None;
+        let mut filed_under = 0;
+        while let Some(event) = events.pop_front() {
+            for action in round.step(event) {
+                match action {
+                    Action::TrimWal => self.trim_wal(durable_sequence)?,
+                    Action::Upload => {
+                        let seq = self.seal_sequence.fetch_add(1, Ordering::AcqRel);
+                        let key = format!(
+                            "data/b{}/{seq:020}-{}.oxb",
+                            self.settings.broker_id,
+                            self.rng.uuid().simple()
+                        );
+                        let object = object::build(key, self.settings.broker_id, &chunks);
+                        let put = self
+                            .objects
+                            .put_opts(
+                                &ObjectPath::from(object.key.as_str()),
+                                PutPayload::from_bytes(object.body.clone()),
+                                PutOptions {
+                                    // Create-only: a zombie writer can never overwrite a
+                                    // catalogued object.
+                                    mode: PutMode::Create,
+                                    ..Default::default()
+                                },
+                            )
+                            .await;
+                        if let Err(e) = &put {
+                            failure = Some(Error::ObjectStore(format!("PUT {}: {e}", object.key)));
+                        }
+                        events.push_back(Event::Uploaded { ok: put.is_ok() });
+                        sealed = Some(object);
+                    }
+                    Action::FillCache => {
+                        let Some(object) = &sealed else { continue };
+                        for e in &object.entries {
+                            let range = e.byte_start as usize..(e.byte_start + e.byte_len) as usize;
+                            self.cache.insert(
+                                &e.object_key,
+                                e.byte_start,
+                                e.byte_len,
+                                object.body.slice(range),
+                            );
+                        }
+                    }
+                    Action::Commit => {
+                        let Some(object) = &sealed else { continue };
+                        let c = CatalogCommit {
+                            entries: object.entries.clone(),
+                            fences: fences.clone(),
+                            // The commit lands only while this broker's registration holds
+                            // this lease: a broker whose lease expired catalogues nothing
+                            // more (ARCHITECTURE decision 23).
+                            writer: self.lease.get().and_then(|g| g.lease_id()).map(|lease_id| {
+                                WriterFence {
+                                    broker_id: self.settings.broker_id,
+                                    lease_id,
+                                }
+                            }),
+                        };
+                        // The broker the catalog key is filed under (0 without a writer fence).
+                        filed_under = c.writer.map_or(0, |w| w.broker_id);
+                        let outcome = match self.metadata.commit_catalog(c).await {
+                            Ok(_) => CommitOutcome::Landed,
+                            Err(e) => {
+                                let outcome = match e.kind() {
+                                    MetadataErrorKind::Fenced => CommitOutcome::Fenced,
+                                    MetadataErrorKind::Conflict => CommitOutcome::Conflict,
+                                    _ => CommitOutcome::Failed,
+                                };
+                                failure = Some(Error::Metadata(e));
+                                outcome
+                            }
+                        };
+                        commit = Some(outcome);
+                        events.push_back(Event::Committed(outcome));
+                    }
+                    Action::MarkSealed => {
+                        for c in &chunks {
+                            self.mark_chunk_sealed(c.topic_partition, c.last_offset)?;
+                        }
+                    }
+                    Action::CountUploaded => {
+                        let size = sealed.as_ref().map_or(0, |o| o.body.len() as u64);
+                        self.metrics
+                            .objects_uploaded
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.metrics
+                            .object_bytes_uploaded
+                            .fetch_add(size, Ordering::Relaxed);
+                        tracing::debug!(key = ?sealed.as_ref().map(|o| &o.key), bytes = size,
+                            partitions = chunks.len(), "sealed object");
+                    }
+                    Action::CountFailure => {
+                        self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Action::NoteUncatalogued => {
+                        // The next seal puts these batches in a new object: this one is
+                        // deleted unless the commit landed after all (`delete_uncatalogued`).
+                        if let Some(object) = &sealed {
+                            self.uncatalogued.note(
+                                self.clock.now(),
+                                filed_under,
+                                object.key.clone(),
+                            );
+                        }
+                    }
+                    Action::ForgetPartitions => {
+                        tracing::error!(error = ?failure.as_ref().map(|e| e.to_string()),
+                            "fenced while sealing; dropping partitions of this object");
+                        self.forget_where(|tp| chunks.iter().any(|c| c.topic_partition == *tp));
+                    }
+                    Action::Reconcile => self.reconcile_with_catalog(&chunks).await,
+                    Action::Done { more } => {
+                        let size = match commit {
+                            Some(CommitOutcome::Landed) => {
+                                sealed.as_ref().map_or(0, |o| o.body.len() as u64)
+                            }
+                            _ => 0,
+                        };
+                        return Ok((size, more));
+                    }
+                    Action::Fail => {
+                        return Err(failure.unwrap_or_else(|| {
+                            Error::ObjectStore("sealing failed for an unrecorded reason".into())
+                        }))
+                    }
+                }
+            }
+        }
+        // The core answers every event until Done or Fail.
+        Err(Error::ObjectStore(
+            "sealing stopped before it finished".into(),
+        ))
+    }
+
+    /// What the next object holds ([`ObjectPlan`]): each open partition's unsealed batches
+    /// as a chunk, with the epoch fences its commit needs, and whether some were left out.
+    fn plan_object(&self) -> Result<(Vec<Chunk>, Vec<EpochFence>, bool)> {
+        let mut plan = ObjectPlan::new(self.settings.flush_bytes.max(OBJECT_BYTES_MAX));
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
         for p in self.open_partitions() {
-            if chunks.len() >= OBJECT_PARTITIONS_MAX {
-                // The object's catalog value must fit one metadata request: the rest go in
-                // the next object, at once.
-                more = true;
-                break;
-            }
             let s = p.lock()?;
             let mut batches = s.unsealed();
-            let n = fitting_prefix(
-                batches.iter().map(|b| b.bytes.len() as u64),
-                &mut taken,
-                room,
-            );
-            if n < batches.len() {
-                more = true;
-                batches.truncate(n);
+            match plan.offer(batches.iter().map(|b| b.bytes.len() as u64)) {
+                // The object's catalog value must fit one metadata request: the rest go in
+                // the next object, at once.
+                Take::Full => break,
+                Take::Batches(n) => batches.truncate(n),
             }
             let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
                 continue;
@@ -135,90 +276,7 @@ impl LogManager {
                 batches: batches.into_iter().map(|b| b.bytes).collect(),
             });
         }
-        if chunks.is_empty() {
-            self.trim_wal(durable_sequence)?;
-            return Ok((0, false));
-        }
-        let seq = self.seal_sequence.fetch_add(1, Ordering::AcqRel);
-        let key = format!(
-            "data/b{}/{seq:020}-{}.oxb",
-            self.settings.broker_id,
-            self.rng.uuid().simple()
-        );
-        let sealed = object::build(key, self.settings.broker_id, &chunks);
-        let size = sealed.body.len() as u64;
-        let path = ObjectPath::from(sealed.key.as_str());
-        let put = self
-            .objects
-            .put_opts(
-                &path,
-                PutPayload::from_bytes(sealed.body.clone()),
-                PutOptions {
-                    // Create-only: a zombie writer can never overwrite a catalogued object.
-                    mode: PutMode::Create,
-                    ..Default::default()
-                },
-            )
-            .await;
-        if let Err(e) = put {
-            self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::ObjectStore(format!("PUT {}: {e}", sealed.key)));
-        }
-        // The bytes we just wrote are the likeliest next reads by lagging consumers.
-        for e in &sealed.entries {
-            let range = e.byte_start as usize..(e.byte_start + e.byte_len) as usize;
-            self.cache.insert(
-                &e.object_key,
-                e.byte_start,
-                e.byte_len,
-                sealed.body.slice(range),
-            );
-        }
-        let commit = CatalogCommit {
-            entries: sealed.entries.clone(),
-            fences,
-            // The commit lands only while this broker's registration holds this lease: a
-            // broker whose lease expired catalogues nothing more (ARCHITECTURE decision 23).
-            writer: self
-                .lease
-                .get()
-                .and_then(|g| g.lease_id())
-                .map(|lease_id| WriterFence {
-                    broker_id: self.settings.broker_id,
-                    lease_id,
-                }),
-        };
-        // The broker the catalog key is filed under (0 without a writer fence).
-        let filed_under = commit.writer.map_or(0, |w| w.broker_id);
-        if let Err(e) = self.metadata.commit_catalog(commit).await {
-            self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-            // The next seal puts these batches in a new object: this one is deleted unless
-            // the commit landed after all (`delete_uncatalogued`).
-            self.uncatalogued
-                .note(self.clock.now(), filed_under, sealed.key.clone());
-            if e.kind() == MetadataErrorKind::Fenced {
-                // Another broker leads one of these partitions now: stop serving them all;
-                // the new leader recovers their tail.
-                tracing::error!(error = %e, "fenced while sealing; dropping partitions of this object");
-                self.forget_where(|tp| chunks.iter().any(|c| c.topic_partition == *tp));
-            }
-            if e.kind() == MetadataErrorKind::Conflict {
-                self.reconcile_with_catalog(&chunks).await;
-            }
-            return Err(Error::Metadata(e));
-        }
-        for c in &chunks {
-            self.mark_chunk_sealed(c.topic_partition, c.last_offset)?;
-        }
-        self.metrics
-            .objects_uploaded
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .object_bytes_uploaded
-            .fetch_add(size, Ordering::Relaxed);
-        tracing::debug!(key = %sealed.key, bytes = size, partitions = chunks.len(), "sealed object");
-        self.trim_wal(durable_sequence)?;
-        Ok((size, more))
+        Ok((chunks, fences, plan.more()))
     }
 
     /// Marks `tp`'s batches up to `last_offset` sealed (catalogued).
@@ -257,18 +315,22 @@ impl LogManager {
                 Err(e) => Err(e),
             };
             match last {
-                Ok(Some(last))
-                    if last.next_offset() > c.base_offset
-                        && last.leader_epoch == c.leader_epoch =>
-                {
-                    let up_to = last.last_offset.min(c.last_offset);
-                    tracing::info!(partition = %tp, up_to, key = %last.object_key,
+                Ok(last) => {
+                    let end = last.as_ref().map(|l| CatalogueEnd {
+                        last_offset: l.last_offset,
+                        leader_epoch: l.leader_epoch,
+                    });
+                    let Some(up_to) =
+                        catalogued_up_to(c.base_offset, c.last_offset, c.leader_epoch, end)
+                    else {
+                        continue;
+                    };
+                    tracing::info!(partition = %tp, up_to, key = ?last.map(|l| l.object_key),
                         "batches being sealed were catalogued by an earlier seal; marked sealed");
                     if let Err(e) = self.mark_chunk_sealed(tp, up_to) {
                         tracing::warn!(partition = %tp, error = %e, "marking batches sealed failed");
                     }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::debug!(partition = %tp, error = %e, "reading where the catalogue ends failed; the next seal retries")
                 }
@@ -418,41 +480,5 @@ impl LogManager {
             }
         }
         self.uncatalogued.retry(unsettled, before);
-    }
-}
-
-/// How many of `sizes` (a partition's unsealed batches, in order) fit in an object that
-/// already holds `taken` of `room` bytes; adds them to `taken`. An empty object takes at
-/// least one batch, however large.
-fn fitting_prefix(sizes: impl Iterator<Item = u64>, taken: &mut u64, room: u64) -> usize {
-    let mut n = 0;
-    for len in sizes {
-        if *taken > 0 && *taken + len > room {
-            break;
-        }
-        *taken += len;
-        n += 1;
-    }
-    n
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fitting_prefix;
-
-    #[test]
-    fn objects_are_capped_but_never_empty() {
-        let mut taken = 0;
-        assert_eq!(fitting_prefix([40, 40, 40].into_iter(), &mut taken, 100), 2);
-        assert_eq!(taken, 80);
-        // The next partition gets what room is left, maybe nothing.
-        assert_eq!(fitting_prefix([30].into_iter(), &mut taken, 100), 0);
-        assert_eq!(fitting_prefix([20, 1].into_iter(), &mut taken, 100), 1);
-        assert_eq!(taken, 100);
-        // A batch larger than the cap still goes, alone.
-        let mut taken = 0;
-        assert_eq!(fitting_prefix([500, 1].into_iter(), &mut taken, 100), 1);
-        let mut taken = 0;
-        assert_eq!(fitting_prefix(std::iter::empty(), &mut taken, 100), 0);
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Everything on the internal port goes through these: WAL replication streams
 //! ([`crate::replicate`]), the replica server ([`crate::replica`]) and tail requests of
-//! recoveries ([`crate::recover`]). A connection is a byte stream ([`Conn`]); the framing
+//! recoveries ([`crate::leadership::recover`]). A connection is a byte stream ([`Conn`]); the framing
 //! stays in [`crate::replica_proto`].
 //!
 //! [`SimNet`] addresses are the same strings brokers register as `internal_addr`. A

@@ -8,7 +8,7 @@
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore, TopicSpec, WalReplicaSet};
 use oxbow_segment_writer::internal_auth::InternalAuth;
-use oxbow_segment_writer::recovery_state::{RecoveryKey, BACKOFF_MAX, BACKOFF_MIN};
+use oxbow_segment_writer::leadership::recovery_state::{RecoveryKey, BACKOFF_MAX, BACKOFF_MIN};
 use oxbow_segment_writer::{
     objects, serve_internal, ErrorKind, LogManager, LogSettings, ReplicaStore, WalSettings,
 };

@@ -453,7 +453,7 @@ impl ControllerCore {
 mod tests {
     use super::*;
     use oxbow_metadata::TopicConfigs;
-    use oxbow_segment_writer::leadership_state::transferred_state;
+    use oxbow_segment_writer::leadership::handoff_state::transferred_state;
 
     fn reg(id: BrokerId) -> BrokerRegistration {
         BrokerRegistration {

@@ -3,7 +3,7 @@
 //! How a partition moves (ARCHITECTURE.md decision 15: close the append gate, wait until
 //! durable, seal once, re-check the stored state and the catalog, compare-and-swap to the
 //! target at epoch + 1, forget) is segment-writer's [`Leadership::hand_off`]
-//! (`segment-writer/src/leadership.rs`, pure core in `leadership_state.rs`). This module
+//! (`segment-writer/src/leadership/mod.rs`, pure core in `leadership/handoff_state.rs`). This module
 //! only feeds it: requests from others are a compare-and-swap setting `transfer_to = T` on
 //! a partition's state, which this broker sees through its topic watch (`follower`) and
 //! queues here; on SIGTERM, [`hand_off_all`] places everything led here on the other live

@@ -3,7 +3,7 @@
 //! open as before issue 15) and where nonces and deadlines come from, and runs the
 //! handshake of [`super`] on every internal connection — those the replica server accepts
 //! ([`crate::replica`]) and those the dialers make ([`crate::replicate`],
-//! [`crate::recover`]).
+//! [`crate::leadership::recover`]).
 //!
 //! Lifecycle: one per broker, made by the [`crate::LogManager`] from its settings and
 //! components and cloned into the replicator, the recoveries and the replica server; the

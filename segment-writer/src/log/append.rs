@@ -357,10 +357,10 @@ impl LogManager {
     pub(super) async fn append_recovered(
         &self,
         partition: &Arc<Partition>,
-        tail: &crate::recover::Tail,
+        tail: &crate::leadership::recover::Tail,
         from: Offset,
     ) -> Result<()> {
-        let batches = crate::recover::chain(tail, partition.topic_partition, from)?;
+        let batches = crate::leadership::recover::chain(tail, partition.topic_partition, from)?;
         if batches.is_empty() {
             return Ok(());
         }

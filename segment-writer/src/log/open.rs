@@ -21,9 +21,9 @@
 use super::{LogManager, Partition};
 use crate::batch;
 use crate::error::{Error, ErrorKind, Result};
+use crate::leadership::recovery_state::RecoveryKey;
 use crate::partition::PartitionLogState;
 use crate::producer_summary::{ObjectProducers, ProducerBatch, SummaryError};
-use crate::recovery_state::RecoveryKey;
 use oxbow_metadata::{
     EntryLayout, ErrorKind as MetadataErrorKind, PartitionId, PartitionState, TopicId,
     TopicMetadata, TopicPartition,
@@ -196,7 +196,7 @@ impl LogManager {
             let entries = oxbow_metadata::blocking::run_blocking(move || wal.read_from(from_seq))
                 .await
                 .map_err(|e| Error::Internal(format!("WAL read task: {e}")))??;
-            let tail: crate::recover::Tail =
+            let tail: crate::leadership::recover::Tail =
                 entries.into_iter().map(|e| (incarnation, e)).collect();
             let log_end = opened.offsets()?.2;
             // Still held until the partition is in the map (`insert_opened`): if a later step

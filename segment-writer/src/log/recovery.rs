@@ -7,9 +7,9 @@
 //! replica-set record if the WAL directory is new, and makes the first attempt at the own
 //! tail (`recover_own_tail`: open every partition led here, each with the tail appended).
 //! A partition's `recover_from` recovery runs inside its open (`open_partition`), which
-//! fetches tails through [`LogRecovery::tail_of`] ([`crate::recover::fetch_tail`], reused
+//! fetches tails through [`LogRecovery::tail_of`] ([`crate::leadership::recover::fetch_tail`], reused
 //! for [`TAIL_REUSE`]). A failed attempt is recorded in the pure schedule
-//! ([`crate::recovery_state`]) by [`LogRecovery::failed`]; while it backs off, opens of
+//! ([`crate::leadership::recovery_state`]) by [`LogRecovery::failed`]; while it backs off, opens of
 //! the partition are refused ([`LogRecovery::check_open`]) and
 //! [`LogManager::run_recoveries`], the broker's recovery task, retries it when due (at once
 //! after [`LogManager::retry_recoveries_now`]). The own tail is done once every partition
@@ -17,7 +17,7 @@
 
 use super::LogManager;
 use crate::error::{Error, Result};
-use crate::recovery_state::{Recoveries, RecoveryKey};
+use crate::leadership::recovery_state::{Recoveries, RecoveryKey};
 use crate::replica_store::ReplicaStore;
 use crate::transport::ReplicaTransport;
 use oxbow_metadata::clock::{Clock, Rng};
@@ -37,7 +37,7 @@ const TAIL_REUSE: Duration = oxbow_metadata::LEASE_TTL_MIN;
 /// (source, skipped incarnation, version of the source's replica-set record) → tail.
 type TailCache = HashMap<
     (BrokerId, Option<u64>, Option<u64>),
-    (tokio::time::Instant, Arc<crate::recover::Tail>),
+    (tokio::time::Instant, Arc<crate::leadership::recover::Tail>),
 >;
 
 /// The recoveries a [`LogManager`] waits on (see the module docs); the log owns one.
@@ -57,7 +57,7 @@ pub(super) struct LogRecovery {
     /// Set while the start-up recovers this broker's own tail after losing its WAL: the
     /// replica set recorded by the previous incarnation.
     self_recovery: Mutex<Option<WalReplicaSet>>,
-    /// Recoveries waiting for a WAL replica to answer; see [`crate::recovery_state`].
+    /// Recoveries waiting for a WAL replica to answer; see [`crate::leadership::recovery_state`].
     recoveries: Mutex<Recoveries>,
     /// Wakes [`LogManager::run_recoveries`] when a recovery starts waiting.
     recovery_added: Notify,
@@ -250,7 +250,7 @@ impl LogRecovery {
         self.recoveries().map(|r| r.len()).unwrap_or(0)
     }
 
-    /// What live brokers hold of `source`'s WAL (see [`crate::recover::fetch_tail`]), asked
+    /// What live brokers hold of `source`'s WAL (see [`crate::leadership::recover::fetch_tail`]), asked
     /// once per recovery burst: a failover hands one broker several partitions of the same
     /// dead source, and each would otherwise fetch the whole tail again. A tail is reused
     /// only if the source was not registered when it was fetched, and for less than the
@@ -265,7 +265,7 @@ impl LogRecovery {
         source: BrokerId,
         record: Option<&WalReplicaSet>,
         skip_incarnation: Option<u64>,
-    ) -> Result<Arc<crate::recover::Tail>> {
+    ) -> Result<Arc<crate::leadership::recover::Tail>> {
         let key = (source, skip_incarnation, record.map(|r| r.version));
         let cached = || {
             let tails = self.tails.lock().ok()?;
@@ -280,7 +280,7 @@ impl LogRecovery {
         if let Some(tail) = cached() {
             return Ok(tail);
         }
-        let (tail, source_registered) = crate::recover::fetch_tail(
+        let (tail, source_registered) = crate::leadership::recover::fetch_tail(
             &self.transport,
             &self.auth,
             &self.metadata,

@@ -5,7 +5,7 @@
 //! they lived in are deleted by the compactor's ledger once nothing references them.
 //!
 //! Never past what is catalogued: a log start inside the WAL tail would leave a new leader
-//! recovering a tail from an offset no batch starts at (see `crate::recover::chain`), so
+//! recovering a tail from an offset no batch starts at (see `crate::leadership::recover::chain`), so
 //! DeleteRecords waits for the seal first ([`LogManager::wait_sealed`]).
 
 use super::{LogManager, Partition};

@@ -1,9 +1,18 @@
-//! [`Leadership`]: the one place a broker gives up leading a partition on purpose — the
-//! per-partition append gate and the graceful handoff of a batch of partitions
-//! (ARCHITECTURE.md decision 15). The decisions are [`crate::leadership_state`]'s pure
-//! [`HandoffCore`]; this driver carries out its actions against the [`LogManager`] (seal,
-//! high-watermark watches, catalog) and the metadata store (state reads, the
-//! compare-and-swap), with time from the log's injected clock.
+//! Leading a partition, in one place: each decision a pure core (`step(event) -> actions`,
+//! no I/O, no clock) beside the driver that carries it out.
+//!
+//! - This file: [`Leadership`], the one place a broker gives up leading a partition on
+//!   purpose — the per-partition append gate and the graceful handoff of a batch of
+//!   partitions (ARCHITECTURE.md decision 15). The decisions are [`handoff_state`]'s pure
+//!   [`HandoffCore`]; this driver carries out its actions against the [`LogManager`] (seal,
+//!   high-watermark watches, catalog) and the metadata store (state reads, the
+//!   compare-and-swap), with time from the log's injected clock.
+//! - [`fence`]: coming back after the metadata lease was lost (seal under the old epochs,
+//!   bump, forget); its core is [`fence_state`].
+//! - [`recover`]: a dead broker's (or a lost WAL's) tail read back from its WAL replicas,
+//!   before the partitions are served (decision 13); [`recovery_state`]: the recoveries
+//!   waiting for a replica to answer, and their backoff (driven by the log's
+//!   `LogRecovery`).
 //!
 //! Who hands off what, and to whom, is the caller's decision (the gateway's topic follower
 //! for `transfer_to` requests, its SIGTERM path with placement); this module knows only how.
@@ -15,8 +24,14 @@
 //! partition is forgotten ([`Leadership::forget`]), so a partition led here again starts
 //! open.
 
+pub mod fence;
+pub mod fence_state;
+pub mod handoff_state;
+pub mod recover;
+pub mod recovery_state;
+
 use crate::error::{Error, Result};
-use crate::leadership_state::{
+use crate::leadership::handoff_state::{
     Action, Event, Handoff, HandoffCore, Kept, Moved, Observed, OpenPartition,
 };
 use crate::log::{Durability, LogManager};
