@@ -269,23 +269,30 @@ pub mod testing {
         b
     }
 
-    /// [`make_idempotent_batch`] whose records carry one-byte keys, one record per key
-    /// (at most 63 records: every varint stays one byte).
+    /// [`make_idempotent_batch`] whose records carry one-byte keys, one record per
+    /// `(key, tombstone)` (at most 63 records: every varint stays one byte); a tombstone's
+    /// value is null, the others' is `x`.
     pub fn make_keyed_idempotent_batch(
-        keys: &[u8],
+        records: &[(u8, bool)],
         timestamp: i64,
         producer_id: i64,
         producer_epoch: i16,
         base_sequence: i32,
     ) -> Vec<u8> {
-        let count = keys.len().min(63) as i32;
+        let count = records.len().min(63) as i32;
         let mut b =
             make_idempotent_batch(count, timestamp, producer_id, producer_epoch, base_sequence);
         b.truncate(BATCH_HEADER_BYTES);
-        for (i, key) in keys.iter().take(63).enumerate() {
-            // attributes, timestampDelta, offsetDelta, keyLen(1), key, valueLen(1), 'x',
-            // headers(0), as zigzag varints.
-            let body = [0u8, (i as u8) << 1, (i as u8) << 1, 2, *key, 2, b'x', 0];
+        for (i, &(key, tombstone)) in records.iter().take(63).enumerate() {
+            // attributes, timestampDelta, offsetDelta, keyLen(1), key, valueLen (1, or -1
+            // for a tombstone) and its value, headers(0), as zigzag varints.
+            let mut body = vec![0u8, (i as u8) << 1, (i as u8) << 1, 2, key];
+            if tombstone {
+                body.push(1);
+            } else {
+                body.extend_from_slice(&[2, b'x']);
+            }
+            body.push(0);
             b.push((body.len() as u8) << 1);
             b.extend_from_slice(&body);
         }

@@ -99,7 +99,7 @@ impl RetentionPolicies for SimPolicies {
 
     fn key_compaction(&self, topic_id: TopicId) -> Option<KeyCompaction> {
         (topic_id == self.topic_id && self.lifecycle.compact).then_some(KeyCompaction {
-            delete_retention_ms: 2_000,
+            delete_retention_ms: crate::history::DELETE_RETENTION_MS,
             // Clean whatever is dirty, every round: the most cleanings racing the faults.
             min_lag_ms: 0,
             max_lag_ms: i64::MAX,
@@ -118,6 +118,10 @@ pub struct LifecycleCounts {
     pub objects_deleted: u64,
     pub key_cleanings: u64,
     pub key_records_removed: u64,
+    /// Acknowledged tombstones, and those of them gone from the final log (expired, or
+    /// superseded by a later record of their key).
+    pub tombstones_acked: u64,
+    pub tombstones_gone: u64,
 }
 
 pub fn zone(id: BrokerId) -> String {
@@ -177,6 +181,9 @@ pub struct Cluster {
     /// The latest wall time the shared clock has read so far (rule 10): a step forward
     /// reads later than the true time until it is lifted.
     wall_peak_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// The clocks' step now, and the furthest back they were ever stepped (rule 11).
+    skew_ms: Arc<std::sync::atomic::AtomicI64>,
+    skew_min_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Incarnations started per broker (seeds each start's randomness).
     starts: Arc<Mutex<BTreeMap<BrokerId, u64>>>,
     /// Simulated time zero (monotonic: trace times ignore wall-clock steps).
@@ -250,6 +257,8 @@ impl Cluster {
             lifecycle,
             lifecycle_counts: Arc::default(),
             wall_peak_ms: Arc::default(),
+            skew_ms: Arc::default(),
+            skew_min_ms: Arc::default(),
             starts: Arc::default(),
             origin,
         }
@@ -288,8 +297,24 @@ impl Cluster {
     /// Steps every broker's wall clock to `skew_ms` from the true time (0 lifts a step),
     /// remembering the latest time it read before the change.
     pub fn set_skew_ms(&self, skew_ms: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
         self.note_wall();
         self.clock.set_skew_ms(skew_ms);
+        self.skew_ms.store(skew_ms, Relaxed);
+        self.skew_min_ms.fetch_min(skew_ms, Relaxed);
+    }
+
+    /// The wall time without the current step (when a record was really sent).
+    pub fn true_unix_ms(&self) -> i64 {
+        self.clock.unix_ms() - self.skew_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What rule 11 needs of the clocks, as of now.
+    pub fn compaction_clocks(&self) -> crate::history::Compacted {
+        crate::history::Compacted {
+            wall_peak_ms: self.note_wall(),
+            skew_min_ms: self.skew_min_ms.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// The latest wall time any broker's clock can have read by now: readings under one

@@ -26,8 +26,12 @@
 //!     `retention.ms` by the latest wall time any broker's clock could have read by then;
 //! 11. key compaction removes a record only behind a later record of its key (compacted
 //!     runs): every acknowledged record missing from the final log, and every record a
-//!     consumer read that is gone, has a later record of its key there; a consumer may skip
-//!     only offsets the final log does not hold; batches keep their ranges.
+//!     consumer read that is gone, has a later record of its key there — or a tombstone of
+//!     its key at or after it whose delete horizon may have passed: no tombstone goes before
+//!     `delete.retention.ms` ([`DELETE_RETENTION_MS`]) after it was sent, by the latest wall
+//!     time any broker's clock could have read, clock steps back included (KIP-534); a
+//!     consumer may skip only offsets the final log does not hold; batches keep their
+//!     ranges.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,6 +45,8 @@ pub struct Ack {
     pub base_offset: i64,
     /// The timestamp of its newest record (CreateTime, set by the producer).
     pub max_timestamp_ms: i64,
+    /// The true wall time (no clock step) its first attempt was sent at.
+    pub sent_true_ms: i64,
     /// The epoch of the leader that acknowledged it.
     pub leader_epoch: i32,
     /// A retry the leader recognised (its first attempt was written, perhaps under an
@@ -61,6 +67,17 @@ pub struct StoredBatch {
     pub base_sequence: i32,
 }
 
+/// A produce a producer stopped retrying at the end without an answer: it may have landed,
+/// at an offset no one learnt.
+#[derive(Clone, Debug)]
+pub struct Unsettled {
+    pub partition: i32,
+    pub producer_id: i64,
+    pub base_sequence: i32,
+    pub count: i32,
+    pub sent_true_ms: i64,
+}
+
 /// One record a consumer read: (offset, producer, sequence).
 pub type Consumed = (i64, i64, i32);
 
@@ -69,6 +86,7 @@ pub struct History {
     /// Readable event trace, one line per event, prefixed with the simulated time.
     pub trace: Vec<String>,
     pub acks: Vec<Ack>,
+    pub unsettled: Vec<Unsettled>,
     pub consumed: BTreeMap<i32, Vec<Consumed>>,
     /// Violations found while running (the rest are found by [`check`]).
     pub violations: Vec<String>,
@@ -166,27 +184,81 @@ impl History {
     }
 }
 
-/// How many keys a compacted run's producers write to (few, so most records are
-/// superseded and every cleaning removes something).
+/// How many keys a compacted run's producer writes to in one generation (few, so most
+/// records are superseded and every cleaning removes something).
 pub const KEYS: u64 = 6;
+
+/// Sequences per generation: the first [`GENERATION`] − [`KEYS`] write values to the
+/// generation's keys, the last [`KEYS`] delete each of them (tombstones), so every run has
+/// keys that end deleted and tombstones old enough to expire.
+pub const GENERATION: i32 = 24;
+
+/// Generations before keys repeat (the key is one byte).
+const GENERATIONS: i32 = 8;
 
 /// The key of a compacted run's record: a function of who wrote it, so the checker knows
 /// the key of every acknowledged record and of every record it finds.
 pub fn key_of(producer_id: i64, sequence: i32) -> u8 {
-    let mix = (producer_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (sequence as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-    b'a' + ((mix >> 29) % KEYS) as u8
+    let generation = sequence.div_euclid(GENERATION).rem_euclid(GENERATIONS);
+    let within = sequence.rem_euclid(GENERATION);
+    let slot = if is_tombstone(producer_id, sequence) {
+        (within - (GENERATION - KEYS as i32)) as u64
+    } else {
+        let mix = (producer_id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (sequence as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        (mix >> 29) % KEYS
+    };
+    b'0' + (generation as u64 * KEYS + slot) as u8
+}
+
+/// Whether a compacted run's record is a tombstone (null value): the last [`KEYS`]
+/// sequences of each generation, one per key of it.
+pub fn is_tombstone(_producer_id: i64, sequence: i32) -> bool {
+    sequence.rem_euclid(GENERATION) >= GENERATION - KEYS as i32
+}
+
+/// The compacted topic's `delete.retention.ms`: longer than two clock steps
+/// (`schedule::MAX_SKEW_MS`) so rule 11 has tombstones to protect, short enough that early
+/// ones expire within a run.
+pub const DELETE_RETENTION_MS: i64 = 8_000;
+
+/// What rule 11 needs of a key-compacted run's clocks.
+#[derive(Clone, Copy, Debug)]
+pub struct Compacted {
+    /// The latest wall time any broker's clock could have read by the final read.
+    pub wall_peak_ms: i64,
+    /// The furthest back the clocks were ever stepped (≤ 0).
+    pub skew_min_ms: i64,
+}
+
+impl Compacted {
+    /// Clocks that never read past `wall_peak_ms` and were never stepped.
+    pub fn at(wall_peak_ms: i64) -> Compacted {
+        Compacted {
+            wall_peak_ms,
+            skew_min_ms: 0,
+        }
+    }
+
+    /// Whether a tombstone sent at `sent_true_ms` may be gone: its horizon was stamped by a
+    /// cleaning no earlier than its send, on a clock reading at least the true time plus the
+    /// furthest step back, and removing it needed a reading at or past the horizon.
+    fn may_have_expired(&self, sent_true_ms: i64) -> bool {
+        sent_true_ms + self.skew_min_ms + DELETE_RETENTION_MS <= self.wall_peak_ms
+    }
 }
 
 /// Checks the history against the final logs (partition → batches from its log start,
 /// the first one holding it) and the final log starts. `compacted`: the topic is
-/// key-compacted, so a record may be missing behind a later record of its key (rule 11).
+/// key-compacted, so a record may be missing behind a later record of its key, or a
+/// tombstone of it may have expired (rule 11).
 pub fn check(
     h: &History,
     logs: &BTreeMap<i32, Vec<StoredBatch>>,
     starts: &BTreeMap<i32, i64>,
-    compacted: bool,
+    compaction: Option<Compacted>,
 ) -> Vec<String> {
+    let compacted = compaction.is_some();
     let mut out = h.violations.clone();
     let start_of = |p: i32| starts.get(&p).copied().unwrap_or(0);
     // Every record of the final logs: partition → offset → (producer, sequence).
@@ -216,12 +288,45 @@ pub fn check(
                 .map(move |(&o, &(pid, seq))| ((*p, key_of(pid, seq)), o))
         })
         .collect();
-    // Rule 11: compaction removed the record at `offset` only behind a later one of its key.
+    // The tombstones that may have expired by the final read, by partition and key: at an
+    // acknowledged offset, or (unsettled) at an offset no one learnt.
+    let mut expired: BTreeMap<(i32, u8), Vec<Option<i64>>> = BTreeMap::new();
+    if let Some(c) = compaction {
+        for a in h.acks.iter().filter(|a| c.may_have_expired(a.sent_true_ms)) {
+            for i in 0..a.count {
+                let seq = a.base_sequence + i;
+                if is_tombstone(a.producer_id, seq) {
+                    expired
+                        .entry((a.partition, key_of(a.producer_id, seq)))
+                        .or_default()
+                        .push(Some(a.base_offset + i64::from(i)));
+                }
+            }
+        }
+        for u in h
+            .unsettled
+            .iter()
+            .filter(|u| c.may_have_expired(u.sent_true_ms))
+        {
+            for seq in (u.base_sequence..).take(u.count as usize) {
+                if is_tombstone(u.producer_id, seq) {
+                    expired
+                        .entry((u.partition, key_of(u.producer_id, seq)))
+                        .or_default()
+                        .push(None);
+                }
+            }
+        }
+    }
+    // Rule 11: compaction removed the record at `offset` only behind a later one of its key,
+    // or with an expired tombstone of its key at or after it (the tombstone itself included).
     let superseded = |p: i32, offset: i64, pid: i64, seq: i32| {
+        let key = key_of(pid, seq);
         compacted
-            && latest
-                .get(&(p, key_of(pid, seq)))
-                .is_some_and(|&l| l > offset)
+            && (latest.get(&(p, key)).is_some_and(|&l| l > offset)
+                || expired
+                    .get(&(p, key))
+                    .is_some_and(|ts| ts.iter().any(|t| t.is_none_or(|t| t >= offset))))
     };
     for (p, batches) in logs {
         let mut next = batches.first().map_or(0, |b| b.base_offset);
@@ -393,6 +498,7 @@ mod tests {
             count,
             base_offset: base,
             max_timestamp_ms: 0,
+            sent_true_ms: 0,
             leader_epoch: epoch,
             duplicate: false,
         }
@@ -453,29 +559,29 @@ mod tests {
         h.consumed.insert(0, vec![(0, 7, 0), (1, 7, 1), (2, 7, 2)]);
         let none = BTreeMap::new();
         assert!(
-            check(&h, &good, &none, false).is_empty(),
+            check(&h, &good, &none, None).is_empty(),
             "{:?}",
-            check(&h, &good, &none, false)
+            check(&h, &good, &none, None)
         );
 
         let gap = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(3, 3, 1, 7, 2)])]);
-        assert!(check(&h, &gap, &none, false)
+        assert!(check(&h, &gap, &none, None)
             .iter()
             .any(|v| v.contains("not dense")));
         let lost = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0)])]);
-        assert!(check(&h, &lost, &none, false)
+        assert!(check(&h, &lost, &none, None)
             .iter()
             .any(|v| v.contains("lost")));
         let dup = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 3, 1, 7, 0)])]);
-        assert!(check(&h, &dup, &none, false)
+        assert!(check(&h, &dup, &none, None)
             .iter()
             .any(|v| v.contains("twice")));
         let fenced = BTreeMap::from([(0, vec![batch(0, 1, 0, 7, 0), batch(2, 2, 2, 7, 2)])]);
-        assert!(check(&h, &fenced, &none, false)
+        assert!(check(&h, &fenced, &none, None)
             .iter()
             .any(|v| v.contains("fenced")));
         let back = BTreeMap::from([(0, vec![batch(0, 1, 3, 7, 0), batch(2, 2, 1, 7, 2)])]);
-        assert!(check(&h, &back, &none, false)
+        assert!(check(&h, &back, &none, None)
             .iter()
             .any(|v| v.contains("went back")));
 
@@ -483,12 +589,12 @@ mod tests {
         rewind
             .consumed
             .insert(0, vec![(0, 7, 0), (1, 7, 1), (0, 7, 0)]);
-        assert!(check(&rewind, &good, &none, false)
+        assert!(check(&rewind, &good, &none, None)
             .iter()
             .any(|v| v.contains("rewind")));
         let mut skip = History::default();
         skip.consumed.insert(0, vec![(0, 7, 0), (2, 7, 2)]);
-        assert!(check(&skip, &good, &none, false)
+        assert!(check(&skip, &good, &none, None)
             .iter()
             .any(|v| v.contains("skip")));
 
@@ -497,9 +603,9 @@ mod tests {
         let trimmed = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
         let starts = BTreeMap::from([(0, 2)]);
         assert!(
-            check(&h, &trimmed, &starts, false).is_empty(),
+            check(&h, &trimmed, &starts, None).is_empty(),
             "{:?}",
-            check(&h, &trimmed, &starts, false)
+            check(&h, &trimmed, &starts, None)
         );
         let mut reset = History {
             acks: h.acks.clone(),
@@ -507,16 +613,16 @@ mod tests {
         };
         reset.set_log_start(0, 2);
         reset.consumed.insert(0, vec![(2, 7, 2)]);
-        assert!(check(&reset, &trimmed, &starts, false).is_empty());
+        assert!(check(&reset, &trimmed, &starts, None).is_empty());
         let mut past = History::default();
         past.consumed.insert(0, vec![(0, 7, 0), (3, 7, 3)]);
         let longer = BTreeMap::from([(0, vec![batch(2, 3, 1, 7, 2)])]);
-        assert!(check(&past, &longer, &starts, false)
+        assert!(check(&past, &longer, &starts, None)
             .iter()
             .any(|v| v.contains("skip")));
         // A log that begins past its log start lost what was between.
         let begins_late = BTreeMap::from([(0, vec![batch(2, 2, 1, 7, 2)])]);
-        assert!(check(&History::default(), &begins_late, &none, false)
+        assert!(check(&History::default(), &begins_late, &none, None)
             .iter()
             .any(|v| v.contains("past its log start")));
     }
@@ -548,16 +654,16 @@ mod tests {
         // The older value of a key may go in a compacted topic, not in another.
         let compacted = without(older);
         assert!(
-            check(&h, &compacted, &none, true).is_empty(),
+            check(&h, &compacted, &none, Some(Compacted::at(0))).is_empty(),
             "{:?}",
-            check(&h, &compacted, &none, true)
+            check(&h, &compacted, &none, Some(Compacted::at(0)))
         );
-        assert!(check(&h, &compacted, &none, false)
+        assert!(check(&h, &compacted, &none, None)
             .iter()
             .any(|v| v.contains("lost")));
         // A key's last record may not.
         let lost = without(newest);
-        assert!(check(&h, &lost, &none, true)
+        assert!(check(&h, &lost, &none, Some(Compacted::at(0)))
             .iter()
             .any(|v| v.contains("lost")));
         // A consumer that read past the removed offset did not skip; one that missed a
@@ -570,8 +676,8 @@ mod tests {
                 .map(|s| (i64::from(s), 7, s))
                 .collect(),
         );
-        assert!(check(&read, &compacted, &none, true).is_empty());
-        assert!(check(&read, &without(99), &none, true)
+        assert!(check(&read, &compacted, &none, Some(Compacted::at(0))).is_empty());
+        assert!(check(&read, &without(99), &none, Some(Compacted::at(0)))
             .iter()
             .any(|v| v.contains("skip")));
         // A batch emptied and dropped leaves a gap the next batch may start after.
@@ -580,11 +686,75 @@ mod tests {
             acks: vec![ack(0, 4, 0, 7, 0), ack(6, 2, 0, 7, 6)],
             ..History::default()
         };
-        assert!(check(&two, &dropped, &none, true)
+        assert!(check(&two, &dropped, &none, Some(Compacted::at(0)))
             .iter()
             .all(|v| !v.contains("dense")));
-        assert!(check(&two, &dropped, &none, false)
+        assert!(check(&two, &dropped, &none, None)
             .iter()
             .any(|v| v.contains("dense")));
+    }
+
+    #[test]
+    fn a_tombstone_may_go_only_after_its_delete_horizon_with_what_it_deleted() {
+        // A tombstone that is its key's last record, and the records of its key before it.
+        let seqs: Vec<i32> = (0..40).collect();
+        let last_of_key = |s: i32| !seqs.iter().any(|&l| l > s && key_of(7, l) == key_of(7, s));
+        let tomb = *seqs
+            .iter()
+            .find(|&&s| is_tombstone(7, s) && last_of_key(s) && s > 0)
+            .expect("some key ends with a tombstone");
+        let gone: Vec<i64> = seqs
+            .iter()
+            .filter(|&&s| key_of(7, s) == key_of(7, tomb))
+            .map(|&s| i64::from(s))
+            .collect();
+        let sent = 1_000;
+        let h = History {
+            acks: vec![Ack {
+                sent_true_ms: sent,
+                ..ack(0, 40, 0, 7, 0)
+            }],
+            ..History::default()
+        };
+        let mut b = batch(0, 39, 0, 7, 0);
+        b.offsets.retain(|o| !gone.contains(o));
+        let log = BTreeMap::from([(0, vec![b])]);
+        let none = BTreeMap::new();
+        let after = Compacted::at(sent + DELETE_RETENTION_MS);
+        assert!(
+            check(&h, &log, &none, Some(after)).is_empty(),
+            "{:?}",
+            check(&h, &log, &none, Some(after))
+        );
+        // Before its horizon: the tombstone (and so what it deleted) was removed too early.
+        let before = Compacted::at(sent + DELETE_RETENTION_MS - 1);
+        assert!(check(&h, &log, &none, Some(before))
+            .iter()
+            .any(|v| v.contains("lost")));
+        // A clock once stepped back stamps an earlier horizon: it may go that much sooner.
+        let stepped = Compacted {
+            wall_peak_ms: sent + DELETE_RETENTION_MS - 500,
+            skew_min_ms: -500,
+        };
+        assert!(check(&h, &log, &none, Some(stepped)).is_empty());
+        // Sent by a produce whose answer never came: its offset is unknown, it still counts.
+        let unsettled = History {
+            acks: vec![ack(0, tomb, 0, 7, 0)],
+            unsettled: vec![Unsettled {
+                partition: 0,
+                producer_id: 7,
+                base_sequence: tomb,
+                count: 1,
+                sent_true_ms: sent,
+            }],
+            ..History::default()
+        };
+        let mut b = batch(0, i64::from(tomb) - 1, 0, 7, 0);
+        b.offsets.retain(|o| !gone.contains(o));
+        let log = BTreeMap::from([(0, vec![b])]);
+        assert!(check(&unsettled, &log, &none, Some(after)).is_empty());
+        assert!(check(&unsettled, &log, &none, Some(before))
+            .iter()
+            .any(|v| v.contains("lost")));
     }
 }

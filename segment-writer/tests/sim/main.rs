@@ -180,13 +180,35 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>) -> Outcome {
             Default::default()
         }
     };
+    // Rule 11's clocks as of the final read: nothing was removed after it.
+    let compaction = c.compacted().then(|| c.compaction_clocks());
     let catalog = workload::catalog_violations(&c, &logs).await;
     run_stop.cancel();
     c.stop_all().await;
     let sim_ms = c.now_ms();
-    let counts = *c.lifecycle_counts.lock().unwrap_or_else(|e| e.into_inner());
+    let mut counts = *c.lifecycle_counts.lock().unwrap_or_else(|e| e.into_inner());
     let h = c.history.lock().unwrap_or_else(|e| e.into_inner());
-    let mut violations = history::check(&h, &logs, &starts, c.compacted());
+    if c.compacted() {
+        let held: std::collections::BTreeSet<(i32, i64)> = logs
+            .iter()
+            .flat_map(|(p, bs)| {
+                bs.iter()
+                    .flat_map(move |b| b.offsets.iter().map(move |&o| (*p, o)))
+            })
+            .collect();
+        for a in &h.acks {
+            for i in 0..a.count {
+                if history::is_tombstone(a.producer_id, a.base_sequence + i) {
+                    counts.tombstones_acked += 1;
+                    let offset = a.base_offset + i64::from(i);
+                    if !held.contains(&(a.partition, offset)) {
+                        counts.tombstones_gone += 1;
+                    }
+                }
+            }
+        }
+    }
+    let mut violations = history::check(&h, &logs, &starts, compaction);
     violations.extend(catalog);
     PANICS.with(|p| {
         for m in p.borrow_mut().drain(..) {
@@ -315,6 +337,8 @@ fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
         counts.objects_deleted += o.lifecycle.objects_deleted;
         counts.key_cleanings += o.lifecycle.key_cleanings;
         counts.key_records_removed += o.lifecycle.key_records_removed;
+        counts.tombstones_acked += o.lifecycle.tombstones_acked;
+        counts.tombstones_gone += o.lifecycle.tombstones_gone;
         kinds.extend(o.fault_kinds.iter().copied());
     }
     assert!(
@@ -339,14 +363,16 @@ fn run_seeds(first: u64, count: u64, lifecycle: Option<Lifecycle>) {
     );
     if lifecycle.is_some() {
         println!(
-            "  compactor: {} rounds, {} segments written replacing {} entries, {} entries expired by retention, {} objects deleted, {} key cleanings removing {} records",
+            "  compactor: {} rounds, {} segments written replacing {} entries, {} entries expired by retention, {} objects deleted, {} key cleanings removing {} records; {} of {} acknowledged tombstones gone",
             counts.rounds,
             counts.segments_written,
             counts.entries_replaced,
             counts.entries_expired,
             counts.objects_deleted,
             counts.key_cleanings,
-            counts.key_records_removed
+            counts.key_records_removed,
+            counts.tombstones_gone,
+            counts.tombstones_acked
         );
     }
 }

@@ -8,7 +8,7 @@
 //! and call the leader's log directly: the Kafka codec is not what this simulates.
 
 use crate::cluster::{Cluster, PARTITIONS};
-use crate::history::{Ack, StoredBatch};
+use crate::history::{is_tombstone, key_of, Ack, StoredBatch, Unsettled};
 use object_store::ObjectStoreExt;
 use oxbow_metadata::clock::{Clock, Rng};
 use oxbow_metadata::TopicMetadata;
@@ -121,17 +121,34 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
         let count = 1 + (rng.next_u64() % 4) as i32;
         let sequence = *sequences.entry(partition).or_default();
         let timestamp = cluster.clock.unix_ms();
+        let sent_true_ms = cluster.true_unix_ms();
         let raw = if cluster.compacted() {
-            let keys: Vec<u8> = (0..count)
-                .map(|i| crate::history::key_of(producer_id, sequence + i))
+            let records: Vec<(u8, bool)> = (sequence..sequence + count)
+                .map(|s| (key_of(producer_id, s), is_tombstone(producer_id, s)))
                 .collect();
-            make_keyed_idempotent_batch(&keys, timestamp, producer_id, 0, sequence)
+            make_keyed_idempotent_batch(&records, timestamp, producer_id, 0, sequence)
         } else {
             make_idempotent_batch(count, timestamp, producer_id, 0, sequence)
         };
         let mut attempts = 0u32;
         loop {
             if stop.is_cancelled() {
+                if attempts > 0 {
+                    // Tried and never answered: it may have landed (rule 11 counts its
+                    // tombstones).
+                    cluster
+                        .history
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .unsettled
+                        .push(Unsettled {
+                            partition,
+                            producer_id,
+                            base_sequence: sequence,
+                            count,
+                            sent_true_ms,
+                        });
+                }
                 break 'batches;
             }
             attempts += 1;
@@ -150,6 +167,7 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
                             base_offset,
                             // make_idempotent_batch's records are a millisecond apart.
                             max_timestamp_ms: timestamp + i64::from(count - 1),
+                            sent_true_ms,
                             leader_epoch,
                             duplicate,
                         });
