@@ -24,11 +24,13 @@
 
 mod cluster;
 mod history;
+mod lifecycle;
 mod meta;
 mod schedule;
 mod workload;
 
-use cluster::{Cluster, Lifecycle, LifecycleCounts, BROKERS, KEY_COMPACTION, LIFECYCLE};
+use cluster::{Cluster, BROKERS};
+use lifecycle::{Lifecycle, LifecycleCounts, KEY_COMPACTION, LIFECYCLE};
 use oxbow_metadata::clock::{Clock, Rng, SeededRng};
 use std::cell::RefCell;
 use std::sync::{Arc, Once};
