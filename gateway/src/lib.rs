@@ -29,3 +29,4 @@ pub mod records;
 pub mod retention;
 pub mod security;
 pub mod server;
+pub mod transactions;
