@@ -55,6 +55,9 @@ pub struct BrokerSettings {
     /// OAUTHBEARER token validation (`--sasl-oauthbearer-*`), when a JWKS is configured;
     /// shared by SASL OAUTHBEARER and HTTP bearer authentication.
     pub oauth: Option<Arc<crate::security::oauth::Validator>>,
+    /// Where sealed data lives, as DescribeLogDirs names it: `s3://bucket/prefix` or a
+    /// directory (never credentials).
+    pub object_store_location: String,
 }
 
 /// Shared broker state; one per process.
@@ -363,9 +366,20 @@ impl Broker {
 
     /// Creates a topic, its partitions spread over the live brokers (`cluster::placement`).
     pub async fn create_topic(&self, spec: TopicSpec) -> Result<Arc<TopicMetadata>> {
+        self.create_topic_led_by(spec, None).await
+    }
+
+    /// [`Broker::create_topic`] with partition `p` led by `leaders[p]` when given (a manual
+    /// assignment), else by the cluster's placement.
+    pub async fn create_topic_led_by(
+        &self,
+        spec: TopicSpec,
+        leaders: Option<Vec<BrokerId>>,
+    ) -> Result<Arc<TopicMetadata>> {
         refuse_internal_create(&spec.name)?;
         let name = spec.name.clone();
-        let leaders = self.placement(&[], usize::try_from(spec.partitions).unwrap_or(0));
+        let leaders = leaders
+            .unwrap_or_else(|| self.placement(&[], usize::try_from(spec.partitions).unwrap_or(0)));
         let leaders = if leaders.is_empty() {
             vec![self.settings.broker_id]
         } else {
@@ -406,6 +420,17 @@ impl Broker {
 
     /// Grows a topic to `total` partitions, the new ones placed over the live brokers.
     pub async fn create_partitions(&self, name: &str, total: i32) -> Result<Arc<TopicMetadata>> {
+        self.create_partitions_led_by(name, total, None).await
+    }
+
+    /// [`Broker::create_partitions`] with the new partitions led by `new_leaders` in order
+    /// when given (a manual assignment), else by the cluster's placement.
+    pub async fn create_partitions_led_by(
+        &self,
+        name: &str,
+        total: i32,
+        new_leaders: Option<Vec<BrokerId>>,
+    ) -> Result<Arc<TopicMetadata>> {
         let existing: Vec<BrokerId> = self
             .topic(name)
             .map(|t| t.partitions.iter().map(|p| p.leader).collect())
@@ -415,7 +440,7 @@ impl Broker {
             .saturating_sub(existing.len());
         // Indexed by partition: existing entries are ignored by the store.
         let mut leaders = existing.clone();
-        leaders.extend(self.placement(&existing, new));
+        leaders.extend(new_leaders.unwrap_or_else(|| self.placement(&existing, new)));
         if leaders.is_empty() {
             leaders.push(self.settings.broker_id);
         }

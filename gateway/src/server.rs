@@ -509,6 +509,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             authorization,
             sasl: Arc::new(sasl),
             oauth: oauth.clone(),
+            object_store_location: objects::parse_location(&args.object_store, &args.data_dir)?
+                .to_string(),
         },
         metadata.clone(),
         log.clone(),

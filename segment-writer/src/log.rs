@@ -532,6 +532,11 @@ impl LogManager {
         Ok(())
     }
 
+    /// The WAL's directory (`None`: durability from the object store alone, no WAL).
+    pub fn wal_dir(&self) -> Option<&std::path::Path> {
+        self.wal.as_ref().map(|_| self.settings.wal.dir.as_path())
+    }
+
     /// Bytes the WAL holds on disk.
     pub fn wal_bytes(&self) -> u64 {
         self.wal.as_ref().map_or(0, Wal::bytes)

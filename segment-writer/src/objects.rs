@@ -33,6 +33,19 @@ pub enum ObjectStoreLocation {
     S3 { bucket: String, prefix: String },
 }
 
+impl std::fmt::Display for ObjectStoreLocation {
+    /// `s3://bucket/prefix`, or the directory's path.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectStoreLocation::Local(dir) => write!(f, "{}", dir.display()),
+            ObjectStoreLocation::S3 { bucket, prefix } if prefix.is_empty() => {
+                write!(f, "s3://{bucket}")
+            }
+            ObjectStoreLocation::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
 /// Parses an `--object-store` value: `local`, `file:///abs/dir` or `s3://bucket[/prefix]`.
 pub fn parse_location(url: &str, data_dir: &Path) -> Result<ObjectStoreLocation> {
     let url = url.trim();

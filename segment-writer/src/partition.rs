@@ -35,8 +35,20 @@ pub struct MemBatch {
 struct ProducerEntry {
     epoch: i16,
     last_sequence: i32,
+    /// The newest record timestamp of its last batch appended here (-1: known only from a
+    /// rebuilt state, which keeps no timestamps).
+    last_timestamp_ms: i64,
     /// (first sequence, last sequence, base offset) of the latest batches.
     recent: VecDeque<(i32, i32, Offset)>,
+}
+
+/// An idempotent producer this partition remembers (DescribeProducers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp_ms: i64,
 }
 
 /// What to do with a produced batch.
@@ -184,17 +196,35 @@ impl PartitionLogState {
     /// Remembers an already stored batch's producer sequence (state rebuilt from the log
     /// when a partition opens on a new leader), so retries of it are recognised.
     pub fn restore_producer(&mut self, b: &ProducerBatch) {
-        self.record_producer(b);
+        self.record_producer(b, -1);
     }
 
-    /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored).
-    fn record_producer(&mut self, b: &ProducerBatch) {
+    /// The idempotent producers remembered here, by id.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ActiveProducer {
+                producer_id,
+                producer_epoch: e.epoch,
+                last_sequence: e.last_sequence,
+                last_timestamp_ms: e.last_timestamp_ms,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
+    }
+
+    /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored) and,
+    /// when known, its newest record timestamp.
+    fn record_producer(&mut self, b: &ProducerBatch, timestamp_ms: i64) {
         let entry = self
             .producers
             .entry(b.producer_id)
             .or_insert_with(|| ProducerEntry {
                 epoch: b.producer_epoch,
                 last_sequence: -1,
+                last_timestamp_ms: -1,
                 recent: VecDeque::new(),
             });
         if b.producer_epoch != entry.epoch {
@@ -202,6 +232,9 @@ impl PartitionLogState {
             entry.recent.clear();
         }
         entry.last_sequence = b.last_sequence;
+        if timestamp_ms >= 0 {
+            entry.last_timestamp_ms = timestamp_ms;
+        }
         entry
             .recent
             .push_back((b.base_sequence, b.last_sequence, b.base_offset));
@@ -216,10 +249,13 @@ impl PartitionLogState {
         let base = self.log_end_offset;
         let last = base + i64::from(h.last_offset_delta);
         if let Some(b) = ProducerBatch::of(h) {
-            self.record_producer(&ProducerBatch {
-                base_offset: base,
-                ..b
-            });
+            self.record_producer(
+                &ProducerBatch {
+                    base_offset: base,
+                    ..b
+                },
+                h.max_timestamp,
+            );
         }
         self.memory_bytes += bytes.len();
         self.unsealed_bytes += bytes.len();

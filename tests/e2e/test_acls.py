@@ -484,6 +484,26 @@ def test_closed_by_default_then_super_user(broker_factory):
     with pytest.raises(KafkaException) as e:
         client.create_acls([more], request_timeout=10)[more].result(timeout=15)
     assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # So do ElectLeaders (ALTER) and DescribeLogDirs (DESCRIBE), which nobody granted either.
+    from confluent_kafka import ElectionType
+    from kafka import KafkaAdminClient
+
+    try:
+        elected = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+        codes = {(x.code() if hasattr(x, "code") else x.args[0].code()) for x in elected.values()}
+    except KafkaException as refused:
+        codes = {refused.args[0].code()}
+    assert codes == {KafkaError.CLUSTER_AUTHORIZATION_FAILED}, codes
+    kp = KafkaAdminClient(bootstrap_servers=boot, request_timeout_ms=10000)
+    try:
+        described = repr(kp.describe_log_dirs())
+    except Exception as refused:  # noqa: BLE001 - whichever way the client reports it
+        described = repr(refused)
+    finally:
+        kp.close()
+    assert topic not in described, described
+    # (kafka-python reports the refusal as a broker with no log dirs.)
+    assert "'log_dirs': []" in described or "ClusterAuthorization" in described, described
 
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY

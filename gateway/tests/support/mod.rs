@@ -76,6 +76,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
         authorization: Default::default(),
         sasl: Default::default(),
         oauth: None,
+        object_store_location: "memory".into(),
     };
     let broker = Broker::new(settings, metadata, log).await.expect("broker");
     let ready = Arc::new(AtomicBool::new(false));

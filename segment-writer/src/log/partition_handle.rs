@@ -56,6 +56,16 @@ impl Partition {
         )
     }
 
+    /// Record-batch bytes held here (memory and WAL) that are not in the object store yet.
+    pub fn unsealed_bytes(&self) -> Result<u64> {
+        Ok(self.lock()?.unsealed_bytes() as u64)
+    }
+
+    /// The idempotent producers this partition remembers, by id (DescribeProducers).
+    pub fn active_producers(&self) -> Result<Vec<crate::partition::ActiveProducer>> {
+        Ok(self.lock()?.active_producers())
+    }
+
     /// (log start offset, high watermark, log end offset).
     pub fn offsets(&self) -> Result<(Offset, Offset, Offset)> {
         let s = self.lock()?;

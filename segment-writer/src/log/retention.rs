@@ -133,22 +133,11 @@ impl LogManager {
         retention: Retention,
         now_ms: i64,
     ) -> Result<Vec<CatalogEntry>> {
-        let tp = p.topic_partition;
-        let (log_start, sealed_end, unsealed) = {
+        let (log_start, unsealed) = {
             let s = p.lock()?;
-            (s.log_start_offset, s.sealed_end, s.unsealed_bytes() as u64)
+            (s.log_start_offset, s.unsealed_bytes() as u64)
         };
-        let mut entries: Vec<CatalogEntry> = Vec::new();
-        let mut next = log_start;
-        while next < sealed_end && entries.len() < RETENTION_SCAN_MAX {
-            let page = self
-                .metadata
-                .catalog_entries(tp.topic_id, tp.partition, next, RETENTION_PAGE)
-                .await?;
-            let Some(last) = page.last() else { break };
-            next = last.next_offset();
-            entries.extend(page.into_iter().filter(|e| e.last_offset < sealed_end));
-        }
+        let mut entries = self.catalogued(p).await?;
         let summary: Vec<RetainedEntry> = entries
             .iter()
             .map(|e| RetainedEntry {
@@ -173,5 +162,38 @@ impl LogManager {
         let start = self.advance_log_start(p, end).await?;
         entries.retain(|e| e.last_offset < start);
         Ok(entries)
+    }
+
+    /// The catalogue entries of `p` from its log start to what is sealed (at most
+    /// [`RETENTION_SCAN_MAX`]), from the in-memory catalogue.
+    async fn catalogued(&self, p: &Partition) -> Result<Vec<CatalogEntry>> {
+        let tp = p.topic_partition;
+        let (log_start, sealed_end) = {
+            let s = p.lock()?;
+            (s.log_start_offset, s.sealed_end)
+        };
+        let mut entries: Vec<CatalogEntry> = Vec::new();
+        let mut next = log_start;
+        while next < sealed_end && entries.len() < RETENTION_SCAN_MAX {
+            let page = self
+                .metadata
+                .catalog_entries(tp.topic_id, tp.partition, next, RETENTION_PAGE)
+                .await?;
+            let Some(last) = page.last() else { break };
+            next = last.next_offset();
+            entries.extend(page.into_iter().filter(|e| e.last_offset < sealed_end));
+        }
+        Ok(entries)
+    }
+
+    /// Record-batch bytes `p` holds in the object store from its log start (counted now,
+    /// and kept for `/metrics` as a compaction round would).
+    pub async fn stored_bytes(&self, p: &Partition) -> Result<u64> {
+        let entries = self.catalogued(p).await?;
+        let bytes = entries.iter().map(crate::segment::data_bytes).sum();
+        p.stored_bytes.store(bytes, Ordering::Relaxed);
+        p.stored_entries
+            .store(entries.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
     }
 }

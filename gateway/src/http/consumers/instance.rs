@@ -452,6 +452,7 @@ mod tests {
             authorization: Default::default(),
             sasl: Default::default(),
             oauth: None,
+            object_store_location: "memory".into(),
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }

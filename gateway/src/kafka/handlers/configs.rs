@@ -37,8 +37,12 @@ const SOURCE_STATIC_BROKER: i8 = 4;
 fn broker_config_type(name: &str) -> ConfigType {
     match name {
         "num.partitions" | "message.max.bytes" | "broker.id" => ConfigType::Int,
-        "auto.create.topics.enable" | "allow.everyone.if.no.acl.found" => ConfigType::Boolean,
-        "connections.max.reauth.ms"
+        "auto.create.topics.enable" | "allow.everyone.if.no.acl.found" | "delete.topic.enable" => {
+            ConfigType::Boolean
+        }
+        "log.retention.ms"
+        | "log.retention.bytes"
+        | "connections.max.reauth.ms"
         | "sasl.oauthbearer.clock.skew.seconds"
         | "sasl.oauthbearer.jwks.endpoint.refresh.ms" => ConfigType::Long,
         "sasl.enabled.mechanisms" | "sasl.oauthbearer.expected.audience" => ConfigType::List,
@@ -248,6 +252,27 @@ pub fn describe(
                     ),
                     ("num.partitions", s.default_partitions.to_string()),
                     ("message.max.bytes", "1048588".to_string()),
+                    (
+                        "advertised.listeners",
+                        s.listeners
+                            .iter()
+                            .map(|(name, (host, port))| format!("{name}://{host}:{port}"))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ),
+                    // Where partitions' unsealed data is on local disk (DescribeLogDirs
+                    // also names the object store).
+                    (
+                        "log.dirs",
+                        broker
+                            .log
+                            .wal_dir()
+                            .map(|d| d.display().to_string())
+                            .unwrap_or_default(),
+                    ),
+                    ("log.retention.ms", s.log_retention_ms.to_string()),
+                    ("log.retention.bytes", s.log_retention_bytes.to_string()),
+                    ("delete.topic.enable", "true".to_string()),
                 ];
                 r.with_configs(
                     all.into_iter()

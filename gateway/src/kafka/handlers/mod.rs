@@ -6,13 +6,16 @@ pub mod api_versions;
 mod cluster;
 mod configs;
 mod delete_records;
+mod elect;
 mod fetch;
 mod groups;
 mod leader_epoch;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod produce;
 mod producer_id;
+mod producers;
 mod quotas;
 mod reassign;
 pub mod sasl;
@@ -102,6 +105,15 @@ pub async fn handle(
         ),
         RequestKind::AlterConfigs(r) => {
             ResponseKind::AlterConfigs(configs::alter(broker, session, r).await)
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(producers::describe(broker, session, r).await)
+        }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect::elect(broker, session, r, v))
+        }
+        RequestKind::DescribeLogDirs(r) => {
+            ResponseKind::DescribeLogDirs(log_dirs::describe(broker, session, r, v).await)
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(cluster::describe(broker, session, r))

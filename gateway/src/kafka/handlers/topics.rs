@@ -49,15 +49,54 @@ pub async fn create(
         // The created topic's configs are shown only to who may describe them.
         let may_describe_configs =
             authz.allows(AclOperation::DescribeConfigs, ResourceType::Topic, &name);
-        if !t.assignments.is_empty() {
-            results.push(
-                r.with_error_code(ResponseError::InvalidReplicaAssignment.code())
-                    .with_error_message(Some(str_bytes(
-                        "manual replica assignment is not supported: partitions are placed by the cluster",
-                    ))),
-            );
-            continue;
-        }
+        // A manual assignment (kafka-topics.sh --replica-assignment): partition p is led by
+        // the first broker of its list (Kafka's preferred replica).
+        let manual = if t.assignments.is_empty() {
+            None
+        } else if t.num_partitions != -1 || t.replication_factor != -1 {
+            Some(Err((
+                ResponseError::InvalidRequest.code(),
+                "both a partition count or replication factor and a replica assignment were set; set one".to_string(),
+            )))
+        } else {
+            let mut lists: Vec<(i32, Vec<i32>)> = t
+                .assignments
+                .iter()
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
+                .collect();
+            lists.sort_by_key(|(index, _)| *index);
+            if lists
+                .iter()
+                .enumerate()
+                .any(|(i, (index, _))| *index != i as i32)
+            {
+                Some(Err((
+                    ResponseError::InvalidReplicaAssignment.code(),
+                    "the assignment's partitions are not 0, 1, 2, ... in sequence".to_string(),
+                )))
+            } else {
+                Some(assigned_leaders(
+                    broker,
+                    &lists.into_iter().map(|(_, l)| l).collect::<Vec<_>>(),
+                ))
+            }
+        };
+        let leaders = match manual {
+            Some(Err((code, message))) => {
+                results.push(
+                    r.with_error_code(code)
+                        .with_error_message(Some(str_bytes(&message))),
+                );
+                continue;
+            }
+            Some(Ok(leaders)) => Some(leaders),
+            None => None,
+        };
         let configs: BTreeMap<String, String> = t
             .configs
             .iter()
@@ -65,22 +104,25 @@ pub async fn create(
             .collect();
         let spec = TopicSpec {
             name: name.clone(),
-            partitions: if t.num_partitions == -1 {
-                broker.settings.default_partitions
-            } else {
-                t.num_partitions
+            partitions: match &leaders {
+                Some(l) => l.len() as i32,
+                None if t.num_partitions == -1 => broker.settings.default_partitions,
+                None => t.num_partitions,
             },
-            replication_factor: if t.replication_factor == -1 {
-                1
-            } else {
-                t.replication_factor
+            replication_factor: match t.assignments.first() {
+                Some(a) if leaders.is_some() => a.broker_ids.len() as i16,
+                _ if t.replication_factor == -1 => 1,
+                _ => t.replication_factor,
             },
             configs,
         };
         let outcome = if req.validate_only {
             broker.validate_topic(&spec).map(|_| None)
         } else {
-            broker.create_topic(spec.clone()).await.map(Some)
+            broker
+                .create_topic_led_by(spec.clone(), leaders)
+                .await
+                .map(Some)
         };
         results.push(match outcome {
             Ok(created) => {
@@ -222,11 +264,42 @@ pub async fn create_partitions(
             );
             continue;
         }
-        let outcome = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            Err(BrokerError::InvalidRequest(
-                "manual replica assignment is not supported".into(),
-            ))
-        } else if req.validate_only {
+        // A manual assignment (kafka-topics.sh --alter --replica-assignment): one broker
+        // list per new partition, led by its first broker.
+        let leaders = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
+            None => None,
+            Some(lists) => {
+                let have = broker.topic(&name).map_or(0, |t| t.partitions.len() as i32);
+                let lists: Vec<Vec<i32>> = lists
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                let checked = if t.count - have != lists.len() as i32 {
+                    Err((
+                        ResponseError::InvalidReplicaAssignment.code(),
+                        format!(
+                            "{} new partition(s) asked for ({have} to {}), but {} assignment(s) given",
+                            t.count - have,
+                            t.count,
+                            lists.len()
+                        ),
+                    ))
+                } else {
+                    assigned_leaders(broker, &lists)
+                };
+                match checked {
+                    Ok(l) => Some(l),
+                    Err((code, message)) => {
+                        results.push(
+                            r.with_error_code(code)
+                                .with_error_message(Some(str_bytes(&message))),
+                        );
+                        continue;
+                    }
+                }
+            }
+        };
+        let outcome = if req.validate_only {
             match broker.topic(&name) {
                 None => Err(BrokerError::UnknownTopic(name.clone())),
                 Some(topic) if t.count <= topic.partitions.len() as i32 => {
@@ -240,7 +313,10 @@ pub async fn create_partitions(
                     .map_err(BrokerError::from),
             }
         } else {
-            broker.create_partitions(&name, t.count).await.map(|_| ())
+            broker
+                .create_partitions_led_by(&name, t.count, leaders)
+                .await
+                .map(|_| ())
         };
         results.push(match outcome {
             Ok(()) => r,
@@ -250,4 +326,47 @@ pub async fn create_partitions(
         });
     }
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// The leaders of a manual assignment (one broker list per partition, in order): each
+/// list's first broker, Kafka's preferred replica. An Oxbow partition has one replica, its
+/// leader (WAL replicas and the object store make it durable), so the other brokers named
+/// are not copies; they are checked as Kafka checks them. `INVALID_REPLICA_ASSIGNMENT`
+/// for an empty list, a broker named twice, lists of different lengths, or a broker that
+/// is not live.
+fn assigned_leaders(
+    broker: &Broker,
+    lists: &[Vec<i32>],
+) -> Result<Vec<oxbow_metadata::BrokerId>, (i16, String)> {
+    let invalid = |why: String| Err((ResponseError::InvalidReplicaAssignment.code(), why));
+    let width = lists.first().map_or(0, Vec::len);
+    let mut leaders = Vec::with_capacity(lists.len());
+    for (i, list) in lists.iter().enumerate() {
+        let Some(&leader) = list.first() else {
+            return invalid(format!("assignment {i} names no broker"));
+        };
+        if list.len() != width {
+            return invalid(format!(
+                "assignment {i} names {} broker(s), the first names {width}: every partition has the same replication factor",
+                list.len()
+            ));
+        }
+        if let Some(dup) = list
+            .iter()
+            .enumerate()
+            .find_map(|(j, b)| list[..j].contains(b).then_some(b))
+        {
+            return invalid(format!("assignment {i} names broker {dup} twice"));
+        }
+        if let Some(gone) = list
+            .iter()
+            .find(|&&b| !broker.cluster.is_live(b) && b != broker.settings.broker_id)
+        {
+            return invalid(format!(
+                "assignment {i} names broker {gone}, which is not a live broker"
+            ));
+        }
+        leaders.push(leader);
+    }
+    Ok(leaders)
 }
