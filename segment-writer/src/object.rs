@@ -7,7 +7,8 @@
 //! index     : one 64-byte row per chunk: topic id [16] | partition i32 | base offset i64 |
 //!             last offset i64 | max timestamp i64 | byte start u64 | byte length u64 |
 //!             crc32c(chunk) u32
-//! producers : one 32-byte row per idempotent batch kept (crate::producer_summary)
+//! producers : one 32-byte row per idempotent batch kept, the chunk's own and those carried
+//!             for its partition's idle producers (crate::producer_summary)
 //! footer    : index start u64 | index length u32 | crc32c(index) u32 |
 //!             producers length u32 | crc32c(producers) u32 | magic "OXBOWEN2" [8]
 //! ```
@@ -46,6 +47,10 @@ pub struct Chunk {
     pub last_offset: Offset,
     pub max_timestamp_ms: i64,
     pub batches: Vec<Bytes>,
+    /// Producers of the partition with no batch here: their remembered batches before
+    /// `base_offset`, carried in the producers section
+    /// ([`producer_summary::CARRIED_ROWS_MAX`] at most).
+    pub carried_producers: Vec<ProducerBatch>,
 }
 
 /// An object ready to upload and the catalog entries that describe it.
@@ -62,13 +67,20 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
         .flat_map(|c| c.batches.iter())
         .map(|b| b.len())
         .sum();
-    let producers: Vec<(u32, ProducerBatch)> = chunks
+    let producers: Vec<producer_summary::Row> = chunks
         .iter()
         .enumerate()
         .flat_map(|(i, c)| {
-            producer_summary::recent_of(&c.batches)
+            let own = producer_summary::recent_of(&c.batches)
                 .into_iter()
-                .map(move |b| (i as u32, b))
+                .map(move |b| (i as u32, b, false));
+            let carried = c
+                .carried_producers
+                .iter()
+                .filter(|b| b.base_offset < c.base_offset)
+                .take(producer_summary::CARRIED_ROWS_MAX)
+                .map(move |b| (i as u32, *b, true));
+            own.chain(carried)
         })
         .collect();
     let mut body = BytesMut::with_capacity(
@@ -206,7 +218,7 @@ pub async fn fetch_producers(
     let rows = producer_summary::decode(producers, chunks.len())
         .ok_or_else(|| corrupt_object(key, "producers section", len))?;
     Ok(Some(ObjectProducers::new(rows.into_iter().map(
-        |(chunk, b)| (chunks[chunk as usize].topic_partition(), b),
+        |(chunk, b, carried)| (chunks[chunk as usize].topic_partition(), b, carried),
     ))))
 }
 
@@ -359,6 +371,7 @@ mod tests {
                 last_offset: 4,
                 max_timestamp_ms: 99,
                 batches: vec![Bytes::from_static(b"aaaa"), Bytes::from_static(b"bb")],
+                carried_producers: Vec::new(),
             },
             Chunk {
                 topic_partition: tp(1),
@@ -367,6 +380,7 @@ mod tests {
                 last_offset: 10,
                 max_timestamp_ms: 5,
                 batches: vec![Bytes::from_static(b"c")],
+                carried_producers: Vec::new(),
             },
         ];
         let obj = build("k".into(), 1, &chunks);
@@ -405,6 +419,7 @@ mod tests {
                 last_offset: 8,
                 max_timestamp_ms: 1,
                 batches: vec![Bytes::from_static(b"batchbytes")],
+                carried_producers: Vec::new(),
             }],
         );
         let store = InMemory::new();
@@ -464,6 +479,7 @@ mod tests {
             last_offset: last,
             max_timestamp_ms: 1,
             batches,
+            carried_producers: Vec::new(),
         };
         let seven: Vec<Bytes> = (0..7)
             .map(|i| idempotent(2, 40, i * 2, 10 + i64::from(i) * 2))

@@ -215,6 +215,52 @@ impl PartitionLogState {
         out
     }
 
+    /// The remembered batches, before `before`, of producers not in `exclude`: newest
+    /// producers (by their last batch) first, each producer's batches in order, at most
+    /// `max` rows (what a sealed object carries forward for the partition's next leader).
+    pub fn carried_producers(
+        &self,
+        before: Offset,
+        exclude: &std::collections::HashSet<i64>,
+        max: usize,
+    ) -> Vec<ProducerBatch> {
+        let mut producers: Vec<(&i64, &ProducerEntry)> = self
+            .producers
+            .iter()
+            .filter(|(id, e)| {
+                !exclude.contains(id) && e.recent.back().is_some_and(|&(_, _, o)| o < before)
+            })
+            .collect();
+        producers.sort_by_key(|(id, e)| {
+            (
+                std::cmp::Reverse(e.recent.back().map_or(-1, |&(_, _, o)| o)),
+                **id,
+            )
+        });
+        let mut out = Vec::new();
+        for (&producer_id, e) in producers {
+            let rows: Vec<ProducerBatch> = e
+                .recent
+                .iter()
+                .filter(|&&(_, _, o)| o < before)
+                .map(
+                    |&(base_sequence, last_sequence, base_offset)| ProducerBatch {
+                        producer_id,
+                        producer_epoch: e.epoch,
+                        base_sequence,
+                        last_sequence,
+                        base_offset,
+                    },
+                )
+                .collect();
+            if out.len() + rows.len() > max {
+                break;
+            }
+            out.extend(rows);
+        }
+        out
+    }
+
     /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored) and,
     /// when known, its newest record timestamp.
     fn record_producer(&mut self, b: &ProducerBatch, timestamp_ms: i64) {
@@ -545,6 +591,40 @@ mod tests {
         );
         assert!(matches!(s.plan_read(4, 1 << 20, true), Ok(ReadPlan::Memory(b)) if b.len() == 2));
         assert!(s.read_memory_from(2, 1 << 20).is_empty());
+    }
+
+    #[test]
+    fn carried_producers_are_the_newest_idle_ones_before_the_chunk_within_the_cap() {
+        let mut s = PartitionLogState::new(0, 0, 0);
+        let h0 = peek_header(&make_batch(1, 0)).expect("ok").expect("whole");
+        // Producers 1, 2, 3 write one batch each at offsets 0, 1, 2; producer 1 again at 3.
+        for (pid, seq) in [(1, 0), (2, 0), (3, 0), (1, 1)] {
+            let mut h = h0;
+            h.producer_id = pid;
+            h.producer_epoch = 0;
+            h.base_sequence = seq;
+            s.append(&h, Bytes::from_static(b"x"));
+        }
+        let none = std::collections::HashSet::new();
+        let ids = |rows: Vec<ProducerBatch>| -> Vec<(i64, i64)> {
+            rows.iter()
+                .map(|b| (b.producer_id, b.base_offset))
+                .collect()
+        };
+        // Newest producer first, each with its remembered batches in order.
+        assert_eq!(
+            ids(s.carried_producers(10, &none, 10)),
+            vec![(1, 0), (1, 3), (3, 2), (2, 1)]
+        );
+        // Producers in the chunk are left out, and so is one whose last batch is not before
+        // it (producer 1: that batch goes in a later chunk, which carries it as its own).
+        let in_chunk = std::collections::HashSet::from([3]);
+        assert_eq!(ids(s.carried_producers(3, &in_chunk, 10)), vec![(2, 1)]);
+        // Whole producers within the cap.
+        assert_eq!(
+            ids(s.carried_producers(10, &none, 3)),
+            vec![(1, 0), (1, 3), (3, 2)]
+        );
     }
 
     #[test]

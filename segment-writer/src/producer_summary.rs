@@ -14,10 +14,17 @@
 //! by one broker, so their recent entries are in the same objects: [`ProducerSummaries`]
 //! fetches each object's section once (two small GETs) and shares it.
 //!
+//! Rows carried forward (issue 16): a partition's producers that wrote nothing in this object
+//! also get rows — their last batches before the chunk, as the leader remembers them, at most
+//! [`CARRIED_ROWS_MAX`] per chunk — so a producer idle for more than the rebuild window (the
+//! last 4096 records) is still known to the next leader, and its retry after a failover is
+//! recognised. A carried row is applied only if it lies before the entry it came with.
+//!
 //! Row (32 bytes, big-endian): chunk index u32 | producer id i64 | producer epoch i16 |
-//! reserved u16 | base sequence i32 | last sequence i32 | base offset i64. Decoding
-//! trusts nothing: the row count comes from the section's length, every chunk index is
-//! checked against the object's index.
+//! flags u16 (bit 0: carried; other bits ignored) | base sequence i32 | last sequence i32 |
+//! base offset i64. Decoding trusts nothing: the row count comes from the section's length,
+//! every chunk index is checked against the object's index. Brokers that predate carried
+//! rows skip them (they lie before the entry's range).
 
 use crate::batch::{self, BatchHeader};
 use crate::error::Error;
@@ -38,6 +45,14 @@ pub const ROW_BYTES: usize = 32;
 /// Batches kept per producer and partition in an object: as many as the broker remembers
 /// for deduplication (Kafka's in-flight limit for idempotence is five).
 pub const RECENT_PER_PRODUCER: usize = crate::partition::PRODUCER_RECENT_BATCHES;
+
+/// Most carried rows per chunk (each producer's remembered batches, newest producers first):
+/// bounds what a partition with many idle producers adds to every object (8 KiB).
+pub const CARRIED_ROWS_MAX: usize = 256;
+
+/// One row of a producers section: the chunk it is for, the batch, and whether it is
+/// carried (a batch before the chunk) rather than one of the chunk's own.
+pub type Row = (u32, ProducerBatch, bool);
 
 /// How long a fetched summary is reused: opens of one takeover run within seconds.
 const REUSE: Duration = Duration::from_secs(30);
@@ -91,13 +106,13 @@ pub fn recent_of(batches: &[Bytes]) -> Vec<ProducerBatch> {
         .collect()
 }
 
-/// Appends the rows (chunk index, batch) to an object body.
-pub fn encode(rows: &[(u32, ProducerBatch)], out: &mut BytesMut) {
-    for (chunk, b) in rows {
+/// Appends the rows to an object body.
+pub fn encode(rows: &[Row], out: &mut BytesMut) {
+    for (chunk, b, carried) in rows {
         out.put_u32(*chunk);
         out.put_i64(b.producer_id);
         out.put_i16(b.producer_epoch);
-        out.put_u16(0);
+        out.put_u16(u16::from(*carried));
         out.put_i32(b.base_sequence);
         out.put_i32(b.last_sequence);
         out.put_i64(b.base_offset);
@@ -105,27 +120,27 @@ pub fn encode(rows: &[(u32, ProducerBatch)], out: &mut BytesMut) {
 }
 
 /// Decodes a producers section of an object of `chunks` chunks; `None` if it is not one.
-pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<(u32, ProducerBatch)>> {
+pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
     if !section.len().is_multiple_of(ROW_BYTES) {
         return None;
     }
     let mut rows = Vec::with_capacity(section.len() / ROW_BYTES);
     while section.has_remaining() {
         let chunk = section.get_u32();
+        let producer_id = section.get_i64();
+        let producer_epoch = section.get_i16();
+        let carried = section.get_u16() & 1 == 1;
         let b = ProducerBatch {
-            producer_id: section.get_i64(),
-            producer_epoch: section.get_i16(),
-            base_sequence: {
-                section.get_u16();
-                section.get_i32()
-            },
+            producer_id,
+            producer_epoch,
+            base_sequence: section.get_i32(),
             last_sequence: section.get_i32(),
             base_offset: section.get_i64(),
         };
         if chunk as usize >= chunks || b.producer_id < 0 || b.base_sequence < 0 {
             return None;
         }
-        rows.push((chunk, b));
+        rows.push((chunk, b, carried));
     }
     Some(rows)
 }
@@ -134,14 +149,21 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<(u32, ProducerBat
 #[derive(Debug, Default)]
 pub struct ObjectProducers {
     by_partition: HashMap<TopicPartition, Vec<ProducerBatch>>,
+    carried: HashMap<TopicPartition, Vec<ProducerBatch>>,
     rows: usize,
 }
 
 impl ObjectProducers {
-    pub fn new(rows: impl IntoIterator<Item = (TopicPartition, ProducerBatch)>) -> Self {
+    /// From (partition, batch, carried) rows.
+    pub fn new(rows: impl IntoIterator<Item = (TopicPartition, ProducerBatch, bool)>) -> Self {
         let mut out = ObjectProducers::default();
-        for (tp, b) in rows {
-            out.by_partition.entry(tp).or_default().push(b);
+        for (tp, b, carried) in rows {
+            let map = if carried {
+                &mut out.carried
+            } else {
+                &mut out.by_partition
+            };
+            map.entry(tp).or_default().push(b);
             out.rows += 1;
         }
         out
@@ -150,6 +172,11 @@ impl ObjectProducers {
     /// The batches kept for `tp` (none if the object holds no idempotent batch of it).
     pub fn of(&self, tp: &TopicPartition) -> &[ProducerBatch] {
         self.by_partition.get(tp).map_or(&[], Vec::as_slice)
+    }
+
+    /// The batches carried for `tp`: other producers' remembered batches before its chunk.
+    pub fn carried_of(&self, tp: &TopicPartition) -> &[ProducerBatch] {
+        self.carried.get(tp).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -316,6 +343,7 @@ mod tests {
                     last_sequence: 14,
                     base_offset: 99,
                 },
+                false,
             ),
             (
                 1,
@@ -326,6 +354,7 @@ mod tests {
                     last_sequence: 0,
                     base_offset: 0,
                 },
+                true,
             ),
         ];
         let mut out = BytesMut::new();
@@ -355,18 +384,29 @@ mod tests {
             base_offset: 4,
         };
         let p = ObjectProducers::new([
-            (tp(1), b),
-            (tp(2), b),
+            (tp(1), b, false),
+            (tp(2), b, false),
             (
                 tp(1),
                 ProducerBatch {
                     base_offset: 5,
                     ..b
                 },
+                false,
+            ),
+            (
+                tp(2),
+                ProducerBatch {
+                    base_offset: 1,
+                    ..b
+                },
+                true,
             ),
         ]);
         assert_eq!(p.of(&tp(1)).len(), 2);
         assert_eq!(p.of(&tp(2)), &[b]);
         assert!(p.of(&tp(3)).is_empty());
+        assert_eq!(p.carried_of(&tp(2)).len(), 1);
+        assert!(p.carried_of(&tp(1)).is_empty());
     }
 }

@@ -263,6 +263,19 @@ impl LogManager {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,
             });
+            // The partition's other producers, so its next leader knows them however long
+            // they have been idle (`producer_summary`, carried rows).
+            let in_chunk: std::collections::HashSet<i64> = batches
+                .iter()
+                .filter_map(|b| crate::batch::peek_header(&b.bytes).ok().flatten())
+                .map(|h| h.producer_id)
+                .filter(|&id| id >= 0)
+                .collect();
+            let carried_producers = s.carried_producers(
+                first.base_offset,
+                &in_chunk,
+                crate::producer_summary::CARRIED_ROWS_MAX,
+            );
             chunks.push(Chunk {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,
@@ -274,6 +287,7 @@ impl LogManager {
                     .max()
                     .unwrap_or(-1),
                 batches: batches.into_iter().map(|b| b.bytes).collect(),
+                carried_producers,
             });
         }
         Ok((chunks, fences, plan.more()))

@@ -480,6 +480,56 @@ async fn a_reopened_partition_recognises_retries_of_batches_already_sealed() {
     assert_eq!(next.base_offset, 6);
 }
 
+/// Issue 16: a producer idle while others wrote more than the rebuild window (4096
+/// records) is still known to the next leader — sealed objects carry its last batches — so
+/// its retry after a takeover is recognised, not stored twice.
+#[tokio::test]
+async fn a_retry_is_recognised_after_a_takeover_behind_more_than_4096_records() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "idle-producer", 1, &[]).await;
+    let policy = AppendPolicy::of(&topic.configs);
+    let idle = batch::testing::make_idempotent_batch(3, 1000, 501, 0, 0);
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        let first = log
+            .append(&p, &idle, &policy, Acks::All)
+            .await
+            .expect("idle");
+        assert_eq!(first.base_offset, 0);
+        log.seal_once().await.expect("seal");
+        // Another producer writes 5,000 records over 50 seals: the idle producer's batch is
+        // far outside the window a new leader reads back.
+        for i in 0..100 {
+            let busy = batch::testing::make_idempotent_batch(50, 1000, 502, 0, i * 50);
+            log.append(&p, &busy, &policy, Acks::All)
+                .await
+                .expect("busy");
+            if i % 2 == 1 {
+                log.seal_once().await.expect("seal");
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    let retry = log
+        .append(&p, &idle, &policy, Acks::All)
+        .await
+        .expect("retry");
+    assert!(retry.duplicate, "the idle producer's retry is recognised");
+    assert_eq!(retry.base_offset, 0);
+    let next = batch::testing::make_idempotent_batch(1, 1000, 501, 0, 3);
+    assert_eq!(
+        log.append(&p, &next, &policy, Acks::All)
+            .await
+            .expect("next")
+            .base_offset,
+        5003
+    );
+}
+
 #[tokio::test]
 async fn a_new_epoch_starts_after_what_the_wal_replays() {
     // Broker 1 writes 4 records at epoch 0, seals 2 of them and "crashes"; while it is down

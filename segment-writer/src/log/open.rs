@@ -25,10 +25,10 @@ use crate::leadership::recovery_state::RecoveryKey;
 use crate::partition::PartitionLogState;
 use crate::producer_summary::{ObjectProducers, ProducerBatch, SummaryError};
 use oxbow_metadata::{
-    EntryLayout, ErrorKind as MetadataErrorKind, PartitionId, PartitionState, TopicId,
+    EntryLayout, ErrorKind as MetadataErrorKind, Offset, PartitionId, PartitionState, TopicId,
     TopicMetadata, TopicPartition,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -392,10 +392,35 @@ impl LogManager {
     /// holding its last [`PRODUCER_STATE_WINDOW_RECORDS`] records), so a producer retrying a
     /// batch the previous leader stored gets the original offset instead of a duplicate.
     /// A sealed object's entry is taken from the object's producers section, fetched once
-    /// for every partition opened meanwhile ([`crate::producer_summary`]); an entry without
-    /// one (a segment, an object of format version 1, or one whose section cannot be read)
-    /// has its batches read, at most [`PRODUCER_STATE_WINDOW_BYTES`] of them in all.
+    /// for every partition opened meanwhile ([`crate::producer_summary`]); its carried rows
+    /// bring the producers idle for longer than the window. An entry without a section (a
+    /// segment, an object of format version 1, or one whose section cannot be read) has its
+    /// batches read, at most [`PRODUCER_STATE_WINDOW_BYTES`] of them in all. What is found
+    /// is applied per producer in offset order, each batch once however many rows name it.
     async fn restore_producers(&self, partition: &Partition) -> Result<()> {
+        let mut found: BTreeMap<i64, BTreeMap<Offset, ProducerBatch>> = BTreeMap::new();
+        let scanned = self.scan_producers(partition, &mut found).await;
+        let mut s = partition.lock()?;
+        for batches in found.values() {
+            for b in batches.values() {
+                s.restore_producer(b);
+            }
+        }
+        scanned
+    }
+
+    /// The batches [`Self::restore_producers`] applies, by producer and offset.
+    async fn scan_producers(
+        &self,
+        partition: &Partition,
+        found: &mut BTreeMap<i64, BTreeMap<Offset, ProducerBatch>>,
+    ) -> Result<()> {
+        let mut note = |b: &ProducerBatch| {
+            found
+                .entry(b.producer_id)
+                .or_default()
+                .insert(b.base_offset, *b);
+        };
         let tp = partition.topic_partition;
         let (log_start, _, log_end) = partition.offsets()?;
         let mut next = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
@@ -444,12 +469,17 @@ impl LogManager {
                 }
                 let summary = summaries.get(entry.object_key.as_str());
                 if let Some(summary) = summary {
-                    let mut s = partition.lock()?;
                     for b in summary.of(&tp) {
                         // A clipped entry serves only up to its last offset.
                         if b.base_offset >= entry.base_offset && b.base_offset <= entry.last_offset
                         {
-                            s.restore_producer(b);
+                            note(b);
+                        }
+                    }
+                    // Carried rows describe batches before the entry (sealed earlier).
+                    for b in summary.carried_of(&tp) {
+                        if b.base_offset < entry.base_offset {
+                            note(b);
                         }
                     }
                     next = entry.last_offset + 1;
@@ -458,7 +488,6 @@ impl LogManager {
                 while next <= entry.last_offset && bytes < PRODUCER_STATE_WINDOW_BYTES {
                     let r = self.read(partition, next, 1 << 20, true).await?;
                     let read_from = next;
-                    let mut s = partition.lock()?;
                     for b in &r.batches {
                         let Some(h) = batch::peek_header(b)? else {
                             continue;
@@ -466,7 +495,7 @@ impl LogManager {
                         bytes += b.len();
                         next = h.last_offset() + 1;
                         if let Some(p) = ProducerBatch::of(&h) {
-                            s.restore_producer(&p);
+                            note(&p);
                         }
                     }
                     if next <= read_from {

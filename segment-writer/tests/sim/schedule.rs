@@ -396,6 +396,7 @@ async fn forge_tail(cluster: &Cluster, rng: &dyn Rng) {
             last_offset: latest.start_offset + i64::from(CLAIMED) - 1,
             max_timestamp_ms: cluster.clock.unix_ms(),
             batches: vec![batch],
+            carried_producers: Vec::new(),
         }],
     );
     if cluster
