@@ -7,8 +7,9 @@
 //!   not sealed yet (`partition_size` = its unsealed bytes), with the volume's
 //!   `total_bytes` and `usable_bytes` (v4); `KAFKA_STORAGE_ERROR` once the WAL failed;
 //! - the object store (`s3://bucket/prefix` or a directory), the system of record: what is
-//!   catalogued from the log start (`partition_size` = its record-batch bytes), volume sizes
-//!   unknown (-1).
+//!   catalogued from the log start (`partition_size` = its record-batch bytes, counted from
+//!   the in-memory catalogue for the first [`FRESH_COUNTS_MAX`] partitions of a request, the
+//!   compactor's last count for the rest), volume sizes unknown (-1).
 //!
 //! Only partitions this broker leads are listed (each is on one broker, as a Kafka replica
 //! is on one); `offset_lag` is 0 and nothing is a future replica. DESCRIBE on the cluster
@@ -26,6 +27,10 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+/// Partitions whose catalogued bytes one request counts afresh (from the in-memory
+/// catalogue); the rest report the compactor's last count.
+const FRESH_COUNTS_MAX: usize = 1024;
 
 /// Sizes of one partition: (unsealed bytes on the WAL's disk, catalogued bytes).
 type Sizes = (u64, u64);
@@ -62,6 +67,7 @@ pub async fn describe(
     let log = &broker.log;
     // topic → partition → sizes, for the partitions led here that were asked for.
     let mut led: BTreeMap<String, BTreeMap<i32, Sizes>> = BTreeMap::new();
+    let mut counted = 0usize;
     for p in log.open_partitions() {
         let index = p.topic_partition.partition;
         let asked = wanted.as_ref().is_none_or(|w| {
@@ -72,10 +78,17 @@ pub async fn describe(
             continue;
         }
         let unsealed = p.unsealed_bytes().unwrap_or(0);
-        let stored = match log.stored_bytes(&p).await {
-            Ok(b) => b,
-            // The last count, rather than nothing (the catalogue was unreadable just now).
-            Err(_) => p.stored().0,
+        // Counted now for the first partitions, the last count (the compactor's, at most a
+        // round old) for the rest: one request's work stays bounded whatever it asks for.
+        let stored = if counted < FRESH_COUNTS_MAX {
+            counted += 1;
+            match log.stored_bytes(&p).await {
+                Ok(b) => b,
+                // The last count, rather than nothing (the catalogue was unreadable just now).
+                Err(_) => p.stored().0,
+            }
+        } else {
+            p.stored().0
         };
         led.entry(p.topic_name.clone())
             .or_default()
