@@ -364,3 +364,59 @@ def test_wal_copies_of_a_broker_gone_for_good_are_dropped(cluster):
     # Nothing acknowledged is lost by it.
     got = read_all(c.live_bootstrap(), topic, 6)
     assert sum(len(v) for v in got.values()) == 600
+
+
+def test_admin_apis_across_the_cluster(cluster):
+    """Issue 16's admin APIs on three brokers over etcd + S3: each partition's bytes are
+    reported by its leader alone (WAL dir and bucket), an election is never needed while
+    leaders live, and a manual assignment places a new partition on the broker named."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import NewPartitions
+    from kafka import KafkaAdminClient
+
+    c = cluster(3, flush_interval=FLUSH)
+    topic = create_topic(c.bootstrap, unique("admin"), 6)
+    p = producer(c.bootstrap)
+    for part in range(6):
+        for i in range(20):
+            p.produce(topic, value=b"y" * 512, partition=part)
+    assert p.flush(30) == 0
+    leaders = c.leaders(topic)
+
+    def reported() -> dict[int, set[tuple[int, str]]]:
+        """partition → {(broker, log dir)} holding bytes of it."""
+        client = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=10000)
+        try:
+            described = client.describe_log_dirs()
+        finally:
+            client.close()
+        out: dict[int, set[tuple[int, str]]] = {}
+        for b in described:
+            for d in b["log_dirs"]:
+                for t in d["topics"]:
+                    if t["name"] != topic:
+                        continue
+                    for part in t["partitions"]:
+                        out.setdefault(part["partition_index"], set()).add((b["broker"], d["log_dir"]))
+        return out
+
+    seen: dict = {}
+
+    def by_leaders() -> bool:
+        seen["r"] = reported()
+        return set(seen["r"]) == set(range(6)) and all(
+            {broker for broker, _ in holders} == {leaders[part]} for part, holders in seen["r"].items()
+        )
+
+    wait_until(by_leaders, timeout=30, what=f"each partition reported by its leader {leaders}: {seen}")
+    for part, holders in seen["r"].items():
+        dirs = {d for _, d in holders}
+        assert any(d.startswith("s3://") for d in dirs), (part, dirs)
+        assert any(d.endswith("/wal") for d in dirs), (part, dirs)
+
+    a = admin(c.bootstrap)
+    elected = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, i) for i in range(6)]).result(30)
+    assert {e.code() for e in elected.values()} == {84}, elected  # ELECTION_NOT_NEEDED
+
+    a.create_partitions([NewPartitions(topic, 7, replica_assignment=[[2]])])[topic].result(30)
+    wait_until(lambda: c.leaders(topic).get(6) == 2, timeout=20, what="partition 6 led by broker 2")

@@ -351,11 +351,8 @@ fn assigned_leaders(
                 list.len()
             ));
         }
-        if let Some(dup) = list
-            .iter()
-            .enumerate()
-            .find_map(|(j, b)| list[..j].contains(b).then_some(b))
-        {
+        let mut named = std::collections::HashSet::with_capacity(list.len());
+        if let Some(dup) = list.iter().find(|b| !named.insert(**b)) {
             return invalid(format!("assignment {i} names broker {dup} twice"));
         }
         if let Some(gone) = list
