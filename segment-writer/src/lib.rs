@@ -28,6 +28,8 @@
 //!   was lost ([`leadership::fence`], core [`leadership::fence_state`]); tail recovery from
 //!   WAL replicas ([`leadership::recover`]) and the recoveries waiting for a replica to
 //!   answer ([`leadership::recovery_state`]). The gateway decides what moves and to whom.
+//! - [`txn`]: the partition side of transactions, pure: commit/abort markers, the open
+//!   transactions, the last stable offset and the aborted-transaction index (not wired yet).
 //! - [`object`]: the sealed object format.
 //! - [`segment`]: the per-partition segment format (offset and time index).
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
@@ -68,6 +70,7 @@ pub mod seal;
 pub mod seal_state;
 pub mod segment;
 pub mod transport;
+pub mod txn;
 pub mod validate;
 pub mod wal;
 pub mod wal_disk;
