@@ -56,6 +56,8 @@ pub enum Error {
     LeaseExpired(i64),
     #[error("group '{0}' does not exist")]
     UnknownGroup(String),
+    #[error("transactional id '{0}' has no record")]
+    UnknownTransactionalId(String),
     #[error("broker {0} has no WAL replica set")]
     UnknownWalReplicaSet(crate::types::BrokerId),
     #[error("concurrent update of {0}; re-read and retry")]
@@ -78,7 +80,7 @@ impl Error {
             | Error::InvalidPartitions { .. }
             | Error::InvalidRequest(_) => ErrorKind::Invalid,
             Error::Fenced { .. } | Error::LeaseExpired(_) => ErrorKind::Fenced,
-            Error::UnknownGroup(_) => ErrorKind::NotFound,
+            Error::UnknownGroup(_) | Error::UnknownTransactionalId(_) => ErrorKind::NotFound,
             Error::UnknownWalReplicaSet(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::CorruptValue { .. } => ErrorKind::Data,

@@ -37,34 +37,45 @@ pub struct GroupRecord {
     pub data: Bytes,
 }
 
-/// The stored form of a [`GroupRecord`]: the opaque data as base64 inside the JSON envelope.
+/// The stored form of a versioned opaque record (a [`GroupRecord`], a
+/// [`crate::txn::TxnRecord`]): the data as base64 inside the JSON envelope.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct StoredGroup {
+pub(crate) struct StoredOpaque {
     pub version: u64,
     pub data_b64: String,
 }
 
-impl StoredGroup {
-    pub(crate) fn from_record(r: &GroupRecord) -> Self {
+impl StoredOpaque {
+    pub(crate) fn new(version: u64, data: &[u8]) -> Self {
         use base64::Engine as _;
-        StoredGroup {
-            version: r.version,
-            data_b64: base64::engine::general_purpose::STANDARD.encode(&r.data),
+        StoredOpaque {
+            version,
+            data_b64: base64::engine::general_purpose::STANDARD.encode(data),
         }
     }
 
-    pub(crate) fn into_record(self, group_id: &str, key: &str) -> crate::Result<GroupRecord> {
+    /// (version, data); `what` names the record in a corruption error.
+    pub(crate) fn into_parts(self, key: &str, what: &str) -> crate::Result<(u64, Bytes)> {
         use base64::Engine as _;
         let data = base64::engine::general_purpose::STANDARD
             .decode(self.data_b64.as_bytes())
             .map_err(|e| crate::Error::CorruptValue {
                 key: key.to_string(),
-                reason: format!("group data is not base64: {e}"),
+                reason: format!("{what} data is not base64: {e}"),
             })?;
+        Ok((self.version, Bytes::from(data)))
+    }
+
+    pub(crate) fn from_record(r: &GroupRecord) -> Self {
+        StoredOpaque::new(r.version, &r.data)
+    }
+
+    pub(crate) fn into_record(self, group_id: &str, key: &str) -> crate::Result<GroupRecord> {
+        let (version, data) = self.into_parts(key, "group")?;
         Ok(GroupRecord {
             group_id: group_id.to_string(),
-            version: self.version,
-            data: Bytes::from(data),
+            version,
+            data,
         })
     }
 }

@@ -68,6 +68,7 @@ pub mod store;
 pub mod testing;
 pub mod topic;
 pub mod topic_configs;
+pub mod txn;
 pub mod types;
 pub mod wal_replicas;
 pub mod watch;
@@ -91,6 +92,7 @@ pub use store::{
 };
 pub use topic::{PartitionState, TopicConfigs, TopicMetadata, TopicSpec};
 pub use topic_configs::{AlterOp, ConfigAlteration, ConfigChange};
+pub use txn::TxnRecord;
 pub use types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};
 pub use wal_replicas::WalReplicaSet;
 pub use watch::{BrokerEvent, TopicEvent, Watch};

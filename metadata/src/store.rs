@@ -7,6 +7,7 @@ use crate::group::{CommittedOffset, GroupRecord};
 use crate::security::{SecurityEvent, SecurityKind, SecurityRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::topic_configs::ConfigAlteration;
+use crate::txn::TxnRecord;
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
 use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
@@ -291,6 +292,25 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()>;
     /// Ids of every group that has a record or committed offsets.
     async fn list_groups(&self) -> Result<Vec<String>>;
+
+    // ---- transactional ids ----
+
+    /// A transactional id's coordinator record, if any.
+    async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>>;
+    /// Compare-and-swap of a transactional id's record: `expected_version` `None` creates it
+    /// (Conflict if it exists), `Some(v)` replaces version `v` (Conflict otherwise). Returns
+    /// the stored record (version bumped).
+    async fn put_transaction(
+        &self,
+        transactional_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<TxnRecord>;
+    /// Deletes a transactional id's record (compare-and-swap on its version; expiration).
+    async fn delete_transaction(&self, transactional_id: &str, expected_version: u64)
+        -> Result<()>;
+    /// Every transactional id with a record.
+    async fn list_transactions(&self) -> Result<Vec<String>>;
 
     // ---- WAL replica sets ----
 

@@ -508,6 +508,56 @@ async fn consumer_groups(store: &dyn MetadataStore) {
     assert!(store.list_groups().await.expect("list").is_empty());
 }
 
+async fn transactional_ids(store: &dyn MetadataStore) {
+    // An id with separators must not collide with another's key.
+    let t = "app/tx%1";
+    assert!(store.transaction(t).await.expect("read").is_none());
+    let r1 = store
+        .put_transaction(t, None, Bytes::from_static(b"epoch0"))
+        .await
+        .expect("create");
+    assert_eq!((r1.version, r1.transactional_id.as_str()), (1, t));
+    let err = store
+        .put_transaction(t, None, Bytes::from_static(b"again"))
+        .await
+        .expect_err("exists");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let r2 = store
+        .put_transaction(t, Some(1), Bytes::from_static(b"prepare\x00\xff"))
+        .await
+        .expect("cas");
+    assert_eq!(r2.version, 2);
+    let err = store
+        .put_transaction(t, Some(1), Bytes::from_static(b"zombie"))
+        .await
+        .expect_err("a stale coordinator is refused");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(store.transaction(t).await.expect("read"), Some(r2));
+    store
+        .put_transaction("app", None, Bytes::from_static(b"other"))
+        .await
+        .expect("another id");
+    let mut ids = store.list_transactions().await.expect("list");
+    ids.sort();
+    assert_eq!(ids, vec!["app".to_string(), t.to_string()]);
+    let err = store
+        .put_transaction("", None, Bytes::new())
+        .await
+        .expect_err("empty id");
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    let err = store
+        .delete_transaction(t, 1)
+        .await
+        .expect_err("stale delete");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    store.delete_transaction(t, 2).await.expect("delete");
+    assert!(store.transaction(t).await.expect("read").is_none());
+    let err = store.delete_transaction(t, 2).await.expect_err("gone");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    store.delete_transaction("app", 1).await.expect("delete");
+    assert!(store.list_transactions().await.expect("list").is_empty());
+}
+
 async fn topic_watch(store: &dyn MetadataStore) {
     let mut watch = store.watch_topics().await.expect("watch");
     let t = store
@@ -677,6 +727,7 @@ async fn run_all(store: &dyn MetadataStore) {
     topic_watch(store).await;
     topic_config_alterations(store).await;
     consumer_groups(store).await;
+    transactional_ids(store).await;
     controller_election(store).await;
     brokers_and_leases(store).await;
     wal_replica_sets(store).await;

@@ -4,7 +4,7 @@
 use super::{escape, Root};
 use crate::codec;
 use crate::error::Result;
-use crate::group::{GroupRecord, StoredGroup};
+use crate::group::{GroupRecord, StoredOpaque};
 
 pub fn prefix(root: &Root) -> String {
     root.join("groups/")
@@ -21,10 +21,10 @@ pub fn deser_key(root: &Root, key: &[u8]) -> Result<String> {
 }
 
 pub fn ser_value(r: &GroupRecord) -> Result<Vec<u8>> {
-    codec::encode(&StoredGroup::from_record(r))
+    codec::encode(&StoredOpaque::from_record(r))
 }
 
 pub fn deser_value(group_id: &str, key: &[u8], value: &[u8]) -> Result<GroupRecord> {
     let name = super::key_name(key);
-    codec::decode::<StoredGroup>(&name, value)?.into_record(group_id, &name)
+    codec::decode::<StoredOpaque>(&name, value)?.into_record(group_id, &name)
 }

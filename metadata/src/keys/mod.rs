@@ -14,6 +14,7 @@
 //! | [`counter`]     | `counters/{name}`                                      | `{"next"}`                 | no               |
 //! | [`offset`]      | `offsets/{group}/{topic}/{partition:010}`              | `CommittedOffset`          | no               |
 //! | [`group`]       | `groups/{group}`                                       | group record               | no               |
+//! | [`txn`]         | `txns/{transactional id}`                              | transaction record         | no               |
 //! | [`wal_replicas`]| `wal_replicas/{broker_id:010}`                         | `WalReplicaSet`            | no               |
 //! | [`controller`]  | `controller`                                           | `{"broker_id"}`            | yes              |
 //! | [`security`]    | `security/{acls,scram,quotas}/{name}`                  | opaque (the broker's JSON) | no               |
@@ -46,6 +47,7 @@ pub mod partition;
 pub mod security;
 pub mod topic;
 pub mod topic_id;
+pub mod txn;
 pub mod wal_replicas;
 
 use crate::error::{Error, Result};

@@ -23,6 +23,7 @@ mod catalog_index;
 mod reclaim;
 mod security;
 mod topics;
+mod transactions;
 mod watch;
 
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
@@ -34,6 +35,7 @@ use crate::kv::{Compare, Get, KeyRange, KeyValue, Kv, Op, RangeResponse, Txn};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::topic_configs::ConfigAlteration;
+use crate::txn::TxnRecord;
 use crate::types::{BrokerId, Offset, PartitionId, TopicId};
 use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
@@ -576,6 +578,33 @@ impl<K: Kv> MetadataStore for KvStore<K> {
             out.insert(keys::offset::deser_key(root, &kv.key)?);
         }
         Ok(out.into_iter().collect())
+    }
+
+    async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>> {
+        self.read_transaction(transactional_id).await
+    }
+
+    async fn put_transaction(
+        &self,
+        transactional_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<TxnRecord> {
+        self.write_transaction(transactional_id, expected_version, data)
+            .await
+    }
+
+    async fn delete_transaction(
+        &self,
+        transactional_id: &str,
+        expected_version: u64,
+    ) -> Result<()> {
+        self.remove_transaction(transactional_id, expected_version)
+            .await
+    }
+
+    async fn list_transactions(&self) -> Result<Vec<String>> {
+        self.transactional_ids().await
     }
 
     async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>> {

@@ -12,7 +12,7 @@ use oxbow_metadata::watch::{BrokerEvent, TopicEvent, Watch};
 use oxbow_metadata::{
     BrokerId, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
     Error, ErrorKind, GroupRecord, Lease, LeaseId, MetadataStore, Offset, PartitionId,
-    PartitionState, Result, TopicId, TopicMetadata, TopicSpec, WalReplicaSet,
+    PartitionState, Result, TopicId, TopicMetadata, TopicSpec, TxnRecord, WalReplicaSet,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -303,6 +303,35 @@ impl MetadataStore for FaultyMetadata {
     async fn list_groups(&self) -> Result<Vec<String>> {
         self.read()?;
         self.inner.list_groups().await
+    }
+    async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>> {
+        self.read()?;
+        self.inner.transaction(transactional_id).await
+    }
+    async fn put_transaction(
+        &self,
+        transactional_id: &str,
+        expected_version: Option<u64>,
+        data: Bytes,
+    ) -> Result<TxnRecord> {
+        self.before_write()?;
+        self.inner
+            .put_transaction(transactional_id, expected_version, data)
+            .await
+    }
+    async fn delete_transaction(
+        &self,
+        transactional_id: &str,
+        expected_version: u64,
+    ) -> Result<()> {
+        self.before_write()?;
+        self.inner
+            .delete_transaction(transactional_id, expected_version)
+            .await
+    }
+    async fn list_transactions(&self) -> Result<Vec<String>> {
+        self.read()?;
+        self.inner.list_transactions().await
     }
     async fn wal_replica_set(&self, broker: BrokerId) -> Result<Option<WalReplicaSet>> {
         self.read()?;
