@@ -215,21 +215,15 @@ impl PartitionLogState {
         out
     }
 
-    /// The remembered batches, before `before`, of producers not in `exclude`: newest
-    /// producers (by their last batch) first, each producer's batches in order, at most
-    /// `max` rows (what a sealed object carries forward for the partition's next leader).
-    pub fn carried_producers(
-        &self,
-        before: Offset,
-        exclude: &std::collections::HashSet<i64>,
-        max: usize,
-    ) -> Vec<ProducerBatch> {
+    /// The remembered batches of producers whose last batch lies before `before` (so none
+    /// with a batch in a chunk starting there): newest producers (by their last batch)
+    /// first, each producer's batches in order, at most `max` rows (what a sealed object
+    /// carries forward for the partition's next leader).
+    pub fn carried_producers(&self, before: Offset, max: usize) -> Vec<ProducerBatch> {
         let mut producers: Vec<(&i64, &ProducerEntry)> = self
             .producers
             .iter()
-            .filter(|(id, e)| {
-                !exclude.contains(id) && e.recent.back().is_some_and(|&(_, _, o)| o < before)
-            })
+            .filter(|(_, e)| e.recent.back().is_some_and(|&(_, _, o)| o < before))
             .collect();
         producers.sort_by_key(|(id, e)| {
             (
@@ -605,7 +599,6 @@ mod tests {
             h.base_sequence = seq;
             s.append(&h, Bytes::from_static(b"x"));
         }
-        let none = std::collections::HashSet::new();
         let ids = |rows: Vec<ProducerBatch>| -> Vec<(i64, i64)> {
             rows.iter()
                 .map(|b| (b.producer_id, b.base_offset))
@@ -613,16 +606,15 @@ mod tests {
         };
         // Newest producer first, each with its remembered batches in order.
         assert_eq!(
-            ids(s.carried_producers(10, &none, 10)),
+            ids(s.carried_producers(10, 10)),
             vec![(1, 0), (1, 3), (3, 2), (2, 1)]
         );
-        // Producers in the chunk are left out, and so is one whose last batch is not before
-        // it (producer 1: that batch goes in a later chunk, which carries it as its own).
-        let in_chunk = std::collections::HashSet::from([3]);
-        assert_eq!(ids(s.carried_producers(3, &in_chunk, 10)), vec![(2, 1)]);
+        // A chunk starting at 3 holds producer 1's last batch: producer 1 is left out (the
+        // chunk carries it as its own), the others are carried.
+        assert_eq!(ids(s.carried_producers(3, 10)), vec![(3, 2), (2, 1)]);
         // Whole producers within the cap.
         assert_eq!(
-            ids(s.carried_producers(10, &none, 3)),
+            ids(s.carried_producers(10, 3)),
             vec![(1, 0), (1, 3), (3, 2)]
         );
     }

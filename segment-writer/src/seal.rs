@@ -265,17 +265,8 @@ impl LogManager {
             });
             // The partition's other producers, so its next leader knows them however long
             // they have been idle (`producer_summary`, carried rows).
-            let in_chunk: std::collections::HashSet<i64> = batches
-                .iter()
-                .filter_map(|b| crate::batch::peek_header(&b.bytes).ok().flatten())
-                .map(|h| h.producer_id)
-                .filter(|&id| id >= 0)
-                .collect();
-            let carried_producers = s.carried_producers(
-                first.base_offset,
-                &in_chunk,
-                crate::producer_summary::CARRIED_ROWS_MAX,
-            );
+            let carried_producers =
+                s.carried_producers(first.base_offset, crate::producer_summary::CARRIED_ROWS_MAX);
             chunks.push(Chunk {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,
