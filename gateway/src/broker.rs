@@ -60,6 +60,8 @@ pub struct BrokerSettings {
     /// Where sealed data lives, as DescribeLogDirs names it: `s3://bucket/prefix` or a
     /// directory (never credentials).
     pub object_store_location: String,
+    /// The transaction coordinator's timeouts and expiration.
+    pub transactions: crate::transactions::coordinator::TxnSettings,
 }
 
 /// Shared broker state; one per process.
@@ -73,6 +75,9 @@ pub struct Broker {
     /// The group coordinator (of the groups [`ClusterView::coordinator_for`] gives this
     /// broker; every group on one node).
     pub coordinator: Arc<crate::groups::Coordinator>,
+    /// The transaction coordinator (of the transactional ids
+    /// [`ClusterView::coordinator_for`] gives this broker).
+    pub transactions: Arc<crate::transactions::coordinator::TxnCoordinators>,
     /// Live brokers and the controller, as this broker sees them.
     pub cluster: Arc<ClusterView>,
     /// ACL bindings, SCRAM credentials and client quotas, as the metadata service holds
@@ -151,8 +156,13 @@ impl Broker {
             },
         ));
         let authorizer = crate::security::acl::Authorizer::new(settings.authorization.clone());
+        let transactions = crate::transactions::coordinator::TxnCoordinators::new(
+            metadata.clone(),
+            settings.transactions.clone(),
+        );
         Ok(Arc::new(Broker {
             authorizer,
+            transactions,
             settings,
             coordinator,
             cluster,

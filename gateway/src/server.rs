@@ -157,6 +157,17 @@ pub struct ServeArgs {
     #[arg(long, env = "OXBOW_LOG_RETENTION_MS", default_value_t = 604_800_000,
         allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
     pub log_retention_ms: i64,
+    /// How often open transactions are checked against their timeout (Kafka's
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`): a transaction whose
+    /// producer vanished holds `read_committed` consumers at its first offset until then.
+    #[arg(long, env = "OXBOW_TRANSACTION_ABORT_CHECK_INTERVAL", default_value = "10s",
+        value_parser = humantime::parse_duration)]
+    pub transaction_abort_check_interval: std::time::Duration,
+    /// A transactional id with nothing open and no request for this long is forgotten
+    /// (Kafka's `transactional.id.expiration.ms`, 7 days).
+    #[arg(long, env = "OXBOW_TRANSACTIONAL_ID_EXPIRATION", default_value = "7days",
+        value_parser = humantime::parse_duration)]
+    pub transactional_id_expiration: std::time::Duration,
     /// Retention by size per partition for topics that set no `retention.bytes` (Kafka's
     /// `log.retention.bytes`). `-1` keeps any size.
     #[arg(long, env = "OXBOW_LOG_RETENTION_BYTES", default_value_t = -1,
@@ -511,6 +522,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             oauth: oauth.clone(),
             object_store_location: objects::parse_location(&args.object_store, &args.data_dir)?
                 .to_string(),
+            transactions: crate::transactions::coordinator::TxnSettings {
+                id_expiration: args.transactional_id_expiration,
+                abort_check_interval: args.transaction_abort_check_interval,
+                ..Default::default()
+            },
         },
         metadata.clone(),
         log.clone(),
@@ -578,6 +594,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stop_lease.clone(),
     ));
     background.spawn(broker.coordinator.clone().run_ticker(stop_serving.clone()));
+    background.spawn(broker.transactions.clone().run_background(
+        crate::transactions::markers::env(&broker),
+        stop_serving.clone(),
+    ));
     // The cluster (see `cluster`): follow membership and leadership, carry out transfer
     // requests, and campaign for the controller post. The controller stops first on
     // shutdown so it does not act against this broker's own handoff.

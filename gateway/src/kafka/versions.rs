@@ -48,6 +48,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
+    // Transactions, protocol 1 (KIP-890's protocol 2 is AddPartitionsToTxn v4+ between
+    // brokers, EndTxn v5, Produce v12: not advertised until `transaction.version` 2 is).
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 

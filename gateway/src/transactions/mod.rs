@@ -1,12 +1,16 @@
-//! Transactions (issue 16), being built: [`state`] is the pure per-`transactional.id`
-//! coordinator state machine (Kafka's `TransactionMetadata` rules, protocol 2 of KIP-890
-//! included); the partition side (markers, last stable offset, aborted-transaction index) is
-//! `oxbow_segment_writer::txn`. Not wired to the Kafka APIs yet — a transactional producer is still refused at
-//! once (`kafka/handlers/producer_id.rs`) — until the driver (state persisted in the metadata
-//! service, markers through the WAL, the last stable offset and read_committed fetches)
-//! exists.
+//! Transactions (issue 16). [`state`] is the pure per-`transactional.id` coordinator
+//! state machine (Kafka's `TransactionMetadata` rules, protocol 2 of KIP-890 included);
+//! [`coordinator`] drives it (records in the metadata service, marker tasks, timeouts,
+//! failover); [`markers`] writes a transaction's markers through the partitions' leaders and
+//! completes its groups' offsets; [`record`] is the stored format. The partition side
+//! (markers in the log, last stable offset, aborted-transaction index) is
+//! `oxbow_segment_writer::txn`; the Kafka APIs are `kafka/handlers/txn.rs`.
 
+pub mod coordinator;
+pub mod markers;
+pub mod record;
 pub mod state;
+mod stubs;
 
 #[cfg(test)]
 mod tests {

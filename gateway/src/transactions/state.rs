@@ -182,11 +182,21 @@ impl TxnCoordinator {
         self.txn.as_ref()
     }
 
-    /// What a coordinator taking over must finish: a prepared transaction's markers.
-    pub fn resume(&self) -> Vec<Action> {
-        match &self.txn {
+    /// What a coordinator taking over (or a driver whose write failed part-way) must
+    /// finish: a prepared transaction's markers, or a fence whose abort was never stored
+    /// (its epoch is bumped and the abort persisted first, as [`fence_and_abort`] does).
+    pub fn resume(&mut self, now_ms: i64) -> Vec<Action> {
+        match &mut self.txn {
             Some(t) if matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort) => {
                 vec![markers(t)]
+            }
+            Some(t) if t.state == TxnState::PrepareEpochFence => {
+                if t.producer_epoch < EPOCH_MAX {
+                    t.producer_epoch += 1;
+                }
+                t.state = TxnState::PrepareAbort;
+                t.updated_ms = now_ms;
+                vec![Action::Persist(t.clone()), markers(t)]
             }
             _ => Vec::new(),
         }
@@ -727,11 +737,37 @@ mod tests {
         add(&mut c, 0, 3);
         end(&mut c, 0, false, false);
         let stored = c.transaction().cloned();
-        let next = TxnCoordinator::loaded(stored);
-        let a = next.resume();
+        let mut next = TxnCoordinator::loaded(stored);
+        let a = next.resume(5);
         assert!(
             matches!(&a[..], [Action::WriteMarkers { commit: false, partitions, .. }] if partitions.len() == 1)
         );
-        assert!(TxnCoordinator::default().resume().is_empty());
+        assert!(TxnCoordinator::default().resume(5).is_empty());
+    }
+
+    #[test]
+    fn a_fence_stored_without_its_abort_is_finished_under_the_bumped_epoch() {
+        let mut c = TxnCoordinator::default();
+        init(&mut c, 0);
+        add(&mut c, 0, 3);
+        // A restarted producer's InitProducerId fences: only the first Persist landed.
+        let a = init(&mut c, 2);
+        let Some(Action::Persist(fenced)) = a.first().cloned() else {
+            panic!("the fence is persisted first: {a:?}");
+        };
+        assert_eq!(fenced.state, TxnState::PrepareEpochFence);
+        let mut next = TxnCoordinator::loaded(Some(fenced));
+        let a = next.resume(3);
+        assert!(
+            matches!(&a[0], Action::Persist(t) if t.state == TxnState::PrepareAbort && t.producer_epoch == 1)
+        );
+        assert!(matches!(
+            &a[1],
+            Action::WriteMarkers {
+                commit: false,
+                producer_epoch: 1,
+                ..
+            }
+        ));
     }
 }

@@ -77,6 +77,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
         sasl: Default::default(),
         oauth: None,
         object_store_location: "memory".into(),
+        transactions: Default::default(),
     };
     let broker = Broker::new(settings, metadata, log).await.expect("broker");
     let ready = Arc::new(AtomicBool::new(false));

@@ -453,6 +453,7 @@ mod tests {
             sasl: Default::default(),
             oauth: None,
             object_store_location: "memory".into(),
+            transactions: Default::default(),
         };
         Broker::new(settings, metadata, log).await.expect("broker")
     }

@@ -1,7 +1,7 @@
 //! DescribeCluster and FindCoordinator, for the whole cluster: every live broker (rack =
-//! its `--az`), the elected controller, and each group's coordinator — the live broker
-//! `cluster::placement::coordinator_for` picks (rendezvous hashing of the group id), so every
-//! broker gives the same answer. On one node this broker is all of them.
+//! its `--az`), the elected controller, and each group's or transactional id's coordinator
+//! — the live broker `cluster::placement::coordinator_for` picks (rendezvous hashing of the
+//! key), so every broker gives the same answer. On one node this broker is all of them.
 
 use super::metadata::{controller_id, live_brokers, own_endpoint};
 use super::{denied, str_bytes};
@@ -24,10 +24,6 @@ const ENDPOINT_BROKERS: i8 = 1;
 /// FindCoordinator key types.
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
-
-/// Why a transactional producer is refused, in the answer's `error_message`.
-pub const TRANSACTIONS_UNSUPPORTED: &str =
-    "transactions are not supported by this broker yet (use an idempotent producer: enable.idempotence without transactional.id)";
 
 pub fn describe(
     broker: &Arc<Broker>,
@@ -60,7 +56,8 @@ pub fn describe(
     )
 }
 
-/// (node id, host, port) of the broker coordinating `group`, if it is reachable.
+/// (node id, host, port) of the broker coordinating `group` (or transactional id), if it
+/// is reachable.
 fn coordinator_of(broker: &Broker, listener: &str, group: &str) -> Option<(i32, String, i32)> {
     let id = broker.cluster.coordinator_for(group);
     if id == broker.settings.broker_id {
@@ -91,23 +88,7 @@ pub fn find_coordinator(
                 return (-1, String::new(), -1, denied(rt), None);
             }
         }
-        if req.key_type == KEY_TRANSACTION {
-            // Until transactions exist, the one answer every client treats as fatal at once
-            // (librdkafka, the Java client, kafka-python, franz-go): a retriable code
-            // (COORDINATOR_NOT_AVAILABLE) made them retry for 60 s or forever.
-            tracing::warn!(
-                transactional_id = key,
-                "refusing a transactional producer: transactions are not supported yet"
-            );
-            return (
-                -1,
-                String::new(),
-                -1,
-                ResponseError::TransactionalIdAuthorizationFailed.code(),
-                Some(str_bytes(TRANSACTIONS_UNSUPPORTED)),
-            );
-        }
-        if req.key_type != KEY_GROUP {
+        if req.key_type != KEY_GROUP && req.key_type != KEY_TRANSACTION {
             // As Kafka answers a coordinator type it does not know.
             return (
                 -1,
@@ -127,7 +108,7 @@ pub fn find_coordinator(
                 String::new(),
                 -1,
                 ResponseError::CoordinatorNotAvailable.code(),
-                Some(str_bytes("the group's coordinator is not reachable yet")),
+                Some(str_bytes("the coordinator is not reachable yet")),
             ),
         }
     };

@@ -21,6 +21,7 @@ mod reassign;
 pub mod sasl;
 mod scram_users;
 mod topics;
+mod txn;
 
 use crate::broker::Broker;
 use crate::security::Session;
@@ -122,7 +123,7 @@ pub async fn handle(
             ResponseKind::FindCoordinator(cluster::find_coordinator(broker, session, r, v))
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(producer_id::init(broker, session, r).await)
+            ResponseKind::InitProducerId(producer_id::init(broker, session, r, v).await)
         }
         RequestKind::AlterPartitionReassignments(r) => {
             ResponseKind::AlterPartitionReassignments(reassign::alter(broker, session, r, v).await)
@@ -153,6 +154,22 @@ pub async fn handle(
         ),
         RequestKind::AlterUserScramCredentials(r) => {
             ResponseKind::AlterUserScramCredentials(scram_users::alter(broker, session, r).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions(broker, session, r, v).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets(broker, session, r, v).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(txn::end_txn(broker, session, r, v).await),
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(txn::write_markers(broker, session, r).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(txn::describe(broker, session, r).await)
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(txn::list(broker, session, r).await)
         }
         // SaslHandshake/SaslAuthenticate are answered by the connection loop (sasl.rs).
         other => {

@@ -1,7 +1,7 @@
-//! InitProducerId for idempotent (non-transactional) producers (a transactional id is
-//! refused with the fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED until transactions exist): a producer id from a block
-//! reserved in the metadata service, epoch 0; a producer that asks with its current id and
-//! epoch (KIP-360, after an unknown-producer or timeout error) gets the epoch bumped.
+//! InitProducerId. A transactional producer's goes to its id's transaction coordinator
+//! (`txn.rs`). An idempotent producer gets a producer id from a block reserved in the
+//! metadata service, epoch 0; one that asks with its current id and epoch (KIP-360, after
+//! an unknown-producer or timeout error) gets the epoch bumped.
 
 use super::denied;
 use crate::broker::Broker;
@@ -15,6 +15,7 @@ pub async fn init(
     broker: &Arc<Broker>,
     session: &Session,
     req: InitProducerIdRequest,
+    version: i16,
 ) -> InitProducerIdResponse {
     let r = InitProducerIdResponse::default();
     let authz = broker.authz(session);
@@ -30,16 +31,7 @@ pub async fn init(
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
         }
-        // FindCoordinator(transaction) already refused this producer; a client that skips
-        // it gets the same fatal code (InitProducerId has no error message).
-        tracing::warn!(
-            transactional_id = %id.as_str(),
-            "refusing a transactional producer: transactions are not supported yet"
-        );
-        return r
-            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
+        return super::txn::init_producer_id(broker, id.as_str(), &req, version).await;
     }
     // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
     // (KIP-679), else CLUSTER_AUTHORIZATION_FAILED, as Kafka.
