@@ -1,5 +1,5 @@
-// A transactional franz-go producer for test_transactions_unsupported.py: begins a
-// transaction and produces one record, printing how long it took and the error.
+// A transactional franz-go producer for test_transactions.py: commits a transaction of
+// five records, then aborts one of one record, and prints what happened.
 // Usage: franztxn <bootstrap> <transactional id> <topic>
 package main
 
@@ -12,6 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+func fail(step string, err error) {
+	fmt.Printf("%s: %v\n", step, err)
+	os.Exit(2)
+}
+
 func main() {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(os.Args[1]),
@@ -23,16 +28,27 @@ func main() {
 		os.Exit(3)
 	}
 	defer cl.Close()
-	start := time.Now()
-	if err := cl.BeginTransaction(); err != nil {
-		fmt.Printf("elapsed=%.2f begin: %v\n", time.Since(start).Seconds(), err)
-		os.Exit(2)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr()
-	fmt.Printf("elapsed=%.2f produce: %v\n", time.Since(start).Seconds(), err)
-	if err != nil {
-		os.Exit(2)
+	start := time.Now()
+	for _, commit := range []bool{true, false} {
+		if err := cl.BeginTransaction(); err != nil {
+			fail("begin", err)
+		}
+		n := 5
+		prefix := "franz-commit"
+		if !commit {
+			n, prefix = 1, "franz-abort"
+		}
+		for i := 0; i < n; i++ {
+			v := []byte(fmt.Sprintf("%s-%d", prefix, i))
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: v}).FirstErr(); err != nil {
+				fail("produce", err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			fail("end", err)
+		}
 	}
+	fmt.Printf("ok elapsed=%.2f\n", time.Since(start).Seconds())
 }

@@ -1,13 +1,23 @@
 //! ApiVersions: the versions in [`crate::kafka::versions::SUPPORTED`], and for a request of
 //! a version we do not know, the KIP-511 fallback in the v0 layout.
+//!
+//! Features (KIP-584, v3+; what `kafka-features.sh describe` shows): only what is true.
+//! `transaction.version` is finalized at 1: transactions of protocol 1 (AddPartitionsToTxn
+//! from clients, EndTxn without an epoch bump). Level 2 (KIP-890's protocol 2) is what
+//! makes Kafka 4 clients switch protocols, so it is not claimed until Produce v12 and
+//! EndTxn v5 are served. `group.version` (KIP-848's consumer protocol) is supported at 0
+//! only: the classic protocol. `metadata.version` is KRaft's and has no meaning here. The
+//! features never change while a broker runs, so their epoch is a constant.
 
 use crate::kafka::frame;
 use crate::kafka::versions::SUPPORTED;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
@@ -21,8 +31,40 @@ fn api_keys() -> Vec<ApiVersion> {
         .collect()
 }
 
+/// (feature, supported min, supported max, finalized level: 0 for none).
+const FEATURES: &[(&str, i16, i16, i16)] =
+    &[("transaction.version", 0, 1, 1), ("group.version", 0, 0, 0)];
+
+/// The epoch of the finalized features (constant: see the module docs).
+const FEATURES_EPOCH: i64 = 1;
+
 pub fn handle() -> ApiVersionsResponse {
-    ApiVersionsResponse::default().with_api_keys(api_keys())
+    ApiVersionsResponse::default()
+        .with_api_keys(api_keys())
+        .with_supported_features(
+            FEATURES
+                .iter()
+                .map(|(name, min, max, _)| {
+                    SupportedFeatureKey::default()
+                        .with_name(StrBytes::from_static_str(name))
+                        .with_min_version(*min)
+                        .with_max_version(*max)
+                })
+                .collect(),
+        )
+        .with_finalized_features_epoch(FEATURES_EPOCH)
+        .with_finalized_features(
+            FEATURES
+                .iter()
+                .filter(|(_, _, _, level)| *level > 0)
+                .map(|(name, _, _, level)| {
+                    FinalizedFeatureKey::default()
+                        .with_name(StrBytes::from_static_str(name))
+                        .with_min_version_level(*level)
+                        .with_max_version_level(*level)
+                })
+                .collect(),
+        )
 }
 
 /// The whole response frame for an ApiVersions request of an unsupported version.

@@ -403,6 +403,24 @@ pub async fn list(
         .collect();
     let states: BTreeSet<&str> = req.state_filters.iter().map(|s| s.as_str()).collect();
     let pids: BTreeSet<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
+    // KIP-1152 (v2): ids matching a regular expression, wholly (Java's `matches`).
+    let pattern = match req
+        .transactional_id_pattern
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        None => None,
+        Some(p) => match regex::RegexBuilder::new(&format!("^(?:{p})$"))
+            .size_limit(1 << 20)
+            .build()
+        {
+            Ok(r) => Some(r),
+            Err(_) => {
+                return ListTransactionsResponse::default()
+                    .with_error_code(ResponseError::InvalidRegularExpression.code())
+            }
+        },
+    };
     let listings = match broker.transactions.listings(&env).await {
         Ok(l) => l,
         Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
@@ -419,6 +437,11 @@ pub async fn list(
         })
         .filter(|l| states.is_empty() || states.contains(l.transaction.state.name()))
         .filter(|l| pids.is_empty() || pids.contains(&l.transaction.producer_id))
+        .filter(|l| {
+            pattern
+                .as_ref()
+                .is_none_or(|r| r.is_match(&l.transactional_id))
+        })
         .filter(|l| {
             // KIP-994 (v1): only transactions running longer than the filter.
             req.duration_filter < 0
