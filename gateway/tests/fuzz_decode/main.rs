@@ -389,6 +389,13 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::CreateAcls => CreateAclsRequest::default().into(),
         ApiKey::DescribeAcls => DescribeAclsRequest::default().into(),
         ApiKey::DeleteAcls => DeleteAclsRequest::default().into(),
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::default().into(),
+        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::default().into(),
+        ApiKey::EndTxn => EndTxnRequest::default().into(),
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::default().into(),
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::default().into(),
+        ApiKey::DescribeTransactions => DescribeTransactionsRequest::default().into(),
+        ApiKey::ListTransactions => ListTransactionsRequest::default().into(),
         other => panic!("{other:?} is in SUPPORTED but has no default request here: add it"),
     }
 }
