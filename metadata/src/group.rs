@@ -35,8 +35,9 @@ pub struct CommittedOffset {
 pub struct PendingTxnOffsets {
     pub group_id: String,
     pub producer_id: i64,
-    /// The producer epoch of the last TxnOffsetCommit merged in; a request with an older
-    /// one is fenced, a marker of an older one leaves the record alone.
+    /// The producer epoch of the transaction's TxnOffsetCommits; a request with an older
+    /// one is fenced, one with a newer one waits for this record's marker, and a marker of
+    /// an older one leaves the record alone.
     pub producer_epoch: i16,
     /// Sorted by topic and partition, one per partition (a later commit of the same
     /// transaction replaces a partition's offset).

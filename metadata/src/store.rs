@@ -297,9 +297,10 @@ pub trait MetadataStore: Send + Sync + 'static {
 
     /// Stores offsets a transaction commits for a group, pending until its marker, under
     /// (group, producer id): a record of the same `producer_epoch` gets them merged in (a
-    /// partition already there takes the new offset); a record of an older epoch is
-    /// replaced (the producer was re-initialised, which aborted it); a record of a newer
-    /// epoch refuses with [`crate::Error::ProducerFenced`] (a zombie producer). Returns the
+    /// partition already there takes the new offset); a record of an older epoch (an
+    /// earlier transaction whose marker has not ended it yet) refuses with
+    /// [`crate::ErrorKind::Conflict`], to retry once it has; a record of a newer epoch
+    /// refuses with [`crate::Error::ProducerFenced`] (a zombie producer). Returns the
     /// record as stored. Over [`crate::group::PENDING_TXN_OFFSETS_BYTES_MAX`] gives
     /// [`crate::ErrorKind::Invalid`]; a negative producer id too.
     async fn put_txn_offsets(

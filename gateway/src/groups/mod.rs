@@ -585,7 +585,9 @@ impl Coordinator {
     /// committed before; they become committed offsets with the transaction
     /// ([`Self::complete_txn_offsets`]). `member` (member id, group instance id, generation;
     /// v3+) is fenced as Kafka's `doTxnCommitOffsets` does, each field only when set. A
-    /// producer epoch older than the one stored is [`oxbow_metadata::Error::ProducerFenced`].
+    /// producer epoch older than the one stored is [`oxbow_metadata::Error::ProducerFenced`];
+    /// a newer one, while the earlier transaction's offsets still wait for their marker, a
+    /// retriable conflict.
     pub async fn txn_commit_offsets(
         &self,
         group_id: &str,
@@ -882,6 +884,14 @@ mod tests {
             .expect_err("older producer epoch");
         assert!(
             matches!(&err, TxnOffsetsError::Metadata(e) if e.kind() == oxbow_metadata::ErrorKind::Fenced),
+            "{err:?}"
+        );
+        let err = c
+            .txn_commit_offsets(g, 5, 3, None, vec![offset("t", 0, 2)])
+            .await
+            .expect_err("the next transaction before this one's marker");
+        assert!(
+            matches!(&err, TxnOffsetsError::Metadata(e) if e.kind() == oxbow_metadata::ErrorKind::Conflict),
             "{err:?}"
         );
         let err = c

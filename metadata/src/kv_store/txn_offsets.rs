@@ -42,9 +42,18 @@ fn merged(
             })
         }
         Some(s) if s.producer_epoch == producer_epoch => s.offsets,
-        // None, or left by an earlier epoch: the producer was re-initialised, which aborts
-        // whatever it had open, so those offsets must never be committed.
-        _ => Vec::new(),
+        // An earlier transaction's offsets, its marker not applied yet (its transaction
+        // coordinator retries it until it lands; a re-initialised producer's abort comes
+        // with a newer epoch too). Replacing them could lose a commit, merging could commit
+        // an abort: the caller retries once the marker has ended them.
+        Some(s) => {
+            return Err(Error::Conflict(format!(
+                "producer {producer_id} still has offsets of epoch {} pending for group \
+                 '{group_id}' (request at epoch {producer_epoch}): waiting for its marker",
+                s.producer_epoch
+            )))
+        }
+        None => Vec::new(),
     };
     let mut by_partition: BTreeMap<(String, i32), CommittedOffset> = kept
         .into_iter()
@@ -180,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn same_epoch_merges_newer_epoch_replaces_older_is_fenced() {
+    fn same_epoch_merges_newer_epoch_waits_older_is_fenced() {
         let first = merged("g", 1, 3, None, &[o("t", 1, 5), o("t", 0, 4)]).expect("create");
         assert_eq!(first.offsets, vec![o("t", 0, 4), o("t", 1, 5)], "sorted");
         let more = merged(
@@ -192,11 +201,8 @@ mod tests {
         )
         .expect("merge");
         assert_eq!(more.offsets, vec![o("t", 0, 4), o("t", 1, 9), o("u", 0, 1)]);
-        let bumped = merged("g", 1, 4, Some(more.clone()), &[o("u", 0, 2)]).expect("bump");
-        assert_eq!(
-            (bumped.producer_epoch, bumped.offsets),
-            (4, vec![o("u", 0, 2)])
-        );
+        let err = merged("g", 1, 4, Some(more.clone()), &[o("u", 0, 2)]).expect_err("bump");
+        assert_eq!(err.kind(), crate::ErrorKind::Conflict, "retriable");
         let err = merged("g", 1, 2, Some(more), &[o("u", 0, 2)]).expect_err("zombie");
         assert_eq!(err.kind(), crate::ErrorKind::Fenced);
     }

@@ -164,6 +164,11 @@ pub async fn pending_txn_offsets(store: &dyn MetadataStore) {
         .expect_err("an older epoch is a zombie");
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let err = store
+        .put_txn_offsets(g, 7, 3, vec![committed("t", 0, 99)])
+        .await
+        .expect_err("the next transaction waits for this one's marker");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    let err = store
         .put_txn_offsets(g, -1, 0, vec![committed("t", 0, 99)])
         .await
         .expect_err("negative producer id");

@@ -457,7 +457,10 @@ const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 /// group: NOT_COORDINATOR if another broker coordinates it, INVALID_GROUP_ID if empty, and
 /// from v3 the member fencing of Kafka's `doTxnCommitOffsets` (UNKNOWN_MEMBER_ID,
 /// ILLEGAL_GENERATION, FENCED_INSTANCE_ID, each only if the field is set). A producer epoch
-/// older than the one of the offsets already pending is INVALID_PRODUCER_EPOCH.
+/// older than the one of the offsets already pending is INVALID_PRODUCER_EPOCH; a newer one
+/// while the producer's previous transaction still waits for its marker is the retriable
+/// COORDINATOR_NOT_AVAILABLE (Kafka's CONCURRENT_TRANSACTIONS is fatal to a Java client's
+/// TxnOffsetCommit; in Kafka the transaction coordinator keeps that case from arising).
 ///
 /// Not checked here: that the transaction coordinator knows the offsets partition is in
 /// the transaction (Kafka's verification for v4+, and the implicit add of v5, KIP-890).
