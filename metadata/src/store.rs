@@ -316,6 +316,10 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// transactions in flight that committed offsets, not a group count), by group then
     /// producer id.
     async fn all_txn_offsets(&self) -> Result<Vec<PendingTxnOffsets>>;
+    /// The groups `producer_id` has pending offsets for: what a transaction's marker
+    /// completes. A keys-only read of every pending record (no values: a marker for one
+    /// transaction does not read every other transaction's offsets).
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>>;
     /// Ends a transaction's pending offsets for a group. On `commit` they become the group's
     /// committed offsets (as [`Self::commit_offsets`] stores them) and the record is deleted
     /// in one metadata transaction (past 127 partitions: offsets first, record last, each

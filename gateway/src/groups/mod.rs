@@ -643,8 +643,8 @@ impl Coordinator {
     /// Records of a newer producer epoch than `producer_epoch` are left alone (a late marker
     /// of an earlier transaction). Idempotent: a retry finds nothing left to do. Groups
     /// coordinated elsewhere come back in [`TxnOffsetsCompletion::not_coordinator`]. One
-    /// range read of every pending record (as many as transactions in flight), then one
-    /// transaction per group completed.
+    /// keys-only read of the pending records (as many as transactions in flight), then one
+    /// metadata transaction per group completed.
     pub async fn complete_txn_offsets(
         &self,
         producer_id: i64,
@@ -655,11 +655,9 @@ impl Coordinator {
         let wanted: BTreeSet<i32> = offsets_partitions.iter().copied().collect();
         let groups: BTreeSet<String> = self
             .metadata
-            .all_txn_offsets()
+            .txn_offsets_groups(producer_id)
             .await?
             .into_iter()
-            .filter(|r| r.producer_id == producer_id)
-            .map(|r| r.group_id)
             .filter(|g| wanted.contains(&offsets_partition(g)))
             .collect();
         let mut out = TxnOffsetsCompletion::default();

@@ -24,6 +24,18 @@ pub fn ser_key(root: &Root, group_id: &str, producer_id: i64) -> String {
     ))
 }
 
+/// The group id and producer id a key names.
+pub fn deser_key(root: &Root, key: &[u8]) -> Result<(String, i64)> {
+    let segs = super::segments_after(key, &prefix(root))?;
+    match segs.as_slice() {
+        [group, producer_id] => Ok((super::unescape(group), super::parse_num(key, producer_id)?)),
+        _ => Err(crate::Error::CorruptValue {
+            key: super::key_name(key),
+            reason: "not a pending offsets key".into(),
+        }),
+    }
+}
+
 pub fn ser_value(r: &PendingTxnOffsets) -> Result<Vec<u8>> {
     codec::encode(r)
 }
@@ -45,5 +57,10 @@ mod tests {
         assert!(!b.starts_with(&group_prefix(&root, "g")));
         assert!(ser_key(&root, "g", 9) < ser_key(&root, "g", 10));
         assert!(a.starts_with(&prefix(&root)));
+        assert_eq!(
+            deser_key(&root, b.as_bytes()).expect("key"),
+            ("g/x".to_string(), 7)
+        );
+        assert!(deser_key(&root, prefix(&root).as_bytes()).is_err());
     }
 }

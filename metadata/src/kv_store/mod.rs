@@ -602,6 +602,10 @@ impl<K: Kv> MetadataStore for KvStore<K> {
             .await
     }
 
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>> {
+        self.txn_offsets_groups_of(producer_id).await
+    }
+
     async fn complete_txn_offsets(
         &self,
         group_id: &str,

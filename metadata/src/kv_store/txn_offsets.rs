@@ -113,6 +113,21 @@ impl<K: Kv> KvStore<K> {
             .collect()
     }
 
+    pub(super) async fn txn_offsets_groups_of(&self, producer_id: i64) -> Result<Vec<String>> {
+        let resp = self
+            .kv
+            .range(Get::prefix(keys::txn_offsets::prefix(&self.root)).keys_only())
+            .await?;
+        let mut out = Vec::new();
+        for kv in &resp.kvs {
+            let (group, pid) = keys::txn_offsets::deser_key(&self.root, &kv.key)?;
+            if pid == producer_id {
+                out.push(group);
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) async fn finish_txn_offsets(
         &self,
         group_id: &str,

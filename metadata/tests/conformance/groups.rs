@@ -208,6 +208,15 @@ pub async fn pending_txn_offsets(store: &dyn MetadataStore) {
         ]
     );
 
+    let mut of_7 = store.txn_offsets_groups(7).await.expect("groups of 7");
+    of_7.sort();
+    assert_eq!(of_7, vec!["tx".to_string(), g.to_string()]);
+    assert_eq!(
+        store.txn_offsets_groups(8).await.expect("groups of 8"),
+        vec![g.to_string()]
+    );
+    assert!(store.txn_offsets_groups(1).await.expect("none").is_empty());
+
     // A marker of an older epoch leaves a newer transaction's offsets alone.
     assert_eq!(
         store

@@ -327,6 +327,10 @@ impl MetadataStore for FaultyMetadata {
         self.read()?;
         self.inner.all_txn_offsets().await
     }
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>> {
+        self.read()?;
+        self.inner.txn_offsets_groups(producer_id).await
+    }
     async fn complete_txn_offsets(
         &self,
         group_id: &str,
