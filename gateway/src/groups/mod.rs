@@ -625,10 +625,19 @@ impl Coordinator {
             .collect();
         let cell = self.offsets_slot(group_id);
         let mut guard = cell.lock().await;
-        let stored = self
+        let stored = match self
             .metadata
             .put_txn_offsets(group_id, producer_id, producer_epoch, offsets)
-            .await?;
+            .await
+        {
+            Ok(stored) => stored,
+            Err(e) => {
+                // The write may have landed all the same (a lost answer): a cache without
+                // it would serve an unstable offset as stable, so it is read afresh.
+                *guard = None;
+                return Err(e.into());
+            }
+        };
         self.loaded(group_id, &mut guard)
             .await?
             .pending
