@@ -149,12 +149,17 @@ impl Broker {
         ));
         let security =
             Arc::new(crate::security::cache::SecurityCache::load(metadata.as_ref()).await?);
-        let coordinator = Arc::new(crate::groups::Coordinator::new(
-            metadata.clone(),
-            crate::groups::CoordinatorSettings {
-                initial_rebalance_delay: GROUP_INITIAL_REBALANCE_DELAY,
-            },
-        ));
+        let (view, me) = (cluster.clone(), settings.broker_id);
+        let coordinator = Arc::new(
+            crate::groups::Coordinator::new(
+                metadata.clone(),
+                crate::groups::CoordinatorSettings {
+                    initial_rebalance_delay: GROUP_INITIAL_REBALANCE_DELAY,
+                },
+            )
+            // The same rule as `Broker::coordinates`, for transaction markers.
+            .with_coordinates(move |group| view.coordinator_for(group) == me),
+        );
         let authorizer = crate::security::acl::Authorizer::new(settings.authorization.clone());
         let transactions = crate::transactions::coordinator::TxnCoordinators::new(
             metadata.clone(),

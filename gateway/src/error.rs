@@ -76,6 +76,7 @@ pub(crate) fn map_metadata(e: &oxbow_metadata::Error) -> Mapped {
         E::TopicExists(_) => mapped(ResponseError::TopicAlreadyExists, 409, 40902),
         E::UnknownTopic(_) => mapped(ResponseError::UnknownTopicOrPartition, 404, 40401),
         E::UnknownPartition { .. } => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
+        E::ProducerFenced { .. } => mapped(ResponseError::InvalidProducerEpoch, 409, 40904),
         _ => match e.kind() {
             MetaKind::Unavailable | MetaKind::Conflict => {
                 mapped(ResponseError::RequestTimedOut, 503, 50301)
@@ -88,6 +89,21 @@ pub(crate) fn map_metadata(e: &oxbow_metadata::Error) -> Mapped {
                 mapped(ResponseError::UnknownServerError, 500, 50001)
             }
         },
+    }
+}
+
+/// What a group coordinator's write (TxnOffsetCommit) answers when the metadata service
+/// fails or refuses it: retriable COORDINATOR_NOT_AVAILABLE for a service that is down or
+/// busy (the client looks the coordinator up again and retries, as for OffsetCommit), the
+/// producer's own errors for a fenced producer epoch or an invalid request.
+pub(crate) fn group_write_error(e: &oxbow_metadata::Error) -> ResponseError {
+    match e.kind() {
+        MetaKind::Unavailable | MetaKind::Conflict => ResponseError::CoordinatorNotAvailable,
+        MetaKind::Fenced => ResponseError::InvalidProducerEpoch,
+        MetaKind::Invalid => ResponseError::InvalidRequest,
+        MetaKind::NotFound | MetaKind::AlreadyExists | MetaKind::Data | MetaKind::Internal => {
+            ResponseError::UnknownServerError
+        }
     }
 }
 

@@ -58,6 +58,12 @@ pub enum Error {
     UnknownGroup(String),
     #[error("transactional id '{0}' has no record")]
     UnknownTransactionalId(String),
+    #[error("producer {producer_id} is at epoch {current}, the request holds {held}")]
+    ProducerFenced {
+        producer_id: i64,
+        current: i16,
+        held: i16,
+    },
     #[error("broker {0} has no WAL replica set")]
     UnknownWalReplicaSet(crate::types::BrokerId),
     #[error("concurrent update of {0}; re-read and retry")]
@@ -79,7 +85,9 @@ impl Error {
             | Error::InvalidConfig { .. }
             | Error::InvalidPartitions { .. }
             | Error::InvalidRequest(_) => ErrorKind::Invalid,
-            Error::Fenced { .. } | Error::LeaseExpired(_) => ErrorKind::Fenced,
+            Error::Fenced { .. } | Error::LeaseExpired(_) | Error::ProducerFenced { .. } => {
+                ErrorKind::Fenced
+            }
             Error::UnknownGroup(_) | Error::UnknownTransactionalId(_) => ErrorKind::NotFound,
             Error::UnknownWalReplicaSet(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,

@@ -27,6 +27,27 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
 }
 
+/// The offsets a transaction committed for a group (TxnOffsetCommit), pending until its
+/// transaction coordinator's marker: on commit they become the group's committed offsets,
+/// on abort they are dropped. One record per (group, producer id): a producer has at most
+/// one open transaction, so the records are as many as the transactions in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTxnOffsets {
+    pub group_id: String,
+    pub producer_id: i64,
+    /// The producer epoch of the transaction's TxnOffsetCommits; a request with an older
+    /// one is fenced, one with a newer one waits for this record's marker, and a marker of
+    /// an older one leaves the record alone.
+    pub producer_epoch: i16,
+    /// Sorted by topic and partition, one per partition (a later commit of the same
+    /// transaction replaces a partition's offset).
+    pub offsets: Vec<CommittedOffset>,
+}
+
+/// Most bytes of one stored [`PendingTxnOffsets`] (its versioned JSON): a record is one
+/// value in etcd, whose requests are capped at 1.5 MiB by default.
+pub const PENDING_TXN_OFFSETS_BYTES_MAX: usize = 1 << 20;
+
 /// A group's coordinator record; `version` is the compare in compare-and-swap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupRecord {

@@ -82,7 +82,7 @@ pub use connect::{open_store, MetadataLocation};
 pub use embedded::EmbeddedStore;
 pub use error::{Error, ErrorKind, Result};
 pub use etcd::{EtcdSettings, EtcdStore};
-pub use group::{CommittedOffset, GroupRecord};
+pub use group::{CommittedOffset, GroupRecord, PendingTxnOffsets};
 pub use kv_store::KvStore;
 pub use leader_epochs::{EpochStart, LeaderEpochHistory, LEADER_EPOCHS_MAX};
 pub use lease::{run_lease_keeper, LeaseGuard};

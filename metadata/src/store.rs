@@ -3,7 +3,7 @@
 
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogFootprint, CatalogReplace};
 use crate::error::Result;
-use crate::group::{CommittedOffset, GroupRecord};
+use crate::group::{CommittedOffset, GroupRecord, PendingTxnOffsets};
 use crate::security::{SecurityEvent, SecurityKind, SecurityRecord};
 use crate::topic::{PartitionState, TopicMetadata, TopicSpec};
 use crate::topic_configs::ConfigAlteration;
@@ -292,6 +292,48 @@ pub trait MetadataStore: Send + Sync + 'static {
     async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()>;
     /// Ids of every group that has a record or committed offsets.
     async fn list_groups(&self) -> Result<Vec<String>>;
+
+    // ---- transactions' pending offsets (TxnOffsetCommit) ----
+
+    /// Stores offsets a transaction commits for a group, pending until its marker, under
+    /// (group, producer id): a record of the same `producer_epoch` gets them merged in (a
+    /// partition already there takes the new offset); a record of an older epoch (an
+    /// earlier transaction whose marker has not ended it yet) refuses with
+    /// [`crate::ErrorKind::Conflict`], to retry once it has; a record of a newer epoch
+    /// refuses with [`crate::Error::ProducerFenced`] (a zombie producer). Returns the
+    /// record as stored. Over [`crate::group::PENDING_TXN_OFFSETS_BYTES_MAX`] gives
+    /// [`crate::ErrorKind::Invalid`]; a negative producer id too.
+    async fn put_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<CommittedOffset>,
+    ) -> Result<PendingTxnOffsets>;
+    /// A group's pending records, by producer id.
+    async fn txn_offsets(&self, group_id: &str) -> Result<Vec<PendingTxnOffsets>>;
+    /// Every pending record of every group (one range read; the records are as many as the
+    /// transactions in flight that committed offsets, not a group count), by group then
+    /// producer id.
+    async fn all_txn_offsets(&self) -> Result<Vec<PendingTxnOffsets>>;
+    /// The groups `producer_id` has pending offsets for: what a transaction's marker
+    /// completes. A keys-only read of every pending record (no values: a marker for one
+    /// transaction does not read every other transaction's offsets).
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>>;
+    /// Ends a transaction's pending offsets for a group. On `commit` they become the group's
+    /// committed offsets (as [`Self::commit_offsets`] stores them) and the record is deleted
+    /// in one metadata transaction (past 127 partitions: offsets first, record last, each
+    /// step guarded, so a failure leaves the record for the retry); on abort the record is
+    /// deleted. Returns the record ended; `None` if there is none (a retry whose first
+    /// attempt landed: success) or it is of a newer epoch than `producer_epoch` (a late
+    /// marker of an earlier transaction, which must not end the next one).
+    async fn complete_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<PendingTxnOffsets>>;
 
     // ---- transactional ids ----
 

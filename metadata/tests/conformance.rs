@@ -32,7 +32,7 @@ mod security;
 use security::security_records;
 #[path = "conformance/groups.rs"]
 mod groups;
-use groups::{committed, consumer_groups, transactional_ids};
+use groups::{committed, consumer_groups, pending_txn_offsets, transactional_ids};
 
 const TTL: Duration = Duration::from_secs(2);
 /// Long enough for any expected event or expiry (TTL plus etcd's expiry sweep).
@@ -603,6 +603,7 @@ async fn run_all(store: &dyn MetadataStore) {
     topic_config_alterations(store).await;
     consumer_groups(store).await;
     transactional_ids(store).await;
+    pending_txn_offsets(store).await;
     controller_election(store).await;
     brokers_and_leases(store).await;
     wal_replica_sets(store).await;
@@ -634,6 +635,10 @@ async fn embedded_on_file_survives_reopen() {
             .await
             .expect("offsets");
         store
+            .put_txn_offsets("g", 3, 0, vec![committed("kept", 1, 8)])
+            .await
+            .expect("pending offsets");
+        store
             .put_wal_replica_set(wal_set(4, &[5, 6], &[5]), None)
             .await
             .expect("WAL replica set");
@@ -647,6 +652,13 @@ async fn embedded_on_file_survives_reopen() {
     let kept = store.topic("kept").await.expect("get").expect("kept");
     assert_eq!(kept.partitions.len(), 2);
     assert_eq!(store.fetch_offsets("g").await.expect("fetch").len(), 1);
+    // Pending transactional offsets survive a restart, and commit after it.
+    store
+        .complete_txn_offsets("g", 3, 0, true)
+        .await
+        .expect("commit")
+        .expect("kept across the restart");
+    assert_eq!(store.fetch_offsets("g").await.expect("fetch").len(), 2);
     assert_eq!(
         store.wal_replica_set(4).await.expect("read"),
         Some(WalReplicaSet {

@@ -705,6 +705,36 @@ impl Group {
         Ok(())
     }
 
+    /// Checks a TxnOffsetCommit (Kafka's `GroupCoordinator.doTxnCommitOffsets`): looser
+    /// than [`Self::check_commit`], each field is checked only when the request sets it
+    /// (v3+ carry them; older ones carry none and rest on the producer epoch). A static
+    /// member's instance id held by another member is FENCED_INSTANCE_ID, an unknown member
+    /// id UNKNOWN_MEMBER_ID, a generation other than the group's ILLEGAL_GENERATION.
+    pub fn check_txn_commit(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Some(instance) = instance_id {
+            if let Some(current) = self.static_members.get(instance) {
+                if current != member_id {
+                    return Err(ResponseError::FencedInstanceId);
+                }
+            }
+        }
+        if !member_id.is_empty() && !self.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation >= 0 && generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
     /// Whether the group may be deleted (DeleteGroups): only without members.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty() && self.pending_member_ids.is_empty()
@@ -830,6 +860,41 @@ mod tests {
         assert_eq!(
             g.heartbeat(&a, None, 1, 4),
             ResponseError::RebalanceInProgress.code()
+        );
+    }
+
+    #[test]
+    fn txn_commits_check_only_the_fields_they_set() {
+        let mut g = Group::new("g", 0);
+        // No member info (TxnOffsetCommit before v3): accepted, members or not.
+        assert_eq!(g.check_txn_commit("", None, -1), Ok(()));
+        let (a, _, _) = join_new(&mut g, 0);
+        g.sync(&a, None, 1, vec![(a.clone(), Bytes::from_static(b"x"))], 1);
+        assert_eq!(g.check_txn_commit("", None, -1), Ok(()));
+        assert_eq!(g.check_txn_commit(&a, None, 1), Ok(()));
+        assert_eq!(g.check_txn_commit(&a, None, -1), Ok(()), "generation unset");
+        assert_eq!(
+            g.check_txn_commit(&a, None, 0),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.check_txn_commit("nobody", None, 1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.check_txn_commit("", None, 2),
+            Err(ResponseError::IllegalGeneration)
+        );
+        g.static_members.insert("i1".into(), a.clone());
+        assert_eq!(
+            g.check_txn_commit("other", Some("i1"), 1),
+            Err(ResponseError::FencedInstanceId)
+        );
+        assert_eq!(g.check_txn_commit(&a, Some("i1"), 1), Ok(()));
+        g.kill();
+        assert_eq!(
+            g.check_txn_commit(&a, None, 1),
+            Err(ResponseError::CoordinatorNotAvailable)
         );
     }
 

@@ -13,6 +13,14 @@
 //! Committed offsets are written through to the metadata service (one write per
 //! OffsetCommit request, carrying all its partitions) and cached per group, so OffsetFetch
 //! is served from memory.
+//!
+//! Transactional offsets (TxnOffsetCommit, issue 16) are written through as pending records
+//! per (group, producer id) (`oxbow_metadata::PendingTxnOffsets`) and cached beside the
+//! committed ones. They are invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT
+//! for their partitions when it asks for stable offsets) until the transaction coordinator's
+//! marker for the group's offsets partition ([`offsets_partition`]) completes them:
+//! [`Coordinator::complete_txn_offsets`] turns them into committed offsets, or drops them,
+//! in one metadata transaction.
 
 pub mod assignor;
 pub mod group;
@@ -20,9 +28,9 @@ pub mod protocol;
 
 use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult};
 use kafka_protocol::error::ResponseError;
-use oxbow_metadata::group::CommittedOffset;
+use oxbow_metadata::group::{CommittedOffset, PendingTxnOffsets};
 use oxbow_metadata::MetadataStore;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -70,6 +78,65 @@ impl Slot {
 
 type OffsetMap = BTreeMap<(String, i32), CommittedOffset>;
 
+/// Kafka's `offsets.topic.num.partitions` default: the partitions of `__consumer_offsets`
+/// that groups hash to ([`offsets_partition`]). Oxbow keeps no such topic and places
+/// coordinators by group id (`cluster::placement::coordinator_for`); the number only names
+/// the partition a transaction coordinator's WriteTxnMarkers aims at for a group, as Kafka's
+/// does, so it must stay Kafka's.
+pub const OFFSETS_PARTITIONS: i32 = 50;
+
+/// The `__consumer_offsets` partition of `group_id`, as Kafka computes it
+/// (`GroupMetadataManager.partitionFor`): `Utils.abs(groupId.hashCode()) % 50`, where
+/// `hashCode` is Java's `String.hashCode` over UTF-16 code units and `Utils.abs` is
+/// `Math.abs` except that `Integer.MIN_VALUE` gives 0.
+pub fn offsets_partition(group_id: &str) -> i32 {
+    let hash = group_id.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    });
+    // `checked_abs` is `None` only for i32::MIN, which Kafka's `Utils.abs` maps to 0.
+    hash.checked_abs().unwrap_or(0) % OFFSETS_PARTITIONS
+}
+
+/// A group's offsets as cached: committed, and pending transactional ones by producer id.
+#[derive(Default)]
+struct GroupOffsets {
+    committed: OffsetMap,
+    pending: BTreeMap<i64, PendingTxnOffsets>,
+}
+
+impl GroupOffsets {
+    /// Partitions some open transaction holds an offset for.
+    fn pending_partitions(&self) -> BTreeSet<(String, i32)> {
+        self.pending
+            .values()
+            .flat_map(|r| r.offsets.iter().map(|o| (o.topic.clone(), o.partition)))
+            .collect()
+    }
+}
+
+/// A TxnOffsetCommit refused: by the group (Kafka's error for it), or because the metadata
+/// service failed or refused the write (a fenced producer epoch among them).
+#[derive(Debug, thiserror::Error)]
+pub enum TxnOffsetsError {
+    #[error("refused by the group: {0:?}")]
+    Group(ResponseError),
+    #[error(transparent)]
+    Metadata(#[from] oxbow_metadata::Error),
+}
+
+/// What [`Coordinator::complete_txn_offsets`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxnOffsetsCompletion {
+    /// Groups coordinated here whose pending offsets of the producer were committed or
+    /// dropped now (a retry of a marker that landed finds nothing: none).
+    pub completed: Vec<String>,
+    /// Groups with pending offsets of the producer, in the partitions asked, that another
+    /// broker coordinates, with their offsets partition: untouched here. The caller answers
+    /// NOT_COORDINATOR for those partitions and sends the marker to the group's
+    /// coordinator.
+    pub not_coordinator: Vec<(String, i32)>,
+}
+
 /// A group as DescribeGroups shows it.
 #[derive(Clone, Debug)]
 pub struct GroupView {
@@ -79,14 +146,25 @@ pub struct GroupView {
     pub members: Vec<group::Member>,
 }
 
+/// Whether this broker coordinates a group.
+type Coordinates = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// One group's cached offsets; `None` until loaded from the metadata service.
+type OffsetsCell = Arc<tokio::sync::Mutex<Option<GroupOffsets>>>;
+
 /// The group coordinator of this broker.
 pub struct Coordinator {
     metadata: Arc<dyn MetadataStore>,
     settings: CoordinatorSettings,
     start: Instant,
     groups: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
-    /// Per group: committed offsets, loaded from the metadata service on first use.
-    offsets: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<OffsetMap>>>>>,
+    /// Per group: committed and pending offsets, loaded from the metadata service on first
+    /// use.
+    offsets: Mutex<HashMap<String, OffsetsCell>>,
+    /// Which groups are this broker's (every group unless set: one node). Only transaction
+    /// markers ask it here: they name offsets partitions, not groups; every other call is
+    /// for a group the Kafka handler has checked already.
+    coordinates: Coordinates,
 }
 
 fn now_wall_ms() -> i64 {
@@ -104,7 +182,18 @@ impl Coordinator {
             start: Instant::now(),
             groups: Mutex::new(HashMap::new()),
             offsets: Mutex::new(HashMap::new()),
+            coordinates: Arc::new(|_: &str| true),
         }
+    }
+
+    /// The same coordinator, told which groups this broker coordinates (in a cluster: the
+    /// ones `ClusterView::coordinator_for` gives it).
+    pub fn with_coordinates(
+        mut self,
+        coordinates: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.coordinates = Arc::new(coordinates);
+        self
     }
 
     fn now_ms(&self) -> u64 {
@@ -391,7 +480,7 @@ impl Coordinator {
         0
     }
 
-    fn offsets_slot(&self, group_id: &str) -> Arc<tokio::sync::Mutex<Option<OffsetMap>>> {
+    fn offsets_slot(&self, group_id: &str) -> OffsetsCell {
         let mut o = match self.offsets.lock() {
             Ok(o) => o,
             Err(poisoned) => poisoned.into_inner(),
@@ -402,18 +491,23 @@ impl Coordinator {
     async fn loaded<'a>(
         &self,
         group_id: &str,
-        cell: &'a mut Option<OffsetMap>,
-    ) -> Result<&'a mut OffsetMap, oxbow_metadata::Error> {
+        cell: &'a mut Option<GroupOffsets>,
+    ) -> Result<&'a mut GroupOffsets, oxbow_metadata::Error> {
         if cell.is_none() {
-            let stored = self.metadata.fetch_offsets(group_id).await?;
-            *cell = Some(
-                stored
+            let (committed, pending) = futures::future::try_join(
+                self.metadata.fetch_offsets(group_id),
+                self.metadata.txn_offsets(group_id),
+            )
+            .await?;
+            *cell = Some(GroupOffsets {
+                committed: committed
                     .into_iter()
                     .map(|o| ((o.topic.clone(), o.partition), o))
                     .collect(),
-            );
+                pending: pending.into_iter().map(|r| (r.producer_id, r)).collect(),
+            });
         }
-        Ok(cell.get_or_insert_with(BTreeMap::new))
+        Ok(cell.get_or_insert_with(GroupOffsets::default))
     }
 
     /// Checks the member may commit (generation fencing).
@@ -458,7 +552,7 @@ impl Coordinator {
         self.metadata
             .commit_offsets(group_id, offsets.clone())
             .await?;
-        let map = self.loaded(group_id, &mut guard).await?;
+        let map = &mut self.loaded(group_id, &mut guard).await?.committed;
         for o in offsets {
             map.insert((o.topic.clone(), o.partition), o);
         }
@@ -470,26 +564,167 @@ impl Coordinator {
         &self,
         group_id: &str,
     ) -> Result<BTreeMap<(String, i32), CommittedOffset>, oxbow_metadata::Error> {
+        Ok(self.fetch_offsets_and_pending(group_id).await?.0)
+    }
+
+    /// Every committed offset of a group, and the partitions an open transaction holds a
+    /// pending offset for (OffsetFetch with `require_stable` answers those
+    /// UNSTABLE_OFFSET_COMMIT).
+    pub async fn fetch_offsets_and_pending(
+        &self,
+        group_id: &str,
+    ) -> Result<(OffsetMap, BTreeSet<(String, i32)>), oxbow_metadata::Error> {
         let cell = self.offsets_slot(group_id);
         let mut guard = cell.lock().await;
-        Ok(self.loaded(group_id, &mut guard).await?.clone())
+        let offsets = self.loaded(group_id, &mut guard).await?;
+        Ok((offsets.committed.clone(), offsets.pending_partitions()))
+    }
+
+    /// TxnOffsetCommit: stores `offsets` (topic, partition, offset, leader epoch, metadata)
+    /// as pending for (`group_id`, `producer_id`), merged into what the same transaction
+    /// committed before; they become committed offsets with the transaction
+    /// ([`Self::complete_txn_offsets`]). `member` (member id, group instance id, generation;
+    /// v3+) is fenced as Kafka's `doTxnCommitOffsets` does, each field only when set. A
+    /// producer epoch older than the one stored is [`oxbow_metadata::Error::ProducerFenced`];
+    /// a newer one, while the earlier transaction's offsets still wait for their marker, a
+    /// retriable conflict.
+    pub async fn txn_commit_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: Option<(&str, Option<&str>, i32)>,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+    ) -> Result<(), TxnOffsetsError> {
+        if let Some((member_id, instance_id, generation)) = member {
+            let checked = match self.existing(group_id) {
+                Some(slot) => {
+                    Self::lock(&slot)
+                        .group
+                        .check_txn_commit(member_id, instance_id, generation)
+                }
+                None => {
+                    Group::new(group_id, 0).check_txn_commit(member_id, instance_id, generation)
+                }
+            };
+            checked.map_err(TxnOffsetsError::Group)?;
+        }
+        let ts = now_wall_ms();
+        let offsets: Vec<CommittedOffset> = offsets
+            .into_iter()
+            .map(
+                |(topic, partition, offset, leader_epoch, metadata)| CommittedOffset {
+                    topic,
+                    partition,
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: ts,
+                },
+            )
+            .collect();
+        let cell = self.offsets_slot(group_id);
+        let mut guard = cell.lock().await;
+        let stored = match self
+            .metadata
+            .put_txn_offsets(group_id, producer_id, producer_epoch, offsets)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(e) => {
+                // The write may have landed all the same (a lost answer): a cache without
+                // it would serve an unstable offset as stable, so it is read afresh.
+                *guard = None;
+                return Err(e.into());
+            }
+        };
+        self.loaded(group_id, &mut guard)
+            .await?
+            .pending
+            .insert(producer_id, stored);
+        Ok(())
+    }
+
+    /// A transaction's marker for the offsets partitions `offsets_partitions`
+    /// (WriteTxnMarkers to `__consumer_offsets`): the pending offsets of `producer_id` for
+    /// every group in those partitions that this broker coordinates are committed
+    /// (`commit`) or dropped, each group in one metadata transaction, and the cache follows.
+    /// Records of a newer producer epoch than `producer_epoch` are left alone (a late marker
+    /// of an earlier transaction). Idempotent: a retry finds nothing left to do. Groups
+    /// coordinated elsewhere come back in [`TxnOffsetsCompletion::not_coordinator`]. One
+    /// keys-only read of the pending records (as many as transactions in flight), then one
+    /// metadata transaction per group completed.
+    pub async fn complete_txn_offsets(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets_partitions: &[i32],
+        commit: bool,
+    ) -> Result<TxnOffsetsCompletion, oxbow_metadata::Error> {
+        let wanted: BTreeSet<i32> = offsets_partitions.iter().copied().collect();
+        let groups: BTreeSet<String> = self
+            .metadata
+            .txn_offsets_groups(producer_id)
+            .await?
+            .into_iter()
+            .filter(|g| wanted.contains(&offsets_partition(g)))
+            .collect();
+        let mut out = TxnOffsetsCompletion::default();
+        for group_id in groups {
+            if !(self.coordinates)(&group_id) {
+                let partition = offsets_partition(&group_id);
+                out.not_coordinator.push((group_id, partition));
+                continue;
+            }
+            let cell = self.offsets_slot(&group_id);
+            let mut guard = cell.lock().await;
+            let done = self
+                .metadata
+                .complete_txn_offsets(&group_id, producer_id, producer_epoch, commit)
+                .await;
+            let done = match done {
+                Ok(done) => done,
+                Err(e) => {
+                    // The write's outcome is unknown: read the group afresh next time.
+                    *guard = None;
+                    return Err(e);
+                }
+            };
+            let Some(record) = done else {
+                // Nothing ended here (gone already, or a newer transaction's): the cache may
+                // hold what another path ended, so it is read afresh.
+                *guard = None;
+                continue;
+            };
+            if let Some(cached) = guard.as_mut() {
+                cached.pending.remove(&producer_id);
+                if commit {
+                    for o in record.offsets {
+                        cached.committed.insert((o.topic.clone(), o.partition), o);
+                    }
+                }
+            }
+            out.completed.push(group_id);
+        }
+        Ok(out)
     }
 
     /// Every committed offset held in memory: (group, topic, partition, offset). Groups not
     /// touched since start are not loaded; lag metrics cover the active ones.
     pub fn cached_offsets(&self) -> Vec<(String, String, i32, i64)> {
-        let cells: Vec<(String, Arc<tokio::sync::Mutex<Option<OffsetMap>>>)> =
-            match self.offsets.lock() {
-                Ok(o) => o.iter().map(|(g, c)| (g.clone(), c.clone())).collect(),
-                Err(_) => return Vec::new(),
-            };
+        let cells: Vec<(String, OffsetsCell)> = match self.offsets.lock() {
+            Ok(o) => o.iter().map(|(g, c)| (g.clone(), c.clone())).collect(),
+            Err(_) => return Vec::new(),
+        };
         let mut out = Vec::new();
         for (group, cell) in cells {
             // A group mid-commit is skipped this scrape rather than waited for.
             if let Ok(guard) = cell.try_lock() {
-                if let Some(map) = guard.as_ref() {
+                if let Some(offsets) = guard.as_ref() {
                     out.extend(
-                        map.values()
+                        offsets
+                            .committed
+                            .values()
                             .map(|o| (group.clone(), o.topic.clone(), o.partition, o.offset)),
                     );
                 }
@@ -517,9 +752,9 @@ impl Coordinator {
                 .await?;
             let cell = self.offsets_slot(group_id);
             let mut guard = cell.lock().await;
-            if let Some(map) = guard.as_mut() {
+            if let Some(offsets) = guard.as_mut() {
                 for k in &allowed {
-                    map.remove(k);
+                    offsets.committed.remove(k);
                 }
             }
         }
@@ -532,5 +767,191 @@ impl Coordinator {
                     .map(|(t, p)| (t, p, ResponseError::GroupSubscribedToTopic.code())),
             )
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxbow_metadata::EmbeddedStore;
+
+    #[test]
+    fn offsets_partitions_are_kafkas() {
+        // Computed with Java 17: `Math.abs(s.hashCode()) % 50`, 0 for Integer.MIN_VALUE.
+        for (group, partition) in [
+            ("", 0),
+            ("a", 47),
+            // hashCode -1906497762: Math.abs, not a mask (which would give 36).
+            ("my-group", 12),
+            ("test-group", 12),
+            ("console-consumer-12345", 6),
+            // hashCode Integer.MIN_VALUE.
+            ("polygenelubricants", 0),
+            ("gr\u{f6}up", 32),
+            // A surrogate pair: two UTF-16 code units.
+            ("g\u{1F600}", 32),
+            ("orders-app", 5),
+        ] {
+            assert_eq!(offsets_partition(group), partition, "{group}");
+        }
+    }
+
+    fn coordinator(coordinates: impl Fn(&str) -> bool + Send + Sync + 'static) -> Coordinator {
+        let store = EmbeddedStore::in_memory().expect("metadata");
+        Coordinator::new(
+            Arc::new(store),
+            CoordinatorSettings {
+                initial_rebalance_delay: Duration::ZERO,
+            },
+        )
+        .with_coordinates(coordinates)
+    }
+
+    fn offset(topic: &str, partition: i32, offset: i64) -> (String, i32, i64, i32, String) {
+        (topic.to_string(), partition, offset, -1, String::new())
+    }
+
+    #[tokio::test]
+    async fn txn_offsets_are_pending_until_their_marker() {
+        let c = coordinator(|_| true);
+        let g = "my-group";
+        c.commit_offsets(g, vec![offset("t", 0, 1)])
+            .await
+            .expect("plain commit");
+        c.txn_commit_offsets(g, 5, 0, None, vec![offset("t", 0, 10), offset("t", 1, 10)])
+            .await
+            .expect("pending");
+        let (committed, pending) = c.fetch_offsets_and_pending(g).await.expect("fetch");
+        assert_eq!(
+            committed[&("t".to_string(), 0)].offset,
+            1,
+            "not visible yet"
+        );
+        assert!(!committed.contains_key(&("t".to_string(), 1)));
+        assert_eq!(
+            pending,
+            BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 1)])
+        );
+        // A marker for other offsets partitions does nothing.
+        let none = c
+            .complete_txn_offsets(5, 0, &[0, 1], true)
+            .await
+            .expect("other partitions");
+        assert_eq!(none, TxnOffsetsCompletion::default());
+        let done = c
+            .complete_txn_offsets(5, 0, &[offsets_partition(g)], true)
+            .await
+            .expect("commit");
+        assert_eq!(done.completed, vec![g.to_string()]);
+        let (committed, pending) = c.fetch_offsets_and_pending(g).await.expect("fetch");
+        assert_eq!(committed[&("t".to_string(), 0)].offset, 10);
+        assert_eq!(committed[&("t".to_string(), 1)].offset, 10);
+        assert!(pending.is_empty());
+        // A retried marker is a no-op.
+        let again = c
+            .complete_txn_offsets(5, 0, &[offsets_partition(g)], true)
+            .await
+            .expect("retry");
+        assert_eq!(again, TxnOffsetsCompletion::default());
+
+        // Abort drops them.
+        c.txn_commit_offsets(g, 6, 3, None, vec![offset("t", 0, 99)])
+            .await
+            .expect("pending");
+        c.complete_txn_offsets(6, 3, &[offsets_partition(g)], false)
+            .await
+            .expect("abort");
+        let (committed, pending) = c.fetch_offsets_and_pending(g).await.expect("fetch");
+        assert_eq!(committed[&("t".to_string(), 0)].offset, 10);
+        assert!(pending.is_empty());
+        // The committed offsets were written through, not only cached.
+        let fresh = Coordinator::new(
+            c.metadata.clone(),
+            CoordinatorSettings {
+                initial_rebalance_delay: Duration::ZERO,
+            },
+        );
+        assert_eq!(
+            fresh.fetch_offsets(g).await.expect("fetch"),
+            committed,
+            "the metadata service holds what the cache does"
+        );
+    }
+
+    #[tokio::test]
+    async fn txn_commits_are_fenced() {
+        let c = coordinator(|_| true);
+        let g = "fenced";
+        c.txn_commit_offsets(g, 5, 2, None, vec![offset("t", 0, 1)])
+            .await
+            .expect("pending");
+        let err = c
+            .txn_commit_offsets(g, 5, 1, None, vec![offset("t", 0, 2)])
+            .await
+            .expect_err("older producer epoch");
+        assert!(
+            matches!(&err, TxnOffsetsError::Metadata(e) if e.kind() == oxbow_metadata::ErrorKind::Fenced),
+            "{err:?}"
+        );
+        let err = c
+            .txn_commit_offsets(g, 5, 3, None, vec![offset("t", 0, 2)])
+            .await
+            .expect_err("the next transaction before this one's marker");
+        assert!(
+            matches!(&err, TxnOffsetsError::Metadata(e) if e.kind() == oxbow_metadata::ErrorKind::Conflict),
+            "{err:?}"
+        );
+        let err = c
+            .txn_commit_offsets(g, 5, 2, Some(("m-1", None, 1)), vec![offset("t", 0, 2)])
+            .await
+            .expect_err("a member the group does not know");
+        assert!(matches!(
+            err,
+            TxnOffsetsError::Group(ResponseError::UnknownMemberId)
+        ));
+    }
+
+    #[tokio::test]
+    async fn markers_for_groups_coordinated_elsewhere_are_left_to_them() {
+        let c = coordinator(|g| g != "elsewhere");
+        // Pending records written while this broker still coordinated "elsewhere".
+        c.metadata
+            .put_txn_offsets(
+                "elsewhere",
+                5,
+                0,
+                vec![CommittedOffset {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: 3,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp_ms: 0,
+                }],
+            )
+            .await
+            .expect("pending");
+        c.txn_commit_offsets("here", 5, 0, None, vec![offset("t", 0, 4)])
+            .await
+            .expect("pending");
+        let partitions = [offsets_partition("elsewhere"), offsets_partition("here")];
+        let done = c
+            .complete_txn_offsets(5, 0, &partitions, true)
+            .await
+            .expect("commit");
+        assert_eq!(done.completed, vec!["here".to_string()]);
+        assert_eq!(
+            done.not_coordinator,
+            vec![("elsewhere".to_string(), offsets_partition("elsewhere"))]
+        );
+        assert_eq!(
+            c.metadata
+                .txn_offsets("elsewhere")
+                .await
+                .expect("read")
+                .len(),
+            1,
+            "untouched"
+        );
     }
 }

@@ -15,6 +15,7 @@
 //! | [`offset`]      | `offsets/{group}/{topic}/{partition:010}`              | `CommittedOffset`          | no               |
 //! | [`group`]       | `groups/{group}`                                       | group record               | no               |
 //! | [`txn`]         | `txns/{transactional id}`                              | transaction record         | no               |
+//! | [`txn_offsets`] | `txn-offsets/{group}/{producer_id:020}`                | `PendingTxnOffsets`        | no               |
 //! | [`wal_replicas`]| `wal_replicas/{broker_id:010}`                         | `WalReplicaSet`            | no               |
 //! | [`controller`]  | `controller`                                           | `{"broker_id"}`            | yes              |
 //! | [`security`]    | `security/{acls,scram,quotas}/{name}`                  | opaque (the broker's JSON) | no               |
@@ -48,6 +49,7 @@ pub mod security;
 pub mod topic;
 pub mod topic_id;
 pub mod txn;
+pub mod txn_offsets;
 pub mod wal_replicas;
 
 use crate::error::{Error, Result};

@@ -24,12 +24,13 @@ mod reclaim;
 mod security;
 mod topics;
 mod transactions;
+mod txn_offsets;
 mod watch;
 
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
 use crate::clock::{Clock, OsRng, Rng, SystemClock};
 use crate::error::{Error, Result};
-use crate::group::{validate_group_id, CommittedOffset, GroupRecord};
+use crate::group::{validate_group_id, CommittedOffset, GroupRecord, PendingTxnOffsets};
 use crate::keys::{self, topic::TopicRecord, Root};
 use crate::kv::{Compare, Get, KeyRange, KeyValue, Kv, Op, RangeResponse, Txn};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
@@ -578,6 +579,42 @@ impl<K: Kv> MetadataStore for KvStore<K> {
             out.insert(keys::offset::deser_key(root, &kv.key)?);
         }
         Ok(out.into_iter().collect())
+    }
+
+    async fn put_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<CommittedOffset>,
+    ) -> Result<PendingTxnOffsets> {
+        self.merge_txn_offsets(group_id, producer_id, producer_epoch, offsets)
+            .await
+    }
+
+    async fn txn_offsets(&self, group_id: &str) -> Result<Vec<PendingTxnOffsets>> {
+        self.pending_txn_offsets(keys::txn_offsets::group_prefix(&self.root, group_id))
+            .await
+    }
+
+    async fn all_txn_offsets(&self) -> Result<Vec<PendingTxnOffsets>> {
+        self.pending_txn_offsets(keys::txn_offsets::prefix(&self.root))
+            .await
+    }
+
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>> {
+        self.txn_offsets_groups_of(producer_id).await
+    }
+
+    async fn complete_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<PendingTxnOffsets>> {
+        self.finish_txn_offsets(group_id, producer_id, producer_epoch, commit)
+            .await
     }
 
     async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>> {

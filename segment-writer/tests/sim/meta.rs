@@ -12,7 +12,8 @@ use oxbow_metadata::watch::{BrokerEvent, TopicEvent, Watch};
 use oxbow_metadata::{
     BrokerId, BrokerRegistration, CatalogCommit, CatalogEntry, CatalogReplace, CommittedOffset,
     Error, ErrorKind, GroupRecord, Lease, LeaseId, MetadataStore, Offset, PartitionId,
-    PartitionState, Result, TopicId, TopicMetadata, TopicSpec, TxnRecord, WalReplicaSet,
+    PartitionState, PendingTxnOffsets, Result, TopicId, TopicMetadata, TopicSpec, TxnRecord,
+    WalReplicaSet,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -303,6 +304,46 @@ impl MetadataStore for FaultyMetadata {
     async fn list_groups(&self) -> Result<Vec<String>> {
         self.read()?;
         self.inner.list_groups().await
+    }
+    async fn put_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<CommittedOffset>,
+    ) -> Result<PendingTxnOffsets> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .put_txn_offsets(group_id, producer_id, producer_epoch, offsets)
+            .await;
+        self.after_write(r)
+    }
+    async fn txn_offsets(&self, group_id: &str) -> Result<Vec<PendingTxnOffsets>> {
+        self.read()?;
+        self.inner.txn_offsets(group_id).await
+    }
+    async fn all_txn_offsets(&self) -> Result<Vec<PendingTxnOffsets>> {
+        self.read()?;
+        self.inner.all_txn_offsets().await
+    }
+    async fn txn_offsets_groups(&self, producer_id: i64) -> Result<Vec<String>> {
+        self.read()?;
+        self.inner.txn_offsets_groups(producer_id).await
+    }
+    async fn complete_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<PendingTxnOffsets>> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .complete_txn_offsets(group_id, producer_id, producer_epoch, commit)
+            .await;
+        self.after_write(r)
     }
     async fn transaction(&self, transactional_id: &str) -> Result<Option<TxnRecord>> {
         self.read()?;

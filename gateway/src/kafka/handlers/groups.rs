@@ -1,6 +1,7 @@
 //! The classic consumer group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! ListGroups, DescribeGroups, DeleteGroups; and offsets: OffsetCommit, OffsetFetch,
-//! OffsetDelete. Membership logic lives in [`crate::groups`]; this maps wire fields.
+//! OffsetDelete, TxnOffsetCommit (a transaction's offsets, pending until its marker).
+//! Membership logic lives in [`crate::groups`]; this maps wire fields.
 //!
 //! In a cluster each group has one coordinator (`cluster::placement::coordinator_for` over
 //! the live brokers); every group request for a group this broker does not coordinate is
@@ -10,6 +11,7 @@
 use super::{denied, str_bytes, topic_name, Reply};
 use crate::broker::Broker;
 use crate::groups::group::JoinRequest;
+use crate::groups::TxnOffsetsError;
 use crate::security::acl::{AclOperation, AuthzView, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
 use futures::FutureExt;
@@ -29,12 +31,16 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
     OffsetFetchRequest, OffsetFetchResponse, ResponseKind, SyncGroupRequest, SyncGroupResponse,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -435,17 +441,166 @@ pub async fn commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// Most bytes of an offset's metadata string a transactional commit stores (Kafka's
+/// `offset.metadata.max.bytes` default); longer is OFFSET_METADATA_TOO_LARGE. Bounds the
+/// pending record a transaction leaves in the metadata service.
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+/// TxnOffsetCommit (API 28): a transaction's offsets for a group, stored pending for
+/// (group, producer id) until the transaction coordinator's marker commits or drops them
+/// ([`crate::groups::Coordinator::complete_txn_offsets`]).
+///
+/// As Kafka's `handleTxnOffsetCommitRequest`: WRITE on the transactional id, else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, then READ on the group, else
+/// GROUP_AUTHORIZATION_FAILED, on every partition; per partition, READ on its topic
+/// (TOPIC_AUTHORIZATION_FAILED) and its existence (UNKNOWN_TOPIC_OR_PARTITION). Then, for the
+/// group: NOT_COORDINATOR if another broker coordinates it, INVALID_GROUP_ID if empty, and
+/// from v3 the member fencing of Kafka's `doTxnCommitOffsets` (UNKNOWN_MEMBER_ID,
+/// ILLEGAL_GENERATION, FENCED_INSTANCE_ID, each only if the field is set). A producer epoch
+/// older than the one of the offsets already pending is INVALID_PRODUCER_EPOCH; a newer one
+/// while the producer's previous transaction still waits for its marker is the retriable
+/// COORDINATOR_NOT_AVAILABLE (Kafka's CONCURRENT_TRANSACTIONS is fatal to a Java client's
+/// TxnOffsetCommit; in Kafka the transaction coordinator keeps that case from arising).
+///
+/// Not checked here: that the transaction coordinator knows the offsets partition is in
+/// the transaction (Kafka's verification for v4+, and the implicit add of v5, KIP-890).
+// Dispatched from `handlers::dispatch` (and advertised in `kafka/versions.rs`) with the
+// transaction coordinator's change, which owns those files; until then only tests call it.
+#[allow(dead_code)]
+pub async fn txn_offset_commit(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    let id = req.group_id.0.to_string();
+    let authz = broker.authz(session);
+    let refused = if !authz.allows(
+        AclOperation::Write,
+        ResourceType::TransactionalId,
+        &req.transactional_id.0,
+    ) {
+        Some(denied(ResourceType::TransactionalId))
+    } else if !authz.allows(AclOperation::Read, ResourceType::Group, &id) {
+        Some(denied(ResourceType::Group))
+    } else {
+        None
+    };
+    let group_error = refused
+        .or_else(|| not_coordinator(broker, &id))
+        .or_else(|| id.is_empty().then(|| ResponseError::InvalidGroupId.code()));
+    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
+    let mut to_store = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let topic = broker.topic(&name);
+        let topic_allowed = authz.allows(AclOperation::Read, ResourceType::Topic, &name);
+        codes.push(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    if let Some(code) = refused {
+                        return code;
+                    }
+                    if !topic_allowed {
+                        return denied(ResourceType::Topic);
+                    }
+                    if topic
+                        .as_ref()
+                        .and_then(|t| t.partition(p.partition_index))
+                        .is_none()
+                    {
+                        return ResponseError::UnknownTopicOrPartition.code();
+                    }
+                    if let Some(code) = group_error {
+                        return code;
+                    }
+                    let metadata = p.committed_metadata.as_deref().unwrap_or("");
+                    if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                        return ResponseError::OffsetMetadataTooLarge.code();
+                    }
+                    to_store.push((
+                        name.clone(),
+                        p.partition_index,
+                        p.committed_offset,
+                        if version >= 2 {
+                            p.committed_leader_epoch
+                        } else {
+                            -1
+                        },
+                        metadata.to_string(),
+                    ));
+                    0
+                })
+                .collect(),
+        );
+    }
+    if !to_store.is_empty() {
+        let member = (version >= 3).then(|| {
+            (
+                req.member_id.as_str(),
+                req.group_instance_id.as_deref(),
+                req.generation_id,
+            )
+        });
+        let stored = broker
+            .coordinator
+            .txn_commit_offsets(&id, req.producer_id.0, req.producer_epoch, member, to_store)
+            .await;
+        if let Err(e) = stored {
+            let code = match &e {
+                TxnOffsetsError::Group(e) => e.code(),
+                TxnOffsetsError::Metadata(e) => {
+                    tracing::warn!(group = %id, error = %e, "transactional offset commit failed");
+                    crate::error::group_write_error(e).code()
+                }
+            };
+            for c in codes.iter_mut().flatten() {
+                if *c == 0 {
+                    *c = code;
+                }
+            }
+        }
+    }
+    let topics = req
+        .topics
+        .iter()
+        .zip(codes)
+        .map(|(t, codes)| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .zip(codes)
+                        .map(|(p, c)| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(c)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 /// Offsets of one group: the requested partitions (or all committed ones when `None`).
 ///
 /// DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; a requested topic the session
 /// may not describe answers TOPIC_AUTHORIZATION_FAILED per partition, and an all-topics
-/// fetch leaves such topics out (Kafka's `handleOffsetFetchRequest`).
+/// fetch leaves such topics out (Kafka's `handleOffsetFetchRequest`). With
+/// `require_stable` (v7+; the Java consumer sets it under `isolation.level=read_committed`)
+/// a partition an open transaction holds a pending offset for answers the retriable
+/// UNSTABLE_OFFSET_COMMIT instead of its committed offset, as Kafka's
+/// `GroupMetadata.hasPendingOffsetCommitsForTopicPartition` makes it.
 async fn offsets_for(
     broker: &Arc<Broker>,
     authz: &AuthzView,
     group: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     version: i16,
+    require_stable: bool,
 ) -> Result<Vec<(String, Vec<OffsetRow>)>, i16> {
     if !authz.allows(AclOperation::Describe, ResourceType::Group, group) {
         return Err(denied(ResourceType::Group));
@@ -453,10 +608,22 @@ async fn offsets_for(
     if let Some(code) = not_coordinator(broker, group) {
         return Err(code);
     }
-    let stored = broker.coordinator.fetch_offsets(group).await.map_err(|e| {
-        tracing::warn!(group, error = %e, "offset fetch failed");
-        ResponseError::CoordinatorNotAvailable.code()
-    })?;
+    let (stored, pending) = broker
+        .coordinator
+        .fetch_offsets_and_pending(group)
+        .await
+        .map_err(|e| {
+            tracing::warn!(group, error = %e, "offset fetch failed");
+            ResponseError::CoordinatorNotAvailable.code()
+        })?;
+    let unstable = |t: &str, p: i32| require_stable && pending.contains(&(t.to_string(), p));
+    let unstable_row = |p: i32| OffsetRow {
+        partition: p,
+        offset: -1,
+        leader_epoch: -1,
+        metadata: String::new(),
+        error: ResponseError::UnstableOffsetCommit.code(),
+    };
     let epoch = |e: i32| if version >= 5 { e } else { -1 };
     Ok(match wanted {
         Some(topics) => topics
@@ -473,6 +640,7 @@ async fn offsets_for(
                             metadata: String::new(),
                             error: denied(ResourceType::Topic),
                         },
+                        _ if unstable(&t, p) => unstable_row(p),
                         Some(o) => OffsetRow {
                             partition: p,
                             offset: o.offset,
@@ -496,6 +664,10 @@ async fn offsets_for(
             let mut by_topic: BTreeMap<String, Vec<OffsetRow>> = BTreeMap::new();
             for ((t, p), o) in stored {
                 if !authz.allows(AclOperation::Describe, ResourceType::Topic, &t) {
+                    continue;
+                }
+                if unstable(&t, p) {
+                    by_topic.entry(t).or_default().push(unstable_row(p));
                     continue;
                 }
                 by_topic.entry(t).or_default().push(OffsetRow {
@@ -537,7 +709,16 @@ pub async fn fetch(
             });
             let r = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
             groups.push(
-                match offsets_for(broker, &authz, &g.group_id.0, wanted, version).await {
+                match offsets_for(
+                    broker,
+                    &authz,
+                    &g.group_id.0,
+                    wanted,
+                    version,
+                    req.require_stable,
+                )
+                .await
+                {
                     Err(code) => r.with_error_code(code),
                     Ok(topics) => r.with_topics(
                         topics
@@ -570,7 +751,18 @@ pub async fn fetch(
             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
             .collect()
     });
-    match offsets_for(broker, &authz, &req.group_id.0, wanted.clone(), version).await {
+    // `require_stable` is v7+; the codec leaves it false before.
+    let require_stable = req.require_stable;
+    match offsets_for(
+        broker,
+        &authz,
+        &req.group_id.0,
+        wanted.clone(),
+        version,
+        require_stable,
+    )
+    .await
+    {
         Err(code) => {
             let r = OffsetFetchResponse::default();
             if version >= 2 {
@@ -688,5 +880,263 @@ pub async fn delete_offsets(
                     .collect(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::offsets_partition;
+    use crate::security::acl::model::{
+        AccessControlEntry, AclBinding, AclPermissionType, PatternType, ResourcePattern,
+    };
+    use crate::security::acl::{AuthorizerKind, AuthorizerSettings};
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{ProducerId, TransactionalId};
+    use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
+    use std::time::Duration;
+
+    /// A broker over a temp dir (embedded metadata, local objects) with topic `t` of two
+    /// partitions.
+    async fn broker(dir: &std::path::Path, authorization: AuthorizerSettings) -> Arc<Broker> {
+        use oxbow_segment_writer::{objects, LogManager, LogSettings, WalSettings};
+        let metadata: Arc<dyn MetadataStore> =
+            Arc::new(EmbeddedStore::open(&dir.join("meta.redb")).expect("metadata"));
+        let log = LogManager::open(
+            LogSettings {
+                broker_id: 1,
+                wal: WalSettings {
+                    dir: dir.join("wal"),
+                    file_bytes_max: 1 << 20,
+                    budget_bytes: 1 << 30,
+                },
+                flush_interval: Duration::from_secs(3600),
+                flush_bytes: 1 << 30,
+                partition_tail_bytes: 1 << 20,
+                max_decompressed_batch_bytes:
+                    oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
+                durability: Default::default(),
+                replication: Default::default(),
+            },
+            metadata.clone(),
+            objects::local(&dir.join("objects")).expect("object store"),
+            oxbow_cache::ReadCache::new(1 << 20),
+        )
+        .await
+        .expect("log");
+        let settings = crate::broker::BrokerSettings {
+            broker_id: 1,
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+            listeners: [("PLAINTEXT".to_string(), ("127.0.0.1".to_string(), 9092))].into(),
+            auto_create_topics: false,
+            default_partitions: 1,
+            max_request_bytes: 1 << 20,
+            cluster_id: "test".into(),
+            log_retention_ms: 604_800_000,
+            log_retention_bytes: -1,
+            authorization,
+            sasl: Default::default(),
+            oauth: None,
+            object_store_location: "memory".into(),
+        };
+        let broker = Broker::new(settings, metadata, log).await.expect("broker");
+        broker
+            .create_topic(TopicSpec {
+                name: "t".into(),
+                partitions: 2,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+            })
+            .await
+            .expect("topic");
+        broker
+    }
+
+    fn session() -> Session {
+        Session::plaintext("127.0.0.1:5000".parse().expect("address"))
+    }
+
+    /// A TxnOffsetCommit of `tx`/producer 7 for `group`: (topic, partition, offset) each.
+    fn txn_commit(
+        group: &str,
+        producer_epoch: i16,
+        offsets: &[(&str, i32, i64)],
+    ) -> TxnOffsetCommitRequest {
+        let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
+        for (t, p, o) in offsets {
+            topics.entry(t).or_default().push(
+                TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(*p)
+                    .with_committed_offset(*o)
+                    .with_committed_leader_epoch(4)
+                    .with_committed_metadata(Some(str_bytes("m"))),
+            );
+        }
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(str_bytes("tx")))
+            .with_group_id(group_id(group))
+            .with_producer_id(ProducerId(7))
+            .with_producer_epoch(producer_epoch)
+            .with_generation_id(-1)
+            .with_member_id(str_bytes(""))
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        TxnOffsetCommitRequestTopic::default()
+                            .with_name(topic_name(t))
+                            .with_partitions(parts)
+                    })
+                    .collect(),
+            )
+    }
+
+    /// Error codes of a response, by (topic, partition), in request order.
+    fn codes(r: &TxnOffsetCommitResponse) -> Vec<(String, i32, i16)> {
+        r.topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect()
+    }
+
+    /// OffsetFetch v8 of `t`-0 for `group`: (offset, error).
+    async fn fetch_t0(broker: &Arc<Broker>, group: &str, require_stable: bool) -> (i64, i16) {
+        let req = OffsetFetchRequest::default()
+            .with_require_stable(require_stable)
+            .with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(group_id(group))
+                .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                    .with_name(topic_name("t"))
+                    .with_partition_indexes(vec![0])]))]);
+        let r = fetch(broker, &session(), req, 8).await;
+        let p = &r.groups[0].topics[0].partitions[0];
+        (p.committed_offset, p.error_code)
+    }
+
+    #[tokio::test]
+    async fn txn_offsets_are_pending_until_the_marker_and_unstable_meanwhile() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let broker = broker(dir.path(), AuthorizerSettings::default()).await;
+        let g = "app";
+        let r = txn_offset_commit(
+            &broker,
+            &session(),
+            txn_commit(g, 0, &[("t", 0, 10), ("t", 5, 1), ("nope", 0, 1)]),
+            3,
+        )
+        .await;
+        let unknown = ResponseError::UnknownTopicOrPartition.code();
+        assert_eq!(
+            codes(&r),
+            vec![
+                ("nope".into(), 0, unknown),
+                ("t".into(), 0, 0),
+                ("t".into(), 5, unknown)
+            ]
+        );
+        // read_committed consumers wait (retriable); others see what is committed: nothing.
+        assert_eq!(
+            fetch_t0(&broker, g, true).await,
+            (-1, ResponseError::UnstableOffsetCommit.code())
+        );
+        assert_eq!(fetch_t0(&broker, g, false).await, (-1, 0));
+        // A zombie of the producer (an older epoch) is fenced.
+        let r = txn_offset_commit(&broker, &session(), txn_commit(g, -1, &[("t", 0, 11)]), 3).await;
+        assert_eq!(
+            codes(&r),
+            vec![("t".into(), 0, ResponseError::InvalidProducerEpoch.code())]
+        );
+        // The marker commits them.
+        let done = broker
+            .coordinator
+            .complete_txn_offsets(7, 0, &[offsets_partition(g)], true)
+            .await
+            .expect("marker");
+        assert_eq!(done.completed, vec![g.to_string()]);
+        assert_eq!(fetch_t0(&broker, g, true).await, (10, 0));
+
+        // Member fencing (v3+), only for the fields that are set.
+        let ghost = txn_commit(g, 0, &[("t", 1, 3)]).with_member_id(str_bytes("ghost"));
+        let r = txn_offset_commit(&broker, &session(), ghost.clone(), 3).await;
+        assert_eq!(
+            codes(&r),
+            vec![("t".into(), 1, ResponseError::UnknownMemberId.code())]
+        );
+        // Before v3 the request carries no member: the field is not on the wire.
+        let r = txn_offset_commit(&broker, &session(), ghost, 2).await;
+        assert_eq!(codes(&r), vec![("t".into(), 1, 0)]);
+        let wrong_generation = txn_commit(g, 0, &[("t", 1, 3)]).with_generation_id(5);
+        let r = txn_offset_commit(&broker, &session(), wrong_generation, 3).await;
+        assert_eq!(
+            codes(&r),
+            vec![("t".into(), 1, ResponseError::IllegalGeneration.code())]
+        );
+        let r = txn_offset_commit(&broker, &session(), txn_commit("", 0, &[("t", 1, 3)]), 3).await;
+        assert_eq!(
+            codes(&r),
+            vec![("t".into(), 1, ResponseError::InvalidGroupId.code())]
+        );
+    }
+
+    #[tokio::test]
+    async fn txn_offset_commit_is_authorized_as_kafka_does() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let settings = AuthorizerSettings {
+            kind: AuthorizerKind::Acl,
+            ..Default::default()
+        };
+        let broker = broker(dir.path(), settings).await;
+        let allow = |rt: ResourceType, name: &str, op: AclOperation| AclBinding {
+            pattern: ResourcePattern::new(rt, name, PatternType::Literal),
+            entry: AccessControlEntry {
+                principal: "User:ANONYMOUS".into(),
+                host: "*".into(),
+                operation: op,
+                permission_type: AclPermissionType::Allow,
+            },
+        };
+        let grant = |b: AclBinding| {
+            let broker = broker.clone();
+            async move {
+                let r = crate::security::acl::store::create(
+                    broker.metadata.as_ref(),
+                    &broker.security,
+                    &[b],
+                )
+                .await;
+                assert!(r.iter().all(Result::is_ok), "grant");
+            }
+        };
+        let request = || txn_commit("app", 0, &[("t", 0, 10)]);
+        let code = |r: TxnOffsetCommitResponse| codes(&r)[0].2;
+        let r = txn_offset_commit(&broker, &session(), request(), 3).await;
+        assert_eq!(
+            code(r),
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        );
+        grant(allow(
+            ResourceType::TransactionalId,
+            "tx",
+            AclOperation::Write,
+        ))
+        .await;
+        let r = txn_offset_commit(&broker, &session(), request(), 3).await;
+        assert_eq!(code(r), ResponseError::GroupAuthorizationFailed.code());
+        grant(allow(ResourceType::Group, "app", AclOperation::Read)).await;
+        let r = txn_offset_commit(&broker, &session(), request(), 3).await;
+        assert_eq!(code(r), ResponseError::TopicAuthorizationFailed.code());
+        grant(allow(ResourceType::Topic, "t", AclOperation::Read)).await;
+        let r = txn_offset_commit(&broker, &session(), request(), 3).await;
+        assert_eq!(code(r), 0);
     }
 }
