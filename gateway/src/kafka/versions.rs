@@ -54,6 +54,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::WriteTxnMarkers, 1, 1),
+    // v4 is KIP-890's (the coordinator adds the group implicitly).
+    (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::AlterUserScramCredentials, 0, 0),

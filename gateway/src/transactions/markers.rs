@@ -69,7 +69,7 @@ impl TxnEnv for Broker {
                 .or_default()
                 .entry(OFFSETS_TOPIC.to_string())
                 .or_default()
-                .push(super::stubs::offsets_partition(group));
+                .push(crate::groups::offsets_partition(group));
         }
         let mut failures = Vec::new();
         for (leader, topics) in plan {
@@ -116,15 +116,34 @@ impl Broker {
         let mut codes = BTreeMap::new();
         for (topic, partitions) in topics {
             if topic == OFFSETS_TOPIC {
-                let code = match self
+                // Groups another broker coordinates now: NOT_COORDINATOR for their partition,
+                // so the transaction coordinator sends the marker there.
+                let (code, elsewhere) = match self
                     .coordinator
                     .complete_txn_offsets(producer_id, producer_epoch, partitions, commit)
                     .await
                 {
-                    Ok(()) => 0,
-                    Err(e) => e.code(),
+                    Ok(done) => (
+                        0,
+                        done.not_coordinator
+                            .into_iter()
+                            .map(|(_, p)| p)
+                            .collect::<std::collections::BTreeSet<i32>>(),
+                    ),
+                    Err(e) => {
+                        tracing::info!(error = %e, "pending transactional offsets not completed yet");
+                        (
+                            ResponseError::CoordinatorNotAvailable.code(),
+                            Default::default(),
+                        )
+                    }
                 };
                 for p in partitions {
+                    let code = if elsewhere.contains(p) {
+                        ResponseError::NotCoordinator.code()
+                    } else {
+                        code
+                    };
                     codes.insert((topic.clone(), *p), code);
                 }
                 continue;

@@ -1,10 +1,8 @@
-//! TEMPORARY: stand-ins for the partition side (`Broker::write_txn_marker`) and the group
-//! side (`Coordinator::complete_txn_offsets`, `groups::offsets_partition`) being built on
-//! other branches; removed when they merge. Nothing advertises the APIs that reach these.
+//! TEMPORARY: a stand-in for the partition side (`Broker::write_txn_marker`) being built on
+//! another branch; removed when it merges.
 
 use crate::broker::Broker;
 use crate::error::{BrokerError, Result};
-use kafka_protocol::error::ResponseError;
 use oxbow_metadata::{Offset, PartitionId, TopicMetadata};
 
 impl Broker {
@@ -21,20 +19,4 @@ impl Broker {
             "transaction markers are not wired yet".into(),
         )))
     }
-}
-
-impl crate::groups::Coordinator {
-    pub async fn complete_txn_offsets(
-        &self,
-        _producer_id: i64,
-        _producer_epoch: i16,
-        _partitions: &[i32],
-        _commit: bool,
-    ) -> std::result::Result<(), ResponseError> {
-        Err(ResponseError::CoordinatorNotAvailable)
-    }
-}
-
-pub fn offsets_partition(group: &str) -> i32 {
-    (group.len() % 50) as i32
 }

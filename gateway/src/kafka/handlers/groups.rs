@@ -464,9 +464,6 @@ const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 ///
 /// Not checked here: that the transaction coordinator knows the offsets partition is in
 /// the transaction (Kafka's verification for v4+, and the implicit add of v5, KIP-890).
-// Dispatched from `handlers::dispatch` (and advertised in `kafka/versions.rs`) with the
-// transaction coordinator's change, which owns those files; until then only tests call it.
-#[allow(dead_code)]
 pub async fn txn_offset_commit(
     broker: &Arc<Broker>,
     session: &Session,
@@ -944,6 +941,7 @@ mod tests {
             sasl: Default::default(),
             oauth: None,
             object_store_location: "memory".into(),
+            transactions: Default::default(),
         };
         let broker = Broker::new(settings, metadata, log).await.expect("broker");
         broker

@@ -162,6 +162,9 @@ pub async fn handle(
             ResponseKind::AddOffsetsToTxn(txn::add_offsets(broker, session, r, v).await)
         }
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(txn::end_txn(broker, session, r, v).await),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(groups::txn_offset_commit(broker, session, r, v).await)
+        }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(txn::write_markers(broker, session, r).await)
         }
