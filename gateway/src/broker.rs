@@ -18,7 +18,7 @@ use oxbow_metadata::{
     TopicPartition, TopicSpec,
 };
 use oxbow_segment_writer::{
-    Acks, Appended, Leadership, LogManager, Partition, PendingAppend, ReadResult,
+    Acks, Appended, Isolation, Leadership, LogManager, Partition, PendingAppend, ReadResult,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -426,8 +426,52 @@ impl Broker {
         Ok(pending)
     }
 
+    /// Writes the COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction into a
+    /// partition this broker leads (the transaction coordinator, once its decision is
+    /// durable) and returns the marker's offset once it is durable
+    /// ([`oxbow_segment_writer::LogManager::write_marker`]). Internal topics take no
+    /// transactional data, so no markers either.
+    pub async fn write_txn_marker(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<Offset> {
+        if oxbow_metadata::topic::is_internal_topic(&topic.name) {
+            return Err(internal_topic(
+                &topic.name,
+                "written a transaction marker to",
+            ));
+        }
+        let tp = TopicPartition::new(topic.topic_id, partition);
+        // Held until the marker is queued, as a produce's batch: a handoff closing the gate
+        // waits for it, then makes what is queued durable before handing over.
+        let permit = self.leadership.append_permit(tp, &topic.name).await?;
+        let p = self.partition(topic, partition).await?;
+        let policy = oxbow_segment_writer::AppendPolicy::of(&topic.configs);
+        let pending = self
+            .log
+            .enqueue_marker(
+                &p,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                &policy,
+            )
+            .await?;
+        drop(permit);
+        Ok(pending.wait().await?.base_offset)
+    }
+
     /// Reads whole batches at `offset`, waiting up to `max_wait` for data if there is none
-    /// yet (a long poll). Returns at most `max_bytes`, but at least one batch if `min_one`.
+    /// yet (a long poll). Returns at most `max_bytes`, but at least one batch if `min_one`;
+    /// at `isolation` (`read_committed`: below the last stable offset, with the aborted
+    /// transactions, see [`oxbow_segment_writer::LogManager::read_isolated`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn read(
         &self,
         topic: &TopicMetadata,
@@ -436,6 +480,7 @@ impl Broker {
         max_bytes: usize,
         min_one: bool,
         max_wait: Duration,
+        isolation: Isolation,
     ) -> Result<ReadResult> {
         let p = match self.partition(topic, partition).await {
             Ok(p) => p,
@@ -443,7 +488,9 @@ impl Broker {
             // Kafka fetches go to the leader, as clients expect).
             Err(e) if e.code() == kafka_protocol::ResponseError::NotLeaderOrFollower.code() => {
                 return self
-                    .read_elsewhere(topic, partition, offset, max_bytes, min_one, max_wait)
+                    .read_elsewhere(
+                        topic, partition, offset, max_bytes, min_one, max_wait, isolation,
+                    )
                     .await;
             }
             Err(e) => return Err(e),
@@ -451,7 +498,12 @@ impl Broker {
         let mut hw = p.subscribe();
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
-            let r = self.log.read(&p, offset, max_bytes, min_one).await?;
+            // A read_committed read waits on the high watermark too: the last stable offset
+            // moves only when a marker becomes durable, which moves the high watermark.
+            let r = self
+                .log
+                .read_isolated(&p, offset, max_bytes, min_one, isolation)
+                .await?;
             if !r.batches.is_empty() || max_wait.is_zero() {
                 return Ok(r);
             }
@@ -515,6 +567,7 @@ impl Broker {
 
     /// [`Self::read`] of a partition led by another broker: catalogued data only, polled
     /// every [`ELSEWHERE_POLL`] while waiting.
+    #[allow(clippy::too_many_arguments)]
     async fn read_elsewhere(
         &self,
         topic: &TopicMetadata,
@@ -523,6 +576,7 @@ impl Broker {
         max_bytes: usize,
         min_one: bool,
         max_wait: Duration,
+        isolation: Isolation,
     ) -> Result<ReadResult> {
         let log_start = topic.partition(partition).map_or(0, |p| p.log_start_offset);
         let tp = TopicPartition::new(topic.topic_id, partition);
@@ -530,7 +584,7 @@ impl Broker {
         loop {
             let r = self
                 .log
-                .read_catalogued(tp, log_start, offset, max_bytes, min_one)
+                .read_catalogued_isolated(tp, log_start, offset, max_bytes, min_one, isolation)
                 .await?;
             if !r.batches.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(r);

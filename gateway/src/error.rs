@@ -116,13 +116,6 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         // HTTP reads of a stored batch past the budget: the broker's limit, not the client's.
         LogKind::DecompressedTooLarge => mapped(ResponseError::MessageTooLarge, 500, 50003),
         LogKind::InvalidTimestamp => mapped(ResponseError::InvalidTimestamp, 422, 42210),
-        // What Kafka answers a transactional batch it may not take (no transactional id):
-        // fatal to every client, so a transactional producer stops at once.
-        LogKind::TransactionsUnsupported => mapped(
-            ResponseError::TransactionalIdAuthorizationFailed,
-            422,
-            42211,
-        ),
         LogKind::OffsetOutOfRange => mapped(ResponseError::OffsetOutOfRange, 416, 41601),
         LogKind::UnknownPartition => mapped(ResponseError::UnknownTopicOrPartition, 404, 40402),
         LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
@@ -184,8 +177,12 @@ mod tests {
         use oxbow_segment_writer::Error as LogError;
         let bomb = BrokerError::Log(LogError::DecompressedTooLarge { limit: 1 });
         assert_eq!((bomb.code(), bomb.mapped().http_status), (10, 500));
-        let txn = BrokerError::Log(LogError::TransactionalBatch { producer_id: 1 });
-        assert_eq!(txn.code(), 53);
+        let fenced = BrokerError::Log(LogError::ProducerFenced {
+            producer_id: 1,
+            current: 2,
+            got: 1,
+        });
+        assert_eq!(fenced.code(), 47);
         let ts = BrokerError::Log(LogError::InvalidTimestamp("t".into()));
         assert_eq!(ts.code(), 32);
         assert_eq!(BrokerError::UnsupportedCompression("z".into()).code(), 76);

@@ -320,6 +320,23 @@ pub mod testing {
         b[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
         b
     }
+
+    /// [`make_idempotent_batch`] of a transaction (attribute bit 4).
+    pub fn make_txn_batch(
+        count: i32,
+        timestamp: i64,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> Vec<u8> {
+        let mut b =
+            make_idempotent_batch(count, timestamp, producer_id, producer_epoch, base_sequence);
+        b[OFFSET_ATTRIBUTES..OFFSET_ATTRIBUTES + 2]
+            .copy_from_slice(&ATTR_TRANSACTIONAL.to_be_bytes());
+        let crc = crc32c::crc32c(&b[OFFSET_ATTRIBUTES..]);
+        b[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
 }
 
 #[cfg(test)]

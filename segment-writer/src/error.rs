@@ -18,8 +18,6 @@ pub enum ErrorKind {
     DecompressedTooLarge,
     /// A record's timestamp or timestamp type is not acceptable (`INVALID_TIMESTAMP`).
     InvalidTimestamp,
-    /// A transactional batch: the broker does not implement transactions.
-    TransactionsUnsupported,
     /// The requested offset is outside the log (`OFFSET_OUT_OF_RANGE`).
     OffsetOutOfRange,
     /// The partition or topic is gone (`UNKNOWN_TOPIC_OR_PARTITION`).
@@ -59,8 +57,6 @@ pub enum Error {
     DecompressedTooLarge { limit: usize },
     #[error("invalid timestamp: {0}")]
     InvalidTimestamp(String),
-    #[error("transactional batch of producer {producer_id} refused: this broker does not support transactions")]
-    TransactionalBatch { producer_id: i64 },
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         offset: i64,
@@ -129,7 +125,6 @@ impl Error {
             Error::BatchTooLarge { .. } => ErrorKind::TooLarge,
             Error::DecompressedTooLarge { .. } => ErrorKind::DecompressedTooLarge,
             Error::InvalidTimestamp(_) => ErrorKind::InvalidTimestamp,
-            Error::TransactionalBatch { .. } => ErrorKind::TransactionsUnsupported,
             Error::OffsetOutOfRange { .. } => ErrorKind::OffsetOutOfRange,
             Error::UnknownPartition(_) => ErrorKind::UnknownPartition,
             // Without a lease the broker may no longer lead anything: the client must look

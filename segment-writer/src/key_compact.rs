@@ -38,7 +38,8 @@
 //!
 //! **The transactions seam.** Transactional and control batches are copied verbatim and
 //! their keys are not put in the map (an aborted record must not shadow an older committed
-//! one). Produce refuses transactional batches today (decision 20), so none exist. The
+//! one). They exist once Produce takes transactional ids (the partition side is wired,
+//! `txn.rs`); until this seam is done they are kept whole, never cleaned. The
 //! transactions issue must, here: put the keys of *committed* transactional records in the
 //! map and drop *aborted* ones (from the aborted-transaction index / the markers found in
 //! the range, as Kafka's `CleanedTransactionMetadata`); drop a transaction's control

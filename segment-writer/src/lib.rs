@@ -83,7 +83,7 @@ pub use log::{
     Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
     PendingAppend,
 };
-pub use read::ReadResult;
+pub use read::{Isolation, ReadResult};
 pub use replica::serve_internal;
 pub use replica_store::ReplicaStore;
 pub use replicate::{ReplicationSettings, Replicator};

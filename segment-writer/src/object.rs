@@ -49,7 +49,8 @@ pub struct Chunk {
     pub batches: Vec<Bytes>,
     /// Producers of the partition with no batch here: their remembered batches before
     /// `base_offset`, carried in the producers section
-    /// ([`producer_summary::CARRIED_ROWS_MAX`] at most).
+    /// ([`producer_summary::CARRIED_ROWS_MAX`] at most); first, the partition's open
+    /// transactions begun by `last_offset` ([`ProducerBatch::open_txn`]).
     pub carried_producers: Vec<ProducerBatch>,
 }
 
@@ -74,10 +75,17 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
             let own = producer_summary::recent_of(&c.batches)
                 .into_iter()
                 .map(move |b| (i as u32, b, false));
+            // Open transactions may have begun inside the chunk; batches lie before it.
             let carried = c
                 .carried_producers
                 .iter()
-                .filter(|b| b.base_offset < c.base_offset)
+                .filter(|b| {
+                    if b.is_open_txn() {
+                        b.base_offset <= c.last_offset
+                    } else {
+                        b.base_offset < c.base_offset
+                    }
+                })
                 .take(producer_summary::CARRIED_ROWS_MAX)
                 .map(move |b| (i as u32, *b, true));
             own.chain(carried)

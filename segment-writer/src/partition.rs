@@ -1,5 +1,7 @@
-//! The in-memory state of one partition this broker leads: offsets, recent batches, and
-//! idempotent-producer sequence state. Pure: no I/O, no clocks; `log.rs` drives it.
+//! The in-memory state of one partition this broker leads: offsets, recent batches,
+//! idempotent-producer sequence state and transactions ([`crate::txn`]: open ones, the last
+//! stable offset, aborted ones since `index_floor`). Pure: no I/O, no clocks; `log.rs`
+//! drives it.
 //!
 //! Invariants (checked by the tests below):
 //! - `log_start_offset <= sealed_end <= high_watermark <= log_end_offset`;
@@ -10,6 +12,7 @@
 use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
 use crate::producer_summary::ProducerBatch;
+use crate::txn::{self, AbortedTxn, PartitionTxns};
 use bytes::Bytes;
 use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
 use std::collections::{HashMap, VecDeque};
@@ -90,6 +93,12 @@ pub struct PartitionLogState {
     /// Where each recent epoch's data starts, as stored in the partition's state; its latest
     /// entry is `leader_epoch` once the open has recorded it (`LogManager::begin_epoch`).
     pub leader_epochs: LeaderEpochHistory,
+    /// Transactions seen by [`Self::append`] (and restored open ones, [`Self::restore_open_txn`]).
+    txns: PartitionTxns,
+    /// The log end when this state was made, before any WAL replay or recovered tail: the
+    /// aborted index knows every marker at or after it, none before (those reads walk the
+    /// batches instead, [`txn::OutcomeScan`]).
+    index_floor: Offset,
 }
 
 impl PartitionLogState {
@@ -111,6 +120,70 @@ impl PartitionLogState {
             producers: HashMap::new(),
             direct: false,
             leader_epochs: LeaderEpochHistory::default(),
+            txns: PartitionTxns::default(),
+            index_floor: log_end_offset,
+        }
+    }
+
+    /// Where `read_committed` reads stop (see [`PartitionTxns::last_stable_offset`]).
+    pub fn last_stable_offset(&self) -> Offset {
+        self.txns.last_stable_offset(self.high_watermark)
+    }
+
+    /// Offsets at or after this are covered by the aborted index (see the field).
+    pub fn index_floor(&self) -> Offset {
+        self.index_floor
+    }
+
+    /// The aborted transactions a `read_committed` read from `offset` up to `upper` must
+    /// skip; only complete for `offset >= index_floor`.
+    pub fn aborted_in(&self, offset: Offset, upper: Offset) -> Vec<AbortedTxn> {
+        self.txns.aborted_in(offset, upper)
+    }
+
+    /// Producers with a transaction open here: (producer id, epoch, first offset).
+    pub fn open_txns(&self) -> Vec<(i64, i16, Offset)> {
+        self.txns.open_producers().collect()
+    }
+
+    /// A transaction open in data this state did not append (a sealed object's producers
+    /// section says so), from `first_offset`.
+    pub fn restore_open_txn(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        first_offset: Offset,
+    ) {
+        self.txns.on_data(producer_id, producer_epoch, first_offset);
+    }
+
+    /// Forgets aborted transactions wholly below the log start.
+    pub fn trim_txns_below(&mut self, log_start: Offset) {
+        self.txns.trim_below(log_start);
+    }
+
+    /// The epoch this partition remembers for `producer_id` (from its batches or markers).
+    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
+    /// A marker of `producer_id` at `producer_epoch`: a newer epoch is remembered (Kafka's
+    /// `ProducerStateManager`), so a later batch at an older one is fenced; its sequences
+    /// restart (the producer's next batch at that epoch starts wherever it does).
+    fn marker_epoch(&mut self, producer_id: i64, producer_epoch: i16) {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: producer_epoch,
+                last_sequence: -1,
+                last_timestamp_ms: -1,
+                recent: VecDeque::new(),
+            });
+        if producer_epoch > entry.epoch {
+            entry.epoch = producer_epoch;
+            entry.last_sequence = -1;
+            entry.recent.clear();
         }
     }
 
@@ -170,6 +243,10 @@ impl PartitionLogState {
                     got: h.base_sequence,
                 })
             };
+        }
+        if entry.recent.is_empty() {
+            // Known only from a marker: its epoch, not its sequence.
+            return Ok(SequenceCheck::Append);
         }
         if let Some((_, _, base)) = entry
             .recent
@@ -297,6 +374,15 @@ impl PartitionLogState {
                 h.max_timestamp,
             );
         }
+        if h.is_control() {
+            // Only markers are control batches here (produce refuses the rest).
+            if let Some(marker) = txn::parse_marker(&bytes, h) {
+                self.txns.on_marker(h.producer_id, marker, base);
+                self.marker_epoch(h.producer_id, h.producer_epoch);
+            }
+        } else if h.is_transactional() && h.producer_id >= 0 {
+            self.txns.on_data(h.producer_id, h.producer_epoch, base);
+        }
         self.memory_bytes += bytes.len();
         self.unsealed_bytes += bytes.len();
         self.batches.push_back(MemBatch {
@@ -325,6 +411,8 @@ impl PartitionLogState {
                 self.unsealed_bytes -= b.bytes.len();
                 self.log_end_offset = b.base_offset;
                 self.batches.pop_back();
+                // A marker's epoch bump stays: the coordinator retries the marker at it.
+                self.txns.undo(base_offset);
                 // Sequence state may now be ahead; the producer's retry is then treated as a
                 // duplicate of nothing and refused as out of order, which makes it reset —
                 // never a silent loss.
@@ -355,6 +443,7 @@ impl PartitionLogState {
             }
             self.high_watermark = b.last_offset + 1;
         }
+        self.txns.settle(self.high_watermark);
         self.high_watermark != before
     }
 
@@ -670,5 +759,57 @@ mod tests {
         let at9 = stamp(&raw, 9, 0, None);
         let h9 = peek_header(&at9).expect("ok").expect("whole");
         assert!(s.replay(&h9, at9, 2).is_err());
+    }
+
+    #[test]
+    fn transactions_hold_the_last_stable_offset_and_markers_fence_older_epochs() {
+        use crate::batch::testing::make_txn_batch;
+        use crate::txn::{marker_batch, Marker};
+        let mut s = PartitionLogState::new(0, 0, 0);
+        let append = |s: &mut PartitionLogState, raw: &[u8]| -> Offset {
+            let h = peek_header(raw).expect("ok").expect("whole");
+            let bytes = stamp(raw, s.next_offset(), 0, None);
+            let base = s.append(&h, bytes);
+            s.mark_durable(base, Some(base as u64));
+            base
+        };
+        add(&mut s, 1);
+        s.mark_durable(0, Some(0));
+        let first = append(&mut s, &make_txn_batch(2, 1000, 7, 0, 0));
+        assert_eq!(first, 1);
+        add(&mut s, 1);
+        s.mark_durable(3, Some(3));
+        assert_eq!((s.high_watermark, s.last_stable_offset()), (4, 1));
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        let h = peek_header(&marker_batch(7, 1, abort, 0))
+            .expect("ok")
+            .expect("whole");
+        let marker = s.append(&h, stamp(&marker_batch(7, 1, abort, 0), 4, 0, None));
+        assert_eq!(s.last_stable_offset(), 1, "the marker is not durable yet");
+        s.mark_durable(marker, Some(9));
+        assert_eq!(s.last_stable_offset(), 5);
+        assert_eq!(s.aborted_in(0, 5).len(), 1);
+        assert_eq!(s.producer_epoch(7), Some(1));
+        // The marker's epoch fences the producer's older one.
+        let old = peek_header(&make_txn_batch(1, 1000, 7, 0, 2))
+            .expect("ok")
+            .expect("whole");
+        assert!(matches!(
+            s.check_sequence(&old),
+            Err(Error::ProducerFenced { current: 1, .. })
+        ));
+        let next = peek_header(&make_txn_batch(1, 1000, 7, 1, 0))
+            .expect("ok")
+            .expect("whole");
+        assert_eq!(s.check_sequence(&next).expect("ok"), SequenceCheck::Append);
+        // An append the WAL could not take is undone, its transaction with it.
+        let raw = make_txn_batch(1, 1000, 8, 0, 0);
+        let h = peek_header(&raw).expect("ok").expect("whole");
+        let base = s.append(&h, stamp(&raw, 5, 0, None));
+        s.undo_last_append(base);
+        assert!(s.open_txns().is_empty());
     }
 }

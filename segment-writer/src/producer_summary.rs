@@ -20,9 +20,16 @@
 //! last 4096 records) is still known to the next leader, and its retry after a failover is
 //! recognised. A carried row is applied only if it lies before the entry it came with.
 //!
+//! Open transactions (issue 16): a carried row flagged *open transaction* names a producer
+//! whose transaction was open in the partition when the chunk was sealed and began at or
+//! before the chunk's last offset (first offset in `base offset`, sequences -1), so a new
+//! leader's last stable offset does not run past it (`log/open.rs`). Only the newest entry's
+//! rows matter: they are the open set at the end of the catalogue. A broker predating them
+//! refuses the section (sequence -1) and reads the batches instead.
+//!
 //! Row (32 bytes, big-endian): chunk index u32 | producer id i64 | producer epoch i16 |
-//! flags u16 (bit 0: carried; other bits ignored) | base sequence i32 | last sequence i32 |
-//! base offset i64. Decoding trusts nothing: the row count comes from the section's length,
+//! flags u16 (bit 0: carried; bit 1: open transaction; other bits ignored) | base sequence
+//! i32 | last sequence i32 | base offset i64. Decoding trusts nothing: the row count comes from the section's length,
 //! every chunk index is checked against the object's index. Brokers that predate carried
 //! rows skip them (they lie before the entry's range).
 
@@ -60,7 +67,12 @@ const REUSE: Duration = Duration::from_secs(30);
 /// Most rows held by the cache (about 48 MiB), whatever the objects' partition counts.
 const ROWS_MAX: usize = 1 << 20;
 
-/// One stored batch of an idempotent producer.
+/// Flags of a row (see the module docs).
+const FLAG_CARRIED: u16 = 1;
+const FLAG_OPEN_TXN: u16 = 2;
+
+/// One stored batch of an idempotent producer, or (sequences -1, see
+/// [`ProducerBatch::open_txn`]) a transaction open from `base_offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerBatch {
     pub producer_id: i64,
@@ -71,6 +83,22 @@ pub struct ProducerBatch {
 }
 
 impl ProducerBatch {
+    /// The row of a transaction open from `first_offset` (carried with a chunk).
+    pub fn open_txn(producer_id: i64, producer_epoch: i16, first_offset: Offset) -> Self {
+        ProducerBatch {
+            producer_id,
+            producer_epoch,
+            base_sequence: -1,
+            last_sequence: -1,
+            base_offset: first_offset,
+        }
+    }
+
+    /// Whether this row is an open transaction rather than a batch.
+    pub fn is_open_txn(&self) -> bool {
+        self.base_sequence < 0
+    }
+
     /// The batch's producer sequence, if it is an idempotent producer's.
     pub fn of(h: &BatchHeader) -> Option<ProducerBatch> {
         (h.producer_id >= 0 && h.base_sequence >= 0).then(|| ProducerBatch {
@@ -112,7 +140,9 @@ pub fn encode(rows: &[Row], out: &mut BytesMut) {
         out.put_u32(*chunk);
         out.put_i64(b.producer_id);
         out.put_i16(b.producer_epoch);
-        out.put_u16(u16::from(*carried));
+        let open = if b.is_open_txn() { FLAG_OPEN_TXN } else { 0 };
+        let carried = if *carried { FLAG_CARRIED } else { 0 };
+        out.put_u16(carried | open);
         out.put_i32(b.base_sequence);
         out.put_i32(b.last_sequence);
         out.put_i64(b.base_offset);
@@ -129,7 +159,9 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
         let chunk = section.get_u32();
         let producer_id = section.get_i64();
         let producer_epoch = section.get_i16();
-        let carried = section.get_u16() & 1 == 1;
+        let flags = section.get_u16();
+        let carried = flags & FLAG_CARRIED != 0;
+        let open = flags & FLAG_OPEN_TXN != 0;
         let b = ProducerBatch {
             producer_id,
             producer_epoch,
@@ -137,7 +169,13 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
             last_sequence: section.get_i32(),
             base_offset: section.get_i64(),
         };
-        if chunk as usize >= chunks || b.producer_id < 0 || b.base_sequence < 0 {
+        // Sequences -1 are an open transaction's, and only allowed for one.
+        let sequences_fit = if open {
+            b.base_sequence == -1 && b.last_sequence == -1 && carried
+        } else {
+            b.base_sequence >= 0
+        };
+        if chunk as usize >= chunks || b.producer_id < 0 || !sequences_fit {
             return None;
         }
         rows.push((chunk, b, carried));
@@ -150,6 +188,7 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
 pub struct ObjectProducers {
     by_partition: HashMap<TopicPartition, Vec<ProducerBatch>>,
     carried: HashMap<TopicPartition, Vec<ProducerBatch>>,
+    open_txns: HashMap<TopicPartition, Vec<ProducerBatch>>,
     rows: usize,
 }
 
@@ -158,7 +197,9 @@ impl ObjectProducers {
     pub fn new(rows: impl IntoIterator<Item = (TopicPartition, ProducerBatch, bool)>) -> Self {
         let mut out = ObjectProducers::default();
         for (tp, b, carried) in rows {
-            let map = if carried {
+            let map = if b.is_open_txn() {
+                &mut out.open_txns
+            } else if carried {
                 &mut out.carried
             } else {
                 &mut out.by_partition
@@ -177,6 +218,11 @@ impl ObjectProducers {
     /// The batches carried for `tp`: other producers' remembered batches before its chunk.
     pub fn carried_of(&self, tp: &TopicPartition) -> &[ProducerBatch] {
         self.carried.get(tp).map_or(&[], Vec::as_slice)
+    }
+
+    /// The transactions open in `tp` when its chunk was sealed (rows flagged so).
+    pub fn open_txns_of(&self, tp: &TopicPartition) -> &[ProducerBatch] {
+        self.open_txns.get(tp).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -408,5 +454,33 @@ mod tests {
         assert!(p.of(&tp(3)).is_empty());
         assert_eq!(p.carried_of(&tp(2)).len(), 1);
         assert!(p.carried_of(&tp(1)).is_empty());
+    }
+
+    #[test]
+    fn open_transaction_rows_round_trip_and_only_they_may_lack_sequences() {
+        let open = ProducerBatch::open_txn(9, 2, 40);
+        let batch = ProducerBatch {
+            producer_id: 9,
+            producer_epoch: 2,
+            base_sequence: 0,
+            last_sequence: 1,
+            base_offset: 40,
+        };
+        let rows = vec![(0, batch, false), (0, open, true)];
+        let mut out = BytesMut::new();
+        encode(&rows, &mut out);
+        assert_eq!(decode(&out, 1), Some(rows));
+        let tp = TopicPartition::new(oxbow_metadata::TopicId(uuid::Uuid::from_u128(5)), 0);
+        let o = ObjectProducers::new([(tp, batch, false), (tp, open, true)]);
+        assert_eq!(
+            (o.of(&tp), o.open_txns_of(&tp)),
+            (&[batch][..], &[open][..])
+        );
+        assert!(o.carried_of(&tp).is_empty());
+        // Sequences -1 without the flag: not a section this broker wrote.
+        let mut out = BytesMut::new();
+        encode(&[(0, open, true)], &mut out);
+        out[14..16].copy_from_slice(&1u16.to_be_bytes());
+        assert_eq!(decode(&out, 1), None);
     }
 }

@@ -13,6 +13,7 @@ use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
 use crate::segment::SegmentIndex;
+use crate::txn::{self, AbortedTxn, OutcomeScan};
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
@@ -22,6 +23,24 @@ use std::sync::atomic::Ordering;
 /// Catalog entries fetched per lookup when reading from objects.
 const CATALOG_ENTRIES_PER_READ: usize = 16;
 
+/// Read-ahead bounds of a `read_committed` read that resolves its transactions' outcomes
+/// by walking batches ([`txn::OutcomeScan`]): past either, the read is cut before the first
+/// transaction whose marker was not reached.
+const OUTCOME_SCAN_BYTES_MAX: usize = 16 << 20;
+const OUTCOME_SCAN_READS_MAX: usize = 64;
+/// One read-ahead step of that walk.
+const OUTCOME_SCAN_READ_BYTES: usize = 1 << 20;
+
+/// Kafka's fetch `isolation_level`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Everything below the high watermark (0).
+    #[default]
+    ReadUncommitted,
+    /// Only below the last stable offset, with the aborted transactions to skip (1).
+    ReadCommitted,
+}
+
 /// What a read returns.
 #[derive(Clone, Debug, Default)]
 pub struct ReadResult {
@@ -30,11 +49,25 @@ pub struct ReadResult {
     pub batches: Vec<Bytes>,
     pub log_start_offset: Offset,
     pub high_watermark: Offset,
+    /// Where `read_committed` reads stop (the high watermark when nothing is open).
+    pub last_stable_offset: Offset,
+    /// `read_committed` only: the aborted transactions overlapping `batches`, in
+    /// first-offset order (their records are to be skipped, as Fetch tells a consumer).
+    pub aborted: Option<Vec<AbortedTxn>>,
 }
 
 impl ReadResult {
     pub fn bytes(&self) -> usize {
         self.batches.iter().map(|b| b.len()).sum()
+    }
+
+    /// The batches a reader that decodes records itself (HTTP) may show: with `aborted`
+    /// set, without aborted transactions' batches and without control batches.
+    pub fn committed_batches(&self) -> Vec<Bytes> {
+        match &self.aborted {
+            Some(aborted) => txn::drop_aborted(&self.batches, aborted),
+            None => self.batches.clone(),
+        }
     }
 }
 
@@ -83,7 +116,152 @@ impl LogManager {
             batches,
             log_start_offset,
             high_watermark,
+            last_stable_offset: partition.lock()?.last_stable_offset(),
+            aborted: None,
         })
+    }
+
+    /// [`Self::read`] at an isolation level. `read_committed` reads stop before the last
+    /// stable offset (from memory and from objects, which are catalogued up to `sealed_end`,
+    /// possibly past it) and carry the aborted transactions overlapping what they return:
+    /// from the partition's index at or after its `index_floor`, else found by walking the
+    /// batches (and those after them, bounded: past the bound the read is cut before the
+    /// first transaction whose outcome is unknown).
+    pub async fn read_isolated(
+        &self,
+        partition: &Partition,
+        offset: Offset,
+        max_bytes: usize,
+        min_one: bool,
+        isolation: Isolation,
+    ) -> Result<ReadResult> {
+        if isolation == Isolation::ReadUncommitted {
+            return self.read(partition, offset, max_bytes, min_one).await;
+        }
+        let (lso, index_floor) = {
+            let s = partition.lock()?;
+            (s.last_stable_offset(), s.index_floor())
+        };
+        let mut r = if offset >= lso {
+            // Nothing stable to return; still refuse an offset outside the log.
+            let s = partition.lock()?;
+            s.plan_read(offset, 0, false)?;
+            ReadResult {
+                batches: Vec::new(),
+                log_start_offset: s.log_start_offset,
+                high_watermark: s.high_watermark,
+                last_stable_offset: lso,
+                aborted: None,
+            }
+        } else {
+            let mut r = self.read(partition, offset, max_bytes, min_one).await?;
+            truncate_at(&mut r.batches, lso);
+            r.last_stable_offset = lso;
+            r
+        };
+        let aborted = match batches_end(&r.batches) {
+            None => Vec::new(),
+            Some(end) if offset >= index_floor => partition.lock()?.aborted_in(offset, end),
+            Some(end) => {
+                let hw = r.high_watermark;
+                self.resolve_by_scan(&mut r.batches, end, hw, |next| {
+                    self.read(partition, next, OUTCOME_SCAN_READ_BYTES, true)
+                })
+                .await?
+            }
+        };
+        r.aborted = Some(aborted);
+        Ok(r)
+    }
+
+    /// Finds the aborted transactions of `batches` (ending at `end`) by walking them and,
+    /// while some transaction's marker is missing, the batches after them up to `upper`
+    /// (`read_ahead(next)` reads from `next`), within the scan bounds; cuts `batches` before
+    /// the first transaction whose outcome stays unknown.
+    async fn resolve_by_scan<F, Fut>(
+        &self,
+        batches: &mut Vec<Bytes>,
+        end: Offset,
+        upper: Offset,
+        read_ahead: F,
+    ) -> Result<Vec<AbortedTxn>>
+    where
+        F: Fn(Offset) -> Fut,
+        Fut: std::future::Future<Output = Result<ReadResult>>,
+    {
+        let mut scan = OutcomeScan::default();
+        for b in batches.iter() {
+            if let Some(h) = batch::peek_header(b)? {
+                scan.returned(&h, b);
+            }
+        }
+        let mut next = end;
+        let (mut reads, mut bytes) = (0usize, 0usize);
+        while !scan.resolved()
+            && next < upper
+            && reads < OUTCOME_SCAN_READS_MAX
+            && bytes < OUTCOME_SCAN_BYTES_MAX
+        {
+            let ahead = read_ahead(next).await?;
+            reads += 1;
+            let Some(ahead_end) = batches_end(&ahead.batches) else {
+                break;
+            };
+            for b in &ahead.batches {
+                bytes += b.len();
+                if let Some(h) = batch::peek_header(b)? {
+                    if h.last_offset() >= next {
+                        scan.ahead(&h, b);
+                    }
+                }
+            }
+            if ahead_end <= next {
+                break;
+            }
+            next = ahead_end;
+        }
+        let outcomes = scan.finish();
+        if let Some(cut) = outcomes.cut_at {
+            truncate_at(batches, cut);
+        }
+        Ok(outcomes.aborted)
+    }
+
+    /// [`Self::read_catalogued`] at an isolation level. A broker that does not lead the
+    /// partition does not know its open transactions: a `read_committed` read walks the
+    /// batches for their outcomes (as [`Self::read_isolated`] below the index floor) up to
+    /// the catalogue's end, and stops before any transaction whose marker is not
+    /// catalogued yet.
+    pub async fn read_catalogued_isolated(
+        &self,
+        tp: TopicPartition,
+        log_start_offset: Offset,
+        offset: Offset,
+        max_bytes: usize,
+        min_one: bool,
+        isolation: Isolation,
+    ) -> Result<ReadResult> {
+        let mut r = self
+            .read_catalogued(tp, log_start_offset, offset, max_bytes, min_one)
+            .await?;
+        if isolation == Isolation::ReadUncommitted {
+            return Ok(r);
+        }
+        let aborted = match batches_end(&r.batches) {
+            None => Vec::new(),
+            Some(end) => {
+                let upper = r.high_watermark;
+                self.resolve_by_scan(&mut r.batches, end, upper, |next| {
+                    self.read_catalogued(tp, log_start_offset, next, OUTCOME_SCAN_READ_BYTES, true)
+                })
+                .await?
+            }
+        };
+        // What it could show: everything before the first unknown outcome.
+        r.last_stable_offset =
+            batches_end(&r.batches).map_or(offset.max(log_start_offset), |e| e.max(offset));
+        r.aborted = Some(aborted);
+        Ok(r)
     }
 
     /// Reads catalogued batches of `tp` before `end` into `acc`, following the catalog.
@@ -185,6 +363,8 @@ impl LogManager {
             batches: acc.out,
             log_start_offset,
             high_watermark: end,
+            last_stable_offset: end,
+            aborted: None,
         })
     }
 
@@ -367,6 +547,29 @@ impl LogManager {
         }
         Ok(None)
     }
+}
+
+/// One past the last offset of `batches` (whole batches in offset order).
+fn batches_end(batches: &[Bytes]) -> Option<Offset> {
+    let last = batches.last()?;
+    batch::peek_header(last)
+        .ok()
+        .flatten()
+        .map(|h| h.last_offset() + 1)
+}
+
+/// Drops the batches from the first one reaching `upper` on.
+fn truncate_at(batches: &mut Vec<Bytes>, upper: Offset) {
+    let keep = batches
+        .iter()
+        .position(|b| {
+            batch::peek_header(b)
+                .ok()
+                .flatten()
+                .is_none_or(|h| h.last_offset() >= upper)
+        })
+        .unwrap_or(batches.len());
+    batches.truncate(keep);
 }
 
 /// A read in progress: what it has collected and where it stands.

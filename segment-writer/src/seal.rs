@@ -21,6 +21,7 @@
 use crate::error::{Error, Result};
 use crate::log::LogManager;
 use crate::object::{self, Chunk};
+use crate::producer_summary::ProducerBatch;
 use crate::seal_state::{
     catalogued_up_to, Action, CatalogueEnd, CommitOutcome, Event, ObjectPlan, SealRound, Take,
 };
@@ -265,8 +266,17 @@ impl LogManager {
             });
             // The partition's other producers, so its next leader knows them however long
             // they have been idle (`producer_summary`, carried rows).
-            let carried_producers =
-                s.carried_producers(first.base_offset, crate::producer_summary::CARRIED_ROWS_MAX);
+            // Its open transactions first, so its next leader's last stable offset does not
+            // run past them (`producer_summary`, open-transaction rows).
+            let mut carried_producers: Vec<ProducerBatch> = s
+                .open_txns()
+                .into_iter()
+                .filter(|&(_, _, txn_first)| txn_first <= last.last_offset)
+                .map(|(id, epoch, txn_first)| ProducerBatch::open_txn(id, epoch, txn_first))
+                .collect();
+            carried_producers.extend(
+                s.carried_producers(first.base_offset, crate::producer_summary::CARRIED_ROWS_MAX),
+            );
             chunks.push(Chunk {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,

@@ -2,7 +2,9 @@
 //! transaction in a partition (commit / abort markers, Kafka's `EndTransactionMarker`), and
 //! [`PartitionTxns`] — which producers have a transaction open here, the last stable offset
 //! that follows from them, and the aborted transactions a `read_committed` fetch must be told
-//! about. Not wired yet: transactional batches are still refused at produce.
+//! about — and [`OutcomeScan`], the same answers for data older than this leader's index,
+//! found by walking batch headers. Driven by `partition.rs` (every append, WAL replay and
+//! recovered tail included) and `log/append.rs` (`LogManager::write_marker`).
 //!
 //! Rules (Kafka's `ProducerStateManager` and `TransactionIndex`):
 //! - a producer's first transactional batch after none is open starts its transaction at that
@@ -11,8 +13,11 @@
 //!   (producer, first offset, last offset = the marker's) so a `read_committed` consumer can
 //!   drop that producer's batches in the range; a marker for a producer with nothing open
 //!   here ends nothing (AddPartitionsToTxn may name a partition that got no data);
-//! - the last stable offset is the first offset of the oldest open transaction, or the high
-//!   watermark if none is open below it: `read_committed` fetches stop there;
+//! - the last stable offset is the first offset of the oldest transaction that is open or
+//!   whose marker is not yet below the high watermark (*completing*: its outcome is not
+//!   durable, so no reader may be told it), or the high watermark if there is none below it:
+//!   `read_committed` fetches stop there. So an abort is only ever reported for a range below
+//!   the last stable offset, whose markers are all durable;
 //! - a fetch from `offset` up to `upper` is told of every aborted transaction whose range
 //!   overlaps it (`last ≥ offset` and `first < upper`), in first-offset order;
 //! - retention drops what lies wholly below the log start; the index is bounded
@@ -138,15 +143,43 @@ pub struct PartitionTxns {
     aborted: VecDeque<AbortedTxn>,
     /// Aborts forgotten past [`ABORTED_MAX`].
     pub forgotten: u64,
+    /// Transactions ended by a marker not yet below the high watermark, in marker order:
+    /// (producer, first offset, marker offset).
+    completing: VecDeque<(i64, Offset, Offset)>,
+    /// What the latest call changed, so an append whose WAL write could not be queued can
+    /// be undone ([`Self::undo`]).
+    last_change: Option<Change>,
+}
+
+/// One change [`PartitionTxns::undo`] can take back.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A batch at this offset opened `producer_id`'s transaction.
+    Opened { producer_id: i64, at: Offset },
+    /// A marker at `at` ended this transaction.
+    Ended {
+        producer_id: i64,
+        epoch: i16,
+        first: Offset,
+        at: Offset,
+        aborted: bool,
+    },
 }
 
 impl PartitionTxns {
     /// A transactional batch of `producer_id` stored at `base_offset`.
     pub fn on_data(&mut self, producer_id: i64, producer_epoch: i16, base_offset: Offset) {
+        self.last_change = None;
         self.open
             .entry(producer_id)
             .and_modify(|(epoch, _)| *epoch = (*epoch).max(producer_epoch))
-            .or_insert((producer_epoch, base_offset));
+            .or_insert_with(|| {
+                self.last_change = Some(Change::Opened {
+                    producer_id,
+                    at: base_offset,
+                });
+                (producer_epoch, base_offset)
+            });
     }
 
     /// A marker of `producer_id` stored at `offset`; returns the transaction it ended, if
@@ -157,7 +190,16 @@ impl PartitionTxns {
         marker: Marker,
         offset: Offset,
     ) -> Option<Offset> {
-        let (_, first) = self.open.remove(&producer_id)?;
+        self.last_change = None;
+        let (epoch, first) = self.open.remove(&producer_id)?;
+        self.completing.push_back((producer_id, first, offset));
+        self.last_change = Some(Change::Ended {
+            producer_id,
+            epoch,
+            first,
+            at: offset,
+            aborted: !marker.commit,
+        });
         if !marker.commit {
             self.aborted.push_back(AbortedTxn {
                 producer_id,
@@ -172,14 +214,55 @@ impl PartitionTxns {
         Some(first)
     }
 
-    /// Where `read_committed` reads stop: the oldest open transaction's first offset, or
-    /// `high_watermark`.
+    /// Where `read_committed` reads stop: the first offset of the oldest transaction open or
+    /// completing (its marker at or above `high_watermark`), or `high_watermark`.
     pub fn last_stable_offset(&self, high_watermark: Offset) -> Offset {
-        self.open
-            .values()
-            .map(|&(_, first)| first)
-            .min()
-            .map_or(high_watermark, |first| first.min(high_watermark))
+        let open = self.open.values().map(|&(_, first)| first);
+        let completing = self
+            .completing
+            .iter()
+            .filter(|&&(_, _, marker)| marker >= high_watermark)
+            .map(|&(_, first, _)| first);
+        open.chain(completing)
+            .fold(high_watermark, |lso, first| lso.min(first))
+    }
+
+    /// Forgets the completing transactions whose markers are below `high_watermark` (the
+    /// high watermark moved): their outcome is durable.
+    pub fn settle(&mut self, high_watermark: Offset) {
+        while self
+            .completing
+            .front()
+            .is_some_and(|&(_, _, marker)| marker < high_watermark)
+        {
+            self.completing.pop_front();
+        }
+    }
+
+    /// Takes back the latest [`Self::on_data`] or [`Self::on_marker`] if it was for the
+    /// batch at `base_offset` (the append could not be queued for the WAL).
+    pub fn undo(&mut self, base_offset: Offset) {
+        match self.last_change.take() {
+            Some(Change::Opened { producer_id, at }) if at == base_offset => {
+                self.open.remove(&producer_id);
+            }
+            Some(Change::Ended {
+                producer_id,
+                epoch,
+                first,
+                at,
+                aborted,
+            }) if at == base_offset => {
+                self.open.insert(producer_id, (epoch, first));
+                if self.completing.back().is_some_and(|c| c.2 == at) {
+                    self.completing.pop_back();
+                }
+                if aborted && self.aborted.back().is_some_and(|a| a.last_offset == at) {
+                    self.aborted.pop_back();
+                }
+            }
+            other => self.last_change = other,
+        }
     }
 
     /// The aborted transactions a fetch from `offset` up to `upper` (exclusive) must skip,
@@ -200,12 +283,125 @@ impl PartitionTxns {
         self.aborted.retain(|a| a.last_offset >= log_start);
     }
 
+    /// The first offset of `producer_id`'s open transaction here, if one is open.
+    pub fn open_first_offset(&self, producer_id: i64) -> Option<Offset> {
+        self.open.get(&producer_id).map(|&(_, first)| first)
+    }
+
     /// Producers with a transaction open here.
     pub fn open_producers(&self) -> impl Iterator<Item = (i64, i16, Offset)> + '_ {
         self.open
             .iter()
             .map(|(&id, &(epoch, first))| (id, epoch, first))
     }
+}
+
+/// A `read_committed` read of data older than the leader's index (`index_floor`, see
+/// `partition.rs`): which transactions in the returned batches aborted, found by walking
+/// batch headers (Kafka keeps a transaction index per segment; Oxbow's in-memory index only
+/// knows markers appended since the partition opened here).
+///
+/// Feed it the returned batches in offset order ([`Self::returned`]), then, while
+/// [`Self::resolved`] is false, batches after them ([`Self::ahead`]: only their markers
+/// matter) up to the high watermark — every transaction below the last stable offset has its
+/// marker below it. [`Self::finish`] gives the aborts and, if some transaction's outcome was
+/// not found (the read-ahead hit its bound), the offset the response must be cut before: a
+/// consumer is never given data whose outcome it cannot be told.
+#[derive(Debug, Default)]
+pub struct OutcomeScan {
+    /// Producer → first offset of its returned transactional data not yet ended by a marker.
+    pending: BTreeMap<i64, Offset>,
+    aborted: Vec<AbortedTxn>,
+}
+
+/// What [`OutcomeScan::finish`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcomes {
+    /// Aborted transactions with data in the returned batches, in first-offset order.
+    pub aborted: Vec<AbortedTxn>,
+    /// The first offset of returned data whose outcome is unknown: the batches from there on
+    /// must not be returned.
+    pub cut_at: Option<Offset>,
+}
+
+impl OutcomeScan {
+    /// A batch of the response (`raw` its bytes, for a control batch's marker).
+    pub fn returned(&mut self, h: &BatchHeader, raw: &[u8]) {
+        if h.is_control() {
+            self.ahead(h, raw);
+        } else if h.is_transactional() && h.producer_id >= 0 {
+            self.pending.entry(h.producer_id).or_insert(h.base_offset);
+        }
+    }
+
+    /// A batch after the response: only a marker ending a pending transaction matters.
+    pub fn ahead(&mut self, h: &BatchHeader, raw: &[u8]) {
+        if !h.is_control() {
+            return;
+        }
+        let Some(marker) = parse_marker(raw, h) else {
+            return;
+        };
+        if let Some(first) = self.pending.remove(&h.producer_id) {
+            if !marker.commit {
+                self.aborted.push(AbortedTxn {
+                    producer_id: h.producer_id,
+                    first_offset: first,
+                    last_offset: h.base_offset,
+                });
+            }
+        }
+    }
+
+    /// Every returned transaction's outcome is known.
+    pub fn resolved(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn finish(self) -> Outcomes {
+        let cut_at = self.pending.values().copied().min();
+        let mut aborted: Vec<AbortedTxn> = self
+            .aborted
+            .into_iter()
+            .filter(|a| cut_at.is_none_or(|cut| a.first_offset < cut))
+            .collect();
+        aborted.sort_by_key(|a| (a.first_offset, a.producer_id));
+        Outcomes { aborted, cut_at }
+    }
+}
+
+/// What a `read_committed` consumer keeps of `batches` told of `aborted` (Kafka's
+/// `CompletedFetch`): no control batches, and no batch of a producer from its aborted
+/// transaction's first offset until that producer's ABORT marker.
+pub fn drop_aborted(batches: &[bytes::Bytes], aborted: &[AbortedTxn]) -> Vec<bytes::Bytes> {
+    let mut pending: Vec<&AbortedTxn> = aborted.iter().collect();
+    pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
+    let mut skipping = std::collections::BTreeSet::new();
+    let mut out = Vec::with_capacity(batches.len());
+    for raw in batches {
+        let Ok(Some(h)) = crate::batch::peek_header(raw) else {
+            continue;
+        };
+        while pending
+            .last()
+            .is_some_and(|a| a.first_offset <= h.last_offset())
+        {
+            if let Some(a) = pending.pop() {
+                skipping.insert(a.producer_id);
+            }
+        }
+        if h.is_control() {
+            if parse_marker(raw, &h).is_some_and(|m| !m.commit) {
+                skipping.remove(&h.producer_id);
+            }
+            continue;
+        }
+        if h.is_transactional() && skipping.contains(&h.producer_id) {
+            continue;
+        }
+        out.push(raw.clone());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -315,5 +511,155 @@ mod tests {
         assert_eq!(t.forgotten, 3);
         assert_eq!(t.aborted_in(0, 6).len(), 0);
         assert_eq!(t.aborted_in(0, 8).len(), 1);
+    }
+
+    /// A stamped transactional data batch of `producer_id` at `base`.
+    fn txn_data(producer_id: i64, base: Offset) -> (BatchHeader, Vec<u8>) {
+        let mut raw = crate::batch::testing::make_batch(2, 0);
+        raw[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+        raw[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        raw[51..53].copy_from_slice(&0i16.to_be_bytes());
+        raw[53..57].copy_from_slice(&0i32.to_be_bytes());
+        let crc = crc32c::crc32c(&raw[21..]);
+        raw[17..21].copy_from_slice(&crc.to_be_bytes());
+        let raw = crate::batch::stamp(&raw, base, 0, None).to_vec();
+        (peek_header(&raw).expect("valid").expect("whole"), raw)
+    }
+
+    fn txn_marker(producer_id: i64, commit: bool, at: Offset) -> (BatchHeader, Vec<u8>) {
+        let m = Marker {
+            commit,
+            coordinator_epoch: 0,
+        };
+        let raw = crate::batch::stamp(&marker_batch(producer_id, 0, m, 0), at, 0, None).to_vec();
+        (peek_header(&raw).expect("valid").expect("whole"), raw)
+    }
+
+    #[test]
+    fn a_transaction_is_stable_only_once_its_marker_is_below_the_high_watermark() {
+        let mut t = PartitionTxns::default();
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        t.on_data(1, 0, 10);
+        t.on_marker(1, abort, 12);
+        // The marker is appended but not durable: the transaction is still unsettled.
+        assert_eq!(t.last_stable_offset(12), 10);
+        assert!(t.aborted_in(0, t.last_stable_offset(12)).is_empty());
+        t.settle(12);
+        assert_eq!(t.last_stable_offset(12), 10, "marker at 12 is not below 12");
+        t.settle(13);
+        assert_eq!(t.last_stable_offset(13), 13);
+        assert_eq!(t.aborted_in(0, 13).len(), 1);
+        // A later open transaction holds the LSO; a completed earlier one does not.
+        t.on_data(2, 0, 14);
+        t.on_data(3, 0, 15);
+        t.on_marker(3, abort, 16);
+        assert_eq!(t.last_stable_offset(20), 14);
+        t.on_marker(2, abort, 17);
+        assert_eq!(
+            t.last_stable_offset(17),
+            14,
+            "2's marker at 17 is not durable"
+        );
+        assert_eq!(t.last_stable_offset(18), 18);
+    }
+
+    #[test]
+    fn undo_takes_back_an_append_that_was_not_queued() {
+        let mut t = PartitionTxns::default();
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        t.on_data(1, 0, 10);
+        t.undo(10);
+        assert_eq!(t.last_stable_offset(20), 20);
+        t.on_data(1, 0, 10);
+        t.on_data(1, 0, 11);
+        t.undo(11); // joined, opened nothing
+        assert_eq!(t.open_first_offset(1), Some(10));
+        t.on_marker(1, abort, 12);
+        t.undo(12);
+        assert_eq!(t.open_first_offset(1), Some(10));
+        assert!(t.aborted_in(0, 100).is_empty());
+        assert_eq!(t.last_stable_offset(20), 10);
+    }
+
+    #[test]
+    fn scanning_headers_finds_aborts_and_cuts_before_unknown_outcomes() {
+        // 0: p1 data, 2: p2 data, 4: p1 abort, 5: plain, 6: p2 commit ... 7: p3 data.
+        let batches = [
+            txn_data(1, 0),
+            txn_data(2, 2),
+            txn_marker(1, false, 4),
+            txn_marker(2, true, 6),
+            txn_data(3, 7),
+        ];
+        let mut scan = OutcomeScan::default();
+        for (h, raw) in &batches[..2] {
+            scan.returned(h, raw);
+        }
+        assert!(!scan.resolved());
+        scan.ahead(&batches[2].0, &batches[2].1);
+        assert!(!scan.resolved());
+        scan.ahead(&batches[4].0, &batches[4].1); // data ahead: ignored
+        scan.ahead(&batches[3].0, &batches[3].1);
+        assert!(scan.resolved());
+        let out = scan.finish();
+        assert_eq!(out.cut_at, None);
+        assert_eq!(
+            out.aborted,
+            vec![AbortedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 4
+            }]
+        );
+
+        // The read-ahead stopped before p2's marker: cut at p2's data; p1's abort is
+        // below it and kept.
+        let mut scan = OutcomeScan::default();
+        for (h, raw) in &batches[..3] {
+            scan.returned(h, raw);
+        }
+        let out = scan.finish();
+        assert_eq!(out.cut_at, Some(2));
+        assert_eq!(out.aborted.len(), 1);
+        // ... and an abort at or past the cut is not reported.
+        let mut scan = OutcomeScan::default();
+        scan.returned(&batches[1].0, &batches[1].1);
+        scan.returned(&batches[0].0, &batches[0].1);
+        let out = scan.finish();
+        assert_eq!(out.cut_at, Some(0));
+        assert!(out.aborted.is_empty());
+    }
+
+    #[test]
+    fn a_committed_reader_drops_aborted_batches_and_markers() {
+        let bytes = |(_, raw): (BatchHeader, Vec<u8>)| bytes::Bytes::from(raw);
+        let batches = vec![
+            bytes(txn_data(1, 0)),
+            bytes(txn_data(2, 2)),
+            bytes(txn_marker(1, false, 4)),
+            bytes(txn_data(1, 5)),
+            bytes(txn_marker(2, true, 7)),
+        ];
+        let aborted = [AbortedTxn {
+            producer_id: 1,
+            first_offset: 0,
+            last_offset: 4,
+        }];
+        let kept: Vec<Offset> = drop_aborted(&batches, &aborted)
+            .iter()
+            .filter_map(|b| peek_header(b).ok().flatten())
+            .map(|h| h.base_offset)
+            .collect();
+        assert_eq!(
+            kept,
+            vec![2, 5],
+            "1's aborted data and both markers dropped"
+        );
     }
 }

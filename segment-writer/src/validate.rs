@@ -7,9 +7,10 @@
 //! 1. header ([`batch::validate_produced`]): one whole v2 batch, size ≤ `max.message.bytes`,
 //!    CRC-32C, `recordCount > 0` and `lastOffsetDelta = recordCount - 1`, no control batch;
 //! 2. an idempotent batch (producer id ≥ 0) has a base sequence ≥ 0 (`INVALID_RECORD`);
-//! 3. a transactional batch is refused while the broker has no transactions: stored as plain
-//!    data its records would be visible to `read_committed` consumers before any commit and
-//!    forever after an abort;
+//! 3. a transactional batch comes from an idempotent producer (producer id ≥ 0, checked in
+//!    2 for its sequence; `INVALID_RECORD`). Its transaction is tracked by the partition
+//!    (`partition.rs`, [`crate::txn`]); that the producer's transactional id may write and
+//!    that the coordinator added the partition is the gateway's to check (Produce);
 //! 4. timestamps (`INVALID_TIMESTAMP`): on a `CreateTime` topic a record's timestamp lies
 //!    within `message.timestamp.before.max.ms` / `after.max.ms` of the broker's clock;
 //!    a producer may not claim `LogAppendTime` on a `LogAppendTime` topic;
@@ -95,10 +96,11 @@ pub fn validate_produced(buf: &[u8], rules: &ProduceRules) -> Result<Validated> 
             header.base_sequence, header.producer_id
         )));
     }
-    if header.is_transactional() {
-        return Err(Error::TransactionalBatch {
-            producer_id: header.producer_id,
-        });
+    if header.is_transactional() && header.producer_id < 0 {
+        return Err(Error::InvalidRecord(format!(
+            "transactional batch without a producer id (producer id {})",
+            header.producer_id
+        )));
     }
     let section = records_section(buf, &header, rules.max_decompressed_batch_bytes)?;
     let mut max_timestamp = i64::MIN;
@@ -299,17 +301,28 @@ mod tests {
     }
 
     #[test]
-    fn control_and_transactional_batches_are_refused() {
+    fn control_batches_are_refused_transactional_ones_need_a_producer() {
         let control = batch_of(&section(1), 1, 0x20, |_| {});
         assert!(invalid(&control).contains("control"));
+        // A transactional control batch (a marker): only the coordinator writes those.
+        let marker = batch_of(&section(1), 1, 0x30, |b| {
+            b[43..51].copy_from_slice(&7i64.to_be_bytes());
+        });
+        assert!(invalid(&marker).contains("control"));
         let txn = batch_of(&section(1), 1, 0x10, |b| {
             b[43..51].copy_from_slice(&7i64.to_be_bytes());
             b[53..57].copy_from_slice(&0i32.to_be_bytes());
         });
-        assert!(matches!(
-            validate_produced(&txn, &RULES),
-            Err(Error::TransactionalBatch { producer_id: 7 })
-        ));
+        let v = validate_produced(&txn, &RULES).expect("a transactional batch is accepted");
+        assert!(v.header.is_transactional());
+        let no_sequence = batch_of(&section(1), 1, 0x10, |b| {
+            b[43..51].copy_from_slice(&7i64.to_be_bytes());
+        });
+        assert!(invalid(&no_sequence).contains("base sequence -1"));
+        let no_producer = batch_of(&section(1), 1, 0x10, |b| {
+            b[43..51].copy_from_slice(&(-1i64).to_be_bytes());
+        });
+        assert!(invalid(&no_producer).contains("without a producer id"));
     }
 
     #[test]

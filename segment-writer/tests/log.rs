@@ -656,3 +656,119 @@ fn walk_files(dir: &Path) -> usize {
         })
         .sum()
 }
+
+/// Issue 16: transactions in a partition — the last stable offset waits for open ones,
+/// `read_committed` reads are told of aborts (from the index, and by walking batches below a
+/// new leader's index floor), an open transaction sealed into an object is still open after
+/// a takeover, and a marker written by the new leader ends it; older epochs are fenced.
+#[tokio::test]
+async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() {
+    use oxbow_segment_writer::{Error, Isolation};
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "txns", 1, &[]).await;
+    let policy = AppendPolicy::of(&topic.configs);
+    let txn = batch::testing::make_txn_batch;
+    let aborts = |r: &oxbow_segment_writer::ReadResult| -> Vec<(i64, i64)> {
+        r.aborted
+            .as_ref()
+            .expect("read_committed carries aborts")
+            .iter()
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    };
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        for (raw, at) in [
+            (txn(2, 1000, 900, 0, 0), 0),
+            (make_batch(1, 1000), 2),
+            (txn(2, 1000, 901, 0, 0), 3),
+        ] {
+            let a = log
+                .append(&p, &raw, &policy, Acks::All)
+                .await
+                .expect("append");
+            assert_eq!(a.base_offset, at);
+        }
+        let marker = log
+            .write_marker(&p, 901, 0, false, 3, &policy)
+            .await
+            .expect("abort 901");
+        assert_eq!(marker, 5);
+        assert_eq!(p.last_stable_offset().expect("lso"), 0, "900 is open");
+        let r = log
+            .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadCommitted)
+            .await
+            .expect("read");
+        assert!(r.batches.is_empty(), "nothing stable yet");
+        assert_eq!((r.last_stable_offset, r.high_watermark), (0, 6));
+        let r = log
+            .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadUncommitted)
+            .await
+            .expect("read");
+        assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5]);
+        assert!(r.aborted.is_none());
+
+        assert_eq!(
+            log.write_marker(&p, 900, 0, true, 3, &policy)
+                .await
+                .expect("commit 900"),
+            6
+        );
+        assert_eq!(p.last_stable_offset().expect("lso"), 7);
+        let r = log
+            .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadCommitted)
+            .await
+            .expect("read");
+        assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5, 6]);
+        assert_eq!(aborts(&r), vec![(901, 3)]);
+        assert_eq!(offsets(&r.committed_batches()), vec![0, 2]);
+        log.seal_once().await.expect("seal");
+        // A transaction left open in sealed data.
+        log.append(&p, &txn(2, 1000, 902, 0, 0), &policy, Acks::All)
+            .await
+            .expect("902");
+        log.seal_once().await.expect("seal");
+        assert_eq!(p.last_stable_offset().expect("lso"), 7);
+    }
+    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    assert_eq!(p.offsets().expect("offsets").1, 9);
+    assert_eq!(
+        p.last_stable_offset().expect("lso"),
+        7,
+        "902's transaction, open in sealed data, is still open"
+    );
+    // Below this leader's index floor: the aborts are found by walking the batches.
+    let r = log
+        .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadCommitted)
+        .await
+        .expect("read");
+    assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5, 6]);
+    assert_eq!(aborts(&r), vec![(901, 3)]);
+    // The new leader ends it, at a bumped epoch; the old epoch is fenced from then on.
+    assert_eq!(
+        log.write_marker(&p, 902, 1, false, 4, &policy)
+            .await
+            .expect("abort 902"),
+        9
+    );
+    assert_eq!(p.last_stable_offset().expect("lso"), 10);
+    let r = log
+        .read_isolated(&p, 7, 1 << 20, true, Isolation::ReadCommitted)
+        .await
+        .expect("read");
+    assert_eq!(offsets(&r.batches), vec![7, 9]);
+    assert_eq!(aborts(&r), vec![(902, 7)]);
+    assert!(matches!(
+        log.write_marker(&p, 902, 0, true, 4, &policy).await,
+        Err(Error::ProducerFenced { current: 1, .. })
+    ));
+    assert!(matches!(
+        log.append(&p, &txn(1, 1000, 902, 0, 2), &policy, Acks::All)
+            .await,
+        Err(Error::ProducerFenced { .. })
+    ));
+}

@@ -217,11 +217,10 @@ CASES = [
         ERR_INVALID_RECORD,
     ),
     Case(
-        "transactional-without-transactions",
+        "transactional-without-transactional-id",
         lambda: batch(records(1), 1, attributes=0x10, producer_id=4242, producer_epoch=0, base_sequence=0),
         # Kafka refuses a transactional batch in a request without a transactional id
-        # before anything else; Oxbow refuses every transactional batch the same way until
-        # it has transactions (stored as plain data, an aborted transaction would be read).
+        # before anything else, for the whole request; Oxbow the same (produce.rs).
         ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ),

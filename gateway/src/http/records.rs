@@ -27,6 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::prelude::{Engine, BASE64_STANDARD};
 use bytes::Bytes;
+use oxbow_segment_writer::Isolation;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -145,10 +146,12 @@ pub(crate) async fn read(
             params.max_bytes,
             true,
             params.timeout,
+            // REST Proxy reads committed data: aborted transactions are never shown.
+            Isolation::ReadCommitted,
         )
         .await?;
     let records = crate::records::decode(
-        &result.batches,
+        &result.committed_batches(),
         params.offset,
         params.max_bytes,
         app.http.broker.log.max_decompressed_batch_bytes(),

@@ -10,7 +10,6 @@ pub mod coordinator;
 pub mod markers;
 pub mod record;
 pub mod state;
-mod stubs;
 
 #[cfg(test)]
 mod tests {

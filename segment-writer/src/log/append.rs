@@ -1,6 +1,7 @@
 //! Appending to the partitions this broker leads: [`LogManager::enqueue`] (and
-//! [`LogManager::append`], which also waits) for a producer's batch, `append_recovered` for
-//! the batches of a recovered WAL tail.
+//! [`LogManager::append`], which also waits) for a producer's batch,
+//! [`LogManager::write_marker`] for a transaction coordinator's commit/abort marker,
+//! `append_recovered` for the batches of a recovered WAL tail.
 //!
 //! Lifecycle of a producer batch: refused if the lease lapsed or `acks=all` finds too few
 //! in-sync WAL copies; validated ([`crate::validate`]); then, under the partition's order
@@ -22,8 +23,9 @@
 use super::{LogManager, Partition};
 use crate::batch::{self, BatchHeader};
 use crate::error::{Error, Result};
-use crate::partition::SequenceCheck;
+use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::replicate::Replicator;
+use crate::txn;
 use crate::validate;
 use crate::wal::OnDurable;
 use oxbow_metadata::{LeaseGuard, Offset};
@@ -96,6 +98,14 @@ pub struct PendingAppend {
     insync_check: Option<(Arc<Replicator>, i32)>,
     /// Checked again once durable: the lease may have lapsed while the batch waited.
     lease: Option<LeaseGuard>,
+}
+
+/// What [`LogManager::append_ordered`] did.
+enum Queued {
+    /// A retry of the batch already at this offset.
+    Duplicate(Offset),
+    /// Held at this offset; durable once this resolves.
+    Appended(Offset, Durable),
 }
 
 /// What an `acks=all` append waits for.
@@ -228,6 +238,156 @@ impl LogManager {
             raw
         };
         let log_append_time_ms = if log_append_time { now } else { -1 };
+        let queued = self
+            .append_ordered(
+                partition,
+                &header,
+                raw,
+                log_append_time.then_some(log_append_time_ms),
+                |s| s.check_sequence(&header),
+            )
+            .await?;
+        let (base_offset, durable) = match queued {
+            Queued::Duplicate(base_offset) => {
+                // The original is at least queued; a retry waits for nothing more.
+                return Ok(PendingAppend {
+                    appended: Appended {
+                        base_offset,
+                        log_append_time_ms,
+                        duplicate: true,
+                    },
+                    durable: None,
+                    insync_check: None,
+                    lease: self.lease.get().cloned(),
+                });
+            }
+            Queued::Appended(base_offset, durable) => (base_offset, durable),
+        };
+        self.metrics
+            .appended_batches
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .appended_bytes
+            .fetch_add(raw.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .appended_records
+            .fetch_add(header.record_count as u64, Ordering::Relaxed);
+        Ok(PendingAppend {
+            appended: Appended {
+                base_offset,
+                log_append_time_ms,
+                duplicate: false,
+            },
+            durable: (acks == Acks::All).then_some(durable),
+            insync_check: check_insync
+                .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
+            lease: self.lease.get().cloned(),
+        })
+    }
+
+    /// Writes the COMMIT (`commit`) or ABORT marker ending `producer_id`'s transaction in
+    /// `partition` (the transaction coordinator, once its decision is durable) and waits
+    /// until the marker is durable, as an `acks=all` produce: the same order lock, lease and
+    /// in-sync checks and WAL (or, with `--durability direct`, the seal), but no client
+    /// validation and no sequence check. Returns the marker's offset. Refused with
+    /// [`Error::ProducerFenced`] if the partition remembers the producer at a newer epoch
+    /// than `producer_epoch`. A marker for a producer with nothing open here is written
+    /// all the same (Kafka does): it ends nothing.
+    pub async fn write_marker(
+        &self,
+        partition: &Arc<Partition>,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        policy: &AppendPolicy,
+    ) -> Result<Offset> {
+        let pending = self
+            .enqueue_marker(
+                partition,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                policy,
+            )
+            .await?;
+        Ok(pending.wait().await?.base_offset)
+    }
+
+    /// [`Self::write_marker`] up to its WAL enqueue: the caller waits on the returned
+    /// append (so a handoff's gate need only be held until here, as for a produce).
+    pub async fn enqueue_marker(
+        &self,
+        partition: &Arc<Partition>,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        policy: &AppendPolicy,
+    ) -> Result<PendingAppend> {
+        check_lease(self.lease.get())?;
+        let check_insync = self.wal.is_some();
+        if check_insync {
+            let in_sync = self.replicator.in_sync_copies();
+            if (in_sync as i64) < i64::from(policy.min_insync_replicas) {
+                return Err(Error::NotEnoughReplicas {
+                    in_sync,
+                    required: policy.min_insync_replicas,
+                });
+            }
+        }
+        let raw = txn::marker_batch(
+            producer_id,
+            producer_epoch,
+            txn::Marker {
+                commit,
+                coordinator_epoch,
+            },
+            self.clock.unix_ms(),
+        );
+        let header = batch::peek_header(&raw)?
+            .ok_or_else(|| Error::Internal("a marker batch is not whole".into()))?;
+        let queued = self
+            .append_ordered(partition, &header, &raw, None, |s| {
+                match s.producer_epoch(producer_id) {
+                    Some(current) if current > producer_epoch => Err(Error::ProducerFenced {
+                        producer_id,
+                        current,
+                        got: producer_epoch,
+                    }),
+                    _ => Ok(SequenceCheck::Append),
+                }
+            })
+            .await?;
+        let Queued::Appended(offset, durable) = queued else {
+            return Err(Error::Internal("a marker was taken for a retry".into()));
+        };
+        Ok(PendingAppend {
+            appended: Appended {
+                base_offset: offset,
+                log_append_time_ms: -1,
+                duplicate: false,
+            },
+            durable: Some(durable),
+            insync_check: check_insync
+                .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
+            lease: self.lease.get().cloned(),
+        })
+    }
+
+    /// The ordered part of an append: under the partition's order lock, refuses if the WAL
+    /// failed (direct: if memory holds the unsealed budget), asks `admit` (the sequence
+    /// check, or a marker's epoch check), stamps the batch with its offset and the leader
+    /// epoch (and `log_append_time_ms`), holds it in the partition and queues its WAL write.
+    async fn append_ordered(
+        &self,
+        partition: &Arc<Partition>,
+        header: &BatchHeader,
+        raw: &[u8],
+        log_append_time_ms: Option<i64>,
+        admit: impl FnOnce(&PartitionLogState) -> Result<SequenceCheck>,
+    ) -> Result<Queued> {
         let (base_offset, durable) = {
             let _order = partition.append_order.lock().await;
             match &self.wal {
@@ -251,29 +411,12 @@ impl LogManager {
             }
             let (base_offset, epoch, stamped) = {
                 let mut s = partition.lock()?;
-                match s.check_sequence(&header)? {
-                    SequenceCheck::Duplicate(base_offset) => {
-                        // The original is at least queued; a retry waits for nothing more.
-                        return Ok(PendingAppend {
-                            appended: Appended {
-                                base_offset,
-                                log_append_time_ms,
-                                duplicate: true,
-                            },
-                            durable: None,
-                            insync_check: None,
-                            lease: self.lease.get().cloned(),
-                        });
-                    }
-                    SequenceCheck::Append => {}
+                if let SequenceCheck::Duplicate(base_offset) = admit(&s)? {
+                    return Ok(Queued::Duplicate(base_offset));
                 }
-                let stamped = batch::stamp(
-                    raw,
-                    s.next_offset(),
-                    s.leader_epoch,
-                    log_append_time.then_some(log_append_time_ms),
-                );
-                let base = s.append(&header, stamped.clone());
+                let stamped =
+                    batch::stamp(raw, s.next_offset(), s.leader_epoch, log_append_time_ms);
+                let base = s.append(header, stamped.clone());
                 (base, s.leader_epoch, stamped)
             };
             let durable = match &self.wal {
@@ -302,30 +445,11 @@ impl LogManager {
             (base_offset, durable)
         };
         let size = raw.len() as u64;
-        self.metrics
-            .appended_batches
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .appended_bytes
-            .fetch_add(size, Ordering::Relaxed);
-        self.metrics
-            .appended_records
-            .fetch_add(header.record_count as u64, Ordering::Relaxed);
         let unsealed = self.unsealed_bytes.fetch_add(size, Ordering::AcqRel) + size;
         if unsealed >= self.settings.flush_bytes {
             self.seal_wanted.notify_one();
         }
-        Ok(PendingAppend {
-            appended: Appended {
-                base_offset,
-                log_append_time_ms,
-                duplicate: false,
-            },
-            durable: (acks == Acks::All).then_some(durable),
-            insync_check: check_insync
-                .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
-            lease: self.lease.get().cloned(),
-        })
+        Ok(Queued::Appended(base_offset, durable))
     }
 
     /// Waits until every batch appended so far is durable in the WAL (or `timeout`

@@ -397,14 +397,25 @@ impl LogManager {
     /// segment, an object of format version 1, or one whose section cannot be read) has its
     /// batches read, at most [`PRODUCER_STATE_WINDOW_BYTES`] of them in all. What is found
     /// is applied per producer in offset order, each batch once however many rows name it.
+    ///
+    /// Open transactions likewise (issue 16): the open set at the end of the catalogue is the
+    /// newest summarised entry's open-transaction rows, updated by the batches of any later
+    /// entry read back (transactional data opens, a marker ends), so this leader's last
+    /// stable offset does not run past a transaction the previous leader left open.
     async fn restore_producers(&self, partition: &Partition) -> Result<()> {
         let mut found: BTreeMap<i64, BTreeMap<Offset, ProducerBatch>> = BTreeMap::new();
-        let scanned = self.scan_producers(partition, &mut found).await;
+        let mut open_txns: BTreeMap<i64, (i16, Offset)> = BTreeMap::new();
+        let scanned = self
+            .scan_producers(partition, &mut found, &mut open_txns)
+            .await;
         let mut s = partition.lock()?;
         for batches in found.values() {
             for b in batches.values() {
                 s.restore_producer(b);
             }
+        }
+        for (&producer_id, &(epoch, first)) in &open_txns {
+            s.restore_open_txn(producer_id, epoch, first);
         }
         scanned
     }
@@ -414,6 +425,7 @@ impl LogManager {
         &self,
         partition: &Partition,
         found: &mut BTreeMap<i64, BTreeMap<Offset, ProducerBatch>>,
+        open_txns: &mut BTreeMap<i64, (i16, Offset)>,
     ) -> Result<()> {
         let mut note = |b: &ProducerBatch| {
             found
@@ -482,6 +494,14 @@ impl LogManager {
                             note(b);
                         }
                     }
+                    // The transactions open at the end of its chunk (begun within what the
+                    // entry serves or before).
+                    open_txns.clear();
+                    for b in summary.open_txns_of(&tp) {
+                        if b.base_offset <= entry.last_offset {
+                            open_txns.insert(b.producer_id, (b.producer_epoch, b.base_offset));
+                        }
+                    }
                     next = entry.last_offset + 1;
                     continue;
                 }
@@ -497,6 +517,9 @@ impl LogManager {
                         if let Some(p) = ProducerBatch::of(&h) {
                             note(&p);
                         }
+                        if h.last_offset() >= read_from {
+                            note_txn(open_txns, &h, b);
+                        }
                     }
                     if next <= read_from {
                         return Ok(());
@@ -511,6 +534,20 @@ impl LogManager {
             }
         }
         Ok(())
+    }
+}
+
+/// A batch read back while rebuilding: transactional data opens its producer's
+/// transaction (or joins it), a marker ends it.
+fn note_txn(open_txns: &mut BTreeMap<i64, (i16, Offset)>, h: &batch::BatchHeader, raw: &[u8]) {
+    if h.is_control() {
+        if crate::txn::parse_marker(raw, h).is_some() {
+            open_txns.remove(&h.producer_id);
+        }
+    } else if h.is_transactional() && h.producer_id >= 0 {
+        open_txns
+            .entry(h.producer_id)
+            .or_insert((h.producer_epoch, h.base_offset));
     }
 }
 

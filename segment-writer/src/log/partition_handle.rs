@@ -72,6 +72,16 @@ impl Partition {
         Ok((s.log_start_offset, s.high_watermark, s.log_end_offset))
     }
 
+    /// Where `read_committed` reads stop (ListOffsets LATEST at `read_committed`).
+    pub fn last_stable_offset(&self) -> Result<Offset> {
+        Ok(self.lock()?.last_stable_offset())
+    }
+
+    /// Producers with a transaction open here: (producer id, epoch, first offset).
+    pub fn open_txns(&self) -> Result<Vec<(i64, i16, Offset)>> {
+        Ok(self.lock()?.open_txns())
+    }
+
     pub fn leader_epoch(&self) -> Result<i32> {
         Ok(self.lock()?.leader_epoch)
     }

@@ -99,7 +99,10 @@ impl LogManager {
         match p.lock() {
             Ok(mut s) => {
                 s.log_start_offset = s.log_start_offset.max(start);
-                s.log_start_offset
+                // Aborts wholly below the log start are never asked about again.
+                let log_start = s.log_start_offset;
+                s.trim_txns_below(log_start);
+                log_start
             }
             Err(_) => start,
         }

@@ -17,8 +17,6 @@ pub mod error {
         DecompressedTooLarge { limit: usize },
         #[error("invalid timestamp: {0}")]
         InvalidTimestamp(String),
-        #[error("transactional batch of producer {producer_id}")]
-        TransactionalBatch { producer_id: i64 },
     }
     pub type Result<T> = std::result::Result<T, Error>;
 }

@@ -13,6 +13,7 @@ use crate::broker::Broker;
 use axum::http::StatusCode;
 use bytes::{Buf, Bytes};
 use kafka_protocol::error::ResponseError;
+use oxbow_segment_writer::Isolation;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -159,6 +160,8 @@ async fn read_once(
                 budget,
                 out.is_empty(),
                 Duration::ZERO,
+                // Committed records only; a position still moves past aborted ones.
+                Isolation::ReadCommitted,
             )
             .await;
         let result = match read {
@@ -177,7 +180,7 @@ async fn read_once(
             continue;
         }
         let decoded = crate::records::decode(
-            &result.batches,
+            &result.committed_batches(),
             *position,
             budget,
             broker.log.max_decompressed_batch_bytes(),

@@ -1,4 +1,5 @@
-//! Fetch: whole batches below the high watermark, honouring `max_bytes` (at least one batch,
+//! Fetch: whole batches below the high watermark (at `read_committed`, below the last stable
+//! offset, with the aborted transactions they overlap), honouring `max_bytes` (at least one batch,
 //! KIP-74), `partition_max_bytes`, and the long poll: the response waits until `min_bytes`
 //! are available or `max_wait_ms` passes. Fetch sessions (KIP-227) are not kept: the
 //! response's session id 0 tells clients to send full requests.
@@ -19,11 +20,11 @@ use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
-use oxbow_segment_writer::Partition;
+use oxbow_segment_writer::{Isolation, Partition};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ struct Wanted {
     current_leader_epoch: i32,
     /// The epoch of the last batch the client fetched (v12+; -1: none).
     last_fetched_epoch: i32,
+    /// The request's `isolation_level` (v4+).
+    isolation: Isolation,
 }
 
 enum Source {
@@ -72,6 +75,11 @@ async fn fetch(
                     p.last_fetched_epoch
                 } else {
                     UNDEFINED_EPOCH
+                },
+                isolation: if req.isolation_level == 1 {
+                    Isolation::ReadCommitted
+                } else {
+                    Isolation::ReadUncommitted
                 },
             });
         }
@@ -147,7 +155,7 @@ async fn read_all(
                 Ok(Some(d)) => {
                     let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
                     d.with_high_watermark(hw)
-                        .with_last_stable_offset(hw)
+                        .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
                         .with_log_start_offset(log_start(start))
                         .with_records(Some(Bytes::new()))
                 }
@@ -197,7 +205,11 @@ async fn read_one(
     // KIP-74: the first batch of the response is returned even if it exceeds the limits, so
     // a large batch can never stall a consumer.
     let min_one = *total == 0;
-    match broker.log.read(p, w.fetch_offset, budget, min_one).await {
+    let read = broker
+        .log
+        .read_isolated(p, w.fetch_offset, budget, min_one, w.isolation)
+        .await;
+    match read {
         Ok(r) => {
             let size = r.bytes();
             *total += size;
@@ -205,16 +217,28 @@ async fn read_one(
             for b in &r.batches {
                 records.extend_from_slice(b);
             }
+            // Kafka sends null aborted transactions at read_uncommitted.
+            let aborted = r.aborted.map(|aborted| {
+                aborted
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset)
+                    })
+                    .collect()
+            });
             data.with_high_watermark(r.high_watermark)
-                .with_last_stable_offset(r.high_watermark)
+                .with_last_stable_offset(r.last_stable_offset)
                 .with_log_start_offset(log_start(r.log_start_offset))
+                .with_aborted_transactions(aborted)
                 .with_records(Some(records.freeze()))
         }
         Err(e) => {
             let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
             data.with_error_code(BrokerError::from(e).code())
                 .with_high_watermark(hw)
-                .with_last_stable_offset(hw)
+                .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
                 .with_log_start_offset(log_start(start))
                 .with_records(Some(Bytes::new()))
         }

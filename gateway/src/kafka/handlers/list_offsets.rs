@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1, the high watermark) or the first offset at or
+//! ListOffsets: earliest (-2), latest (-1, the high watermark; at `read_committed`, the last
+//! stable offset) or the first offset at or
 //! after a timestamp. From v4 each answer carries the leader epoch of the offset, as Kafka's
 //! `UnifiedLog.fetchOffsetByTimestamp` gives it: the leader's epoch for latest, else the
 //! epoch the offset was written under (from the epoch history; -1 where it does not reach).
@@ -7,6 +8,7 @@
 use super::leader_epoch::check_current_leader_epoch;
 use super::{denied, topic_name};
 use crate::broker::Broker;
+use crate::error::BrokerError;
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::security::Session;
 use kafka_protocol::error::ResponseError;
@@ -75,26 +77,32 @@ pub async fn handle(
                 );
                 continue;
             }
-            partitions.push(
-                match broker
+            // read_committed's latest is the last stable offset (Kafka's
+            // `IsolationLevel.READ_COMMITTED` → `lastStableOffset`).
+            let listed = if req.isolation_level == 1 && p.timestamp == LATEST_TIMESTAMP {
+                part.last_stable_offset()
+                    .map(|lso| (lso, -1))
+                    .map_err(BrokerError::from)
+            } else {
+                broker
                     .list_offset(topic, p.partition_index, p.timestamp)
                     .await
-                {
-                    Ok((offset, timestamp)) => r
-                        .with_offset(offset)
-                        .with_timestamp(timestamp)
-                        // The field exists from v4; older versions must leave it unset.
-                        .with_leader_epoch(if version >= 4 {
-                            epoch_of(&part, epoch, p.timestamp, offset)
-                        } else {
-                            -1
-                        }),
-                    Err(e) => r
-                        .with_error_code(e.code())
-                        .with_offset(-1)
-                        .with_timestamp(-1),
-                },
-            );
+            };
+            partitions.push(match listed {
+                Ok((offset, timestamp)) => r
+                    .with_offset(offset)
+                    .with_timestamp(timestamp)
+                    // The field exists from v4; older versions must leave it unset.
+                    .with_leader_epoch(if version >= 4 {
+                        epoch_of(&part, epoch, p.timestamp, offset)
+                    } else {
+                        -1
+                    }),
+                Err(e) => r
+                    .with_error_code(e.code())
+                    .with_offset(-1)
+                    .with_timestamp(-1),
+            });
         }
         topics.push(
             ListOffsetsTopicResponse::default()

@@ -82,21 +82,30 @@ pub async fn handle(
     // WRITE on the transactional id (Kafka refuses the whole request), then WRITE on each
     // topic, checked before whether it exists. (Since KIP-679 an idempotent producer is
     // authorized at InitProducerId, not here.)
-    let txn_refused = req.transactional_id.as_ref().is_some_and(|id| {
-        !authz.allows(
+    let txn_refused = match &req.transactional_id {
+        Some(id) => (!authz.allows(
             AclOperation::Write,
             ResourceType::TransactionalId,
             id.as_str(),
-        )
-    });
+        ))
+        .then_some("WRITE on the transactional id is not authorized"),
+        // Kafka's `KafkaApis.handleProduceRequest`: transactional records need a
+        // transactional id (and WRITE on it), refused for the whole request before anything
+        // else — what a client gets for a transaction its coordinator never began.
+        None => req
+            .topic_data
+            .iter()
+            .flat_map(|t| t.partition_data.iter())
+            .any(|p| p.records.as_deref().is_some_and(is_transactional))
+            .then_some("transactional records in a request without a transactional id"),
+    };
     let acks = if req.acks == -1 {
         Acks::All
     } else {
         Acks::Leader
     };
     let acks_invalid = !(-1..=1).contains(&req.acks);
-    let transactional = req.transactional_id.is_some();
-    if !acks_invalid && !transactional && !txn_refused {
+    if !acks_invalid && txn_refused.is_none() {
         open_side_by_side(broker, &req).await;
     }
     let mut topics = Vec::with_capacity(req.topic_data.len());
@@ -106,11 +115,8 @@ pub async fn handle(
         let topic_refused = !authz.allows(AclOperation::Write, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
-            let outcome = if txn_refused {
-                Outcome::Failed(
-                    denied(ResourceType::TransactionalId),
-                    "WRITE on the transactional id is not authorized".into(),
-                )
+            let outcome = if let Some(why) = txn_refused {
+                Outcome::Failed(denied(ResourceType::TransactionalId), why.into())
             } else if topic_refused {
                 Outcome::Failed(
                     denied(ResourceType::Topic),
@@ -120,11 +126,6 @@ pub async fn handle(
                 Outcome::Failed(
                     ResponseError::InvalidRequiredAcks.code(),
                     format!("acks must be 0, 1 or -1, not {}", req.acks),
-                )
-            } else if transactional {
-                Outcome::Failed(
-                    ResponseError::InvalidRequest.code(),
-                    "transactional produce is not supported yet".into(),
                 )
             } else {
                 match (&topic, p.records) {
@@ -227,6 +228,13 @@ fn is_zstd(records: &[u8]) -> bool {
         .ok()
         .flatten()
         .is_some_and(|h| h.compression() == 4)
+}
+
+fn is_transactional(records: &[u8]) -> bool {
+    oxbow_segment_writer::batch::peek_header(records)
+        .ok()
+        .flatten()
+        .is_some_and(|h| h.is_transactional())
 }
 
 fn log_rejection(topic: &str, partition: i32, e: &BrokerError) {
