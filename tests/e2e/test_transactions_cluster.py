@@ -20,7 +20,9 @@ from helpers import create_topic, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
 
-INPUTS = 600
+INPUTS = 2000
+# Inputs per second: the input lasts ~25 s, through all three kills.
+FEED_RATE = 80
 PARTITIONS = 3
 BATCH = 25
 
@@ -161,21 +163,33 @@ def test_read_process_write_is_exactly_once_through_broker_kills(cluster):
     c = cluster(3, flush_interval="100ms")
     src = create_topic(c.broker(1).bootstrap, unique("eos-in"), PARTITIONS)
     dst = create_topic(c.broker(1).bootstrap, unique("eos-out"), PARTITIONS)
-    feeder = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True})
     inputs = [b"in-%05d" % i for i in range(INPUTS)]
-    for v in inputs:
-        feeder.produce(src, value=v, partition=int(v[3:]) % PARTITIONS)
-    assert feeder.flush(60) == 0
+    fed = threading.Event()
+
+    def feed():
+        # Input keeps arriving through the kills (idempotent: retried, never doubled).
+        feeder = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        for i, v in enumerate(inputs):
+            feeder.produce(src, value=v, partition=i % PARTITIONS)
+            feeder.poll(0)
+            time.sleep(1 / FEED_RATE)
+        assert feeder.flush(120) == 0
+        fed.set()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
     group = unique("eos")
     pipe = Pipeline(c.bootstrap, src, dst, group, unique("eos-tid"))
     pipe.start()
     try:
-        wait_until(lambda: committed_total(c.bootstrap, group, src) >= INPUTS // 6, timeout=60, what="a first share processed")
+        wait_until(lambda: committed_total(c.bootstrap, group, src) >= INPUTS // 10, timeout=60, what="a first share processed")
         for victim in (1, 2, 3):
             c.kill9(victim)
             time.sleep(6)  # the lease lapses (3 s) and the roles move
             c.restart(victim)
             c.event(f"pipeline: {pipe.commits} commits, {pipe.aborts} aborts, {pipe.restarts} restarts")
+        feeder.join(120)
+        assert fed.is_set(), "the input was not all acknowledged"
         wait_until(lambda: committed_total(c.bootstrap, group, src) == INPUTS, timeout=120, what="every input processed")
     finally:
         pipe.stop.set()
