@@ -35,12 +35,28 @@ pub async fn describe(
                 Err((denied(ResourceType::Topic), None))
             } else if let Some(topic) = &topic {
                 match broker.partition(topic, index).await {
-                    Ok(p) => p.active_producers().map_err(|e| {
-                        (
-                            ResponseError::UnknownServerError.code(),
-                            Some(e.to_string()),
-                        )
-                    }),
+                    // With each producer's open transaction's first offset, if any
+                    // (`kafka-transactions.sh find-hanging` and `abort` read it).
+                    Ok(p) => p
+                        .active_producers()
+                        .and_then(|a| Ok((a, p.open_txns()?)))
+                        .map(|(active, open)| {
+                            let starts: std::collections::HashMap<i64, i64> =
+                                open.into_iter().map(|(id, _, first)| (id, first)).collect();
+                            active
+                                .into_iter()
+                                .map(|a| {
+                                    let start = starts.get(&a.producer_id).copied().unwrap_or(-1);
+                                    (a, start)
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .map_err(|e| {
+                            (
+                                ResponseError::UnknownServerError.code(),
+                                Some(e.to_string()),
+                            )
+                        }),
                     Err(e) => Err((e.code(), Some(e.to_string()))),
                 }
             } else {
@@ -53,14 +69,14 @@ pub async fn describe(
                 Ok(producers) => r.with_active_producers(
                     producers
                         .into_iter()
-                        .map(|p| {
+                        .map(|(p, txn_start)| {
                             ProducerState::default()
                                 .with_producer_id(ProducerId(p.producer_id))
                                 .with_producer_epoch(i32::from(p.producer_epoch))
                                 .with_last_sequence(p.last_sequence)
                                 .with_last_timestamp(p.last_timestamp_ms)
                                 .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_current_txn_start_offset(txn_start)
                         })
                         .collect(),
                 ),
