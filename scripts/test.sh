@@ -95,12 +95,14 @@ setup_venv() {
 kafka_libs_present() {
     compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null &&
         compgen -G "$KAFKA_LIBS/kafka-tools-[0-9]*.jar" >/dev/null &&
-        compgen -G "$KAFKA_LIBS/kafka-clients-*.jar" >/dev/null
+        compgen -G "$KAFKA_LIBS/kafka-clients-*.jar" >/dev/null &&
+        compgen -G "$KAFKA_LIBS/kafka-streams-[0-9]*.jar" >/dev/null
 }
 
 setup_kafka_jars() {
     local marker="$KAFKA_LIBS/.oxbow-kafka-version"
-    if [ "$(cat "$marker" 2>/dev/null)" = "$KAFKA_VERSION" ]; then
+    # The presence check too: a marker from before kafka-streams was in the list must refetch.
+    if [ "$(cat "$marker" 2>/dev/null)" = "$KAFKA_VERSION" ] && kafka_libs_present; then
         echo ".tools/kafka/libs: Apache Kafka $KAFKA_VERSION present"
         return
     fi
@@ -123,6 +125,7 @@ setup_kafka_jars() {
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>$KAFKA_VERSION</version></dependency>
   </dependencies>
 </project>
 EOF
