@@ -312,3 +312,31 @@ def test_franz_go_transactions(txn_broker, tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
     seen = read_all(txn_broker.bootstrap, topic, 1, "read_committed")
     assert [v for _, _, v in seen] == [f"franz-commit-{i}" for i in range(5)], seen
+
+
+def test_an_operator_aborts_an_open_transaction_with_kafka_transactions_abort(txn_broker, java):
+    """`kafka-transactions.sh abort --start-offset`: DescribeProducers finds the producer
+    whose transaction starts there, WriteTxnMarkers to the partition's leader aborts it, and
+    read_committed readers move past it (what an operator does about a hanging
+    transaction)."""
+    topic = create_topic(txn_broker.bootstrap, unique("txn-abort"), 1)
+    plain = Producer({"bootstrap.servers": txn_broker.bootstrap})
+    plain.produce(topic, value="before")
+    plain.flush(10)
+    p = txn_producer(txn_broker.bootstrap, unique("tid-abort"))
+    p.begin_transaction()
+    p.produce(topic, value="hanging")
+    p.flush(10)
+    plain.produce(topic, value="after")
+    plain.flush(10)
+    described = java(
+        "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", txn_broker.bootstrap,
+        "describe-producers", "--topic", topic, "--partition", "0", timeout=60,
+    )  # fmt: skip
+    assert any(l.split()[-1] == "1" for l in described.stdout.splitlines()[1:] if l.strip()), described.stdout
+    java(
+        "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", txn_broker.bootstrap,
+        "abort", "--topic", topic, "--partition", "0", "--start-offset", "1", timeout=60,
+    )  # fmt: skip
+    seen = read_all(txn_broker.bootstrap, topic, 1, "read_committed")
+    assert [v for _, _, v in seen] == ["before", "after"], seen
