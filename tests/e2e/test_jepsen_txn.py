@@ -9,7 +9,11 @@ purpose (1 in 5). Each transaction is recorded with its outcome:
 
 - `committed`: commit_transaction returned success (an acknowledged commit);
 - `aborted`: aborted on purpose, EndTxn(commit) never sent;
-- `failed`: an error before commit_transaction was called (never committed);
+- `failed`: an error before commit_transaction was called, or the client crashed (was
+  destroyed) before it (never committed);
+- `zombie`: the client was left open while a new client with the same transactional.id
+  started, then wrote one more value and committed: it must be fenced (its commit must
+  fail: "fencing" violation otherwise) and nothing of it may be visible;
 - `commit-aborted`: commit_transaction raised an abortable error
   (`txn_requires_abort()`) before any EndTxn(commit) could have taken effect, and
   abort_transaction then succeeded: definitely aborted;
@@ -18,9 +22,12 @@ purpose (1 in 5). Each transaction is recorded with its outcome:
   been sent (librdkafka's "EndTxn failed with X but transaction had already failed"), or
   the abort after it failed. Either outcome is allowed, but all or nothing.
 
-A nemesis kills -9 and restarts each broker in turn and SIGSTOPs one past its session
-timeout (so partition leaders, transaction coordinators and fetch sessions move) while
-the loops run. Producers start a new client after fatal errors. A read_committed consumer
+Some clients are crashed on purpose (destroyed before commit, or right after
+EndTxn(commit) went out) or turned into zombies (above); the next client with the
+transactional.id must end what they left. A nemesis kills -9 and restarts each broker in
+turn and SIGSTOPs one past its session timeout (so partition leaders, transaction
+coordinators and fetch sessions move) while the loops run. Producers start a new client
+after fatal errors. A read_committed consumer
 reads the topic throughout; afterwards, once no transaction is open, a fresh one reads it
 all. Checked (every one is a violation):
 
@@ -31,6 +38,7 @@ all. Checked (every one is a violation):
 - duplicate: a value appears more than once in the read_committed view;
 - order: within a partition, one producer's values out of (txn, i) order; read_committed
   offsets not strictly increasing per partition;
+- fencing: a zombie's commit_transaction succeeded;
 - unstable read: what the consumer polling during the faults read of a partition differs
   from the final view (a value read at another offset, a value read and then gone, a
   value skipped by the poller).
@@ -61,8 +69,11 @@ pytestmark = pytest.mark.oxbow_only
 PARTITIONS = 6
 PRODUCERS = 3
 ABORT_ONE_IN = 5
-# Of the others, about 1 in 20 crashes its client before the commit and 1 in 20 while
-# EndTxn(commit) is on its way (the next client, same transactional.id, must fence it).
+# Of the others, about 1 in 20 crashes its client before the commit, 1 in 20 while
+# EndTxn(commit) is on its way (the next client, same transactional.id, must fence it),
+# and 1 in 20 becomes a zombie: a new client with its transactional.id starts while it
+# is still open, then the old one writes one more value and commits (it must be fenced,
+# its transaction aborted).
 CRASH_ONE_IN = 20
 NEMESIS = os.environ.get("OXBOW_JEPSEN_TXN_NEMESIS", "kill,pause,kill,kill").split(",")
 SESSION_S = float(SESSION_TIMEOUT.rstrip("s"))
@@ -76,10 +87,11 @@ ABORT_TIMEOUT = 20
 COMMITTED = "committed"
 ABORTED = "aborted"
 FAILED = "failed"
+ZOMBIE = "zombie"  # written by a client after another with its transactional.id started
 COMMIT_ABORTED = "commit-aborted"
 INDETERMINATE = "indeterminate"
 # Never committed: none of their values may ever be visible.
-MUST_BE_INVISIBLE = {ABORTED, FAILED, COMMIT_ABORTED}
+MUST_BE_INVISIBLE = {ABORTED, FAILED, COMMIT_ABORTED, ZOMBIE}
 
 
 @dataclass
@@ -87,12 +99,13 @@ class Txn:
     producer: str
     n: int
     planned_abort: bool
-    crash: str | None = None  # a client crash: "before-commit" or "in-commit"
+    crash: str | None = None  # a client crash: "before-commit", "in-commit" or "zombie"
     planned: list[tuple[bytes, int]] = field(default_factory=list)  # (value, partition)
     values: list[tuple[bytes, int]] = field(default_factory=list)  # those enqueued
     outcome: str | None = None
     detail: str = ""
     abort_ok: bool | None = None
+    zombie_acked: bool = False  # a fenced client's commit_transaction returned success
 
 
 def value_of(producer: str, n: int, i: int) -> bytes:
@@ -181,6 +194,42 @@ class TxnProducer(threading.Thread):
         p, self.p = self.p, None
         del p  # rd_kafka_destroy (does not flush)
 
+    def zombie(self, t: Txn) -> None:
+        """t's records are written and its transaction open; a new client with the same
+        transactional.id starts (its InitProducerId must abort t), then the old client
+        writes one more value — to a partition of t on even t.n, to another one on odd —
+        and commits. Nothing of t may become visible; the commit must fail."""
+        old, self.p = self.p, None
+        assert old is not None
+        old.flush(COMMIT_TIMEOUT)
+        try:
+            self.p = self.client()
+        except KafkaException as e:
+            # Not fenced: t stays the old client's, uncommitted; drop it.
+            t.outcome = FAILED
+            t.detail = f"zombie: the new client failed to start ({describe(err_of(e))}); old one dropped"
+            self.errors.append(f"txn {t.n}: {t.detail}")
+            self.crashes += 1
+            return
+        mine = [part for _, part in t.values]
+        others = [part for part in range(PARTITIONS) if part not in mine]
+        extra = (value_of(self.name, t.n, len(t.planned)), mine[0] if t.n % 2 == 0 else others[0])
+        t.outcome = ZOMBIE
+        try:
+            old.produce(self.topic, value=extra[0], partition=extra[1], on_delivery=self._dr)
+            t.values.append(extra)
+        except (KafkaException, BufferError) as e:
+            t.detail += f"zombie produce: {e}; "
+        try:
+            old.commit_transaction(COMMIT_TIMEOUT)
+            t.zombie_acked = True
+            t.detail += "zombie commit acknowledged"
+        except KafkaException as e:
+            t.detail += f"zombie commit: {describe(err_of(e))}"
+        self.crashes += 1
+        self.errors.append(f"zombie: txn {t.n}: {t.detail}")
+        del old
+
     def plan(self, n: int) -> Txn:
         """Decided before the transaction runs, from this producer's own seeded RNG, so a
         seed replays the same plans whatever the timing."""
@@ -189,7 +238,7 @@ class TxnProducer(threading.Thread):
         count = self.rng.randint(max(2, k), 4)
         abort = self.rng.randrange(ABORT_ONE_IN) == 0
         crash = self.rng.randrange(CRASH_ONE_IN)
-        crash = None if abort or crash > 1 else ("before-commit", "in-commit")[crash]
+        crash = None if abort or crash > 2 else ("before-commit", "in-commit", "zombie")[crash]
         return Txn(self.name, n, abort, crash, [(value_of(self.name, n, i), parts[i % k]) for i in range(count)])
 
     def run_one(self, t: Txn) -> None:
@@ -225,6 +274,9 @@ class TxnProducer(threading.Thread):
                     t.outcome = INDETERMINATE
                     t.detail = f"client crashed in commit: {describe(err_of(e))}"
                 self.crash_client(t)
+                return
+            if t.crash == "zombie":
+                self.zombie(t)
                 return
             if t.planned_abort:
                 try:
@@ -463,6 +515,8 @@ def check(txns: list[Txn], final: dict[int, list[tuple[int, bytes]]], polled: di
 
     visible_txns = Counter()
     for t in txns:
+        if t.zombie_acked:
+            violations.append(("fencing", f"txn {t.producer}/{t.n}: a fenced client's commit_transaction succeeded ({t.detail})"))
         if not t.values:
             continue
         seen = [v for v, _ in t.values if v in visible]
@@ -650,7 +704,9 @@ def test_checker_finds_each_anomaly():
         txn("t2", 0, COMMITTED, [(v("t2", 0, 0), 2)]),
         txn("t2", 1, COMMITTED, [(v("t2", 1, 0), 2)]),  # order: before t2/0
         txn("t2", 2, INDETERMINATE, [(v("t2", 2, 0), 3)]),  # invisible: fine
+        txn("t2", 3, ZOMBIE, [(v("t2", 3, 0), 5)]),  # fencing: its commit succeeded
     ]
+    txns[-1].zombie_acked = True
     final = {
         0: [(0, v("t0", 0, 0)), (3, v("t0", 1, 0))],
         1: [(0, v("t0", 0, 1)), (2, v("t0", 1, 1))],
@@ -664,6 +720,6 @@ def test_checker_finds_each_anomaly():
     polled[1] = [(2, v("t0", 1, 1))]  # skipped offset 0
     summary = check(txns, final, polled)
     print(summary["violations"])
-    assert set(summary["by_kind"]) == {"G1a", "G1b", "lost", "duplicate", "order", "unstable"}, summary["by_kind"]
+    assert set(summary["by_kind"]) == {"G1a", "G1b", "lost", "duplicate", "order", "unstable", "fencing"}, summary["by_kind"]
     clean = check(txns[:1], {p: [r for r in final[p] if r[1] in dict(txns[0].values)] for p in final}, {p: [] for p in final})
     assert not [x for x in clean["violations"] if x[0] != "unstable"], clean["violations"]
