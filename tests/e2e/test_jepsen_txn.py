@@ -142,7 +142,7 @@ class TxnProducer(threading.Thread):
         self.t0 = time.monotonic()
         self.inits: list[tuple[float, float]] = []  # (start, seconds) of init_transactions
         self.errors: list[str] = []
-        self.crash: BaseException | None = None
+        self.died: BaseException | None = None
         self.p: Producer | None = None
 
     def client(self) -> Producer:
@@ -304,9 +304,11 @@ class TxnProducer(threading.Thread):
                     break
             assert last is not None
             if last.txn_requires_abort() and not last.fatal():
-                # The EndTxn(commit) may have reached the coordinator when librdkafka says
-                # so ("EndTxn failed with X but transaction had already failed locally"):
-                # then even a successful abort does not make it definite.
+                # Definite only when the error is from before EndTxn(commit) went out (a
+                # failed delivery). When librdkafka names EndTxn ("EndTxn commit failed:
+                # X", "EndTxn failed with X but transaction had already failed locally")
+                # the request was sent and may have taken effect, and an abort that then
+                # succeeds (maybe by an epoch bump) does not prove it did not.
                 endtxn_unknown = "EndTxn" in last.str()
                 try:
                     p.abort_transaction(ABORT_TIMEOUT)
@@ -364,13 +366,16 @@ class TxnProducer(threading.Thread):
                     self.errors.append(f"final init: {describe(err_of(e))}")
                     time.sleep(1)
         except BaseException as e:  # surfaced by the test
-            self.crash = e
+            self.died = e
         finally:
-            if self.p is not None:
+            # Closed here, not at garbage collection while the cluster is torn down.
+            p, self.p = self.p, None
+            if p is not None:
                 try:
-                    self.p.flush(10)
+                    p.flush(10)
                 except Exception:
                     pass
+                del p
 
     def counts(self) -> Counter:
         return Counter(t.outcome for t in self.txns)
@@ -404,7 +409,7 @@ class Poller(threading.Thread):
         self.faults_over = threading.Event()
         self.during_faults = 0  # records read before the faults were over
         self.errors: list[str] = []
-        self.crash: BaseException | None = None
+        self.died: BaseException | None = None
 
     def run(self):
         try:
@@ -418,7 +423,7 @@ class Poller(threading.Thread):
                     if not self.faults_over.is_set():
                         self.during_faults += 1
         except BaseException as e:
-            self.crash = e
+            self.died = e
         finally:
             self.c.close()
 
@@ -599,64 +604,66 @@ def test_jepsen_transactions_under_kills_and_pauses(cluster):
             f"client crashes {sum(p.crashes for p in producers)}"
         )
 
-    try:
-        poller.start()
+    try:  # the poller is stopped (and its consumer closed) whatever happens
+        try:
+            poller.start()
+            for p in producers:
+                p.start()
+            wait_until(lambda: committed() >= 30, timeout=60, what="first committed transactions")
+            progress("steady")
+            # Each broker in turn first, then at random.
+            victims = rng.sample([1, 2, 3], 3) + [rng.choice([1, 2, 3]) for _ in range(max(0, len(NEMESIS) - 3))]
+            for cycle, kind in enumerate(NEMESIS):
+                victim = victims[cycle]
+                if kind == "kill":
+                    c.kill9(victim)
+                    time.sleep(SESSION_S + 2)  # the lease lapses; partitions and coordinators move
+                    c.restart(victim)
+                elif kind == "pause":
+                    c.pause(victim)
+                    time.sleep(SESSION_S + 2)  # past the session timeout: fenced
+                    c.resume(victim)
+                else:
+                    raise ValueError(f"unknown nemesis {kind!r}")
+                time.sleep(2.5)  # back in the cluster; leadership may move back
+                progress(f"cycle {cycle} ({kind} broker {victim}) done")
+            time.sleep(1)
+        finally:
+            for i in range(1, 4):
+                c.resume(i)
+            for b in c.brokers:
+                if not b.alive:
+                    c.restart(b.broker_id)
+            for p in producers:
+                p.stop.set()
+            for p in producers:
+                p.join(90)
+            c.event("producers stopped")
+            poller.faults_over.set()
+        run_s = time.monotonic() - started
+        stuck = [p.name for p in producers if p.is_alive()]
+        assert not stuck, f"seed {seed}: producers {stuck} did not stop within 90 s\nhistory:\n{c.history()}"
         for p in producers:
-            p.start()
-        wait_until(lambda: committed() >= 30, timeout=60, what="first committed transactions")
-        progress("steady")
-        # Each broker in turn first, then at random.
-        victims = rng.sample([1, 2, 3], 3) + [rng.choice([1, 2, 3]) for _ in range(max(0, len(NEMESIS) - 3))]
-        for cycle, kind in enumerate(NEMESIS):
-            victim = victims[cycle]
-            if kind == "kill":
-                c.kill9(victim)
-                time.sleep(SESSION_S + 2)  # the lease lapses; partitions and coordinators move
-                c.restart(victim)
-            elif kind == "pause":
-                c.pause(victim)
-                time.sleep(SESSION_S + 2)  # past the session timeout: fenced
-                c.resume(victim)
-            else:
-                raise ValueError(f"unknown nemesis {kind!r}")
-            time.sleep(2.5)  # back in the cluster; leadership may move back
-            progress(f"cycle {cycle} ({kind} broker {victim}) done")
-        time.sleep(1)
-    finally:
-        for i in range(1, 4):
-            c.resume(i)
-        for b in c.brokers:
-            if not b.alive:
-                c.restart(b.broker_id)
-        for p in producers:
-            p.stop.set()
-        for p in producers:
-            p.join(90)
-        c.event("producers stopped")
-        poller.faults_over.set()
-    run_s = time.monotonic() - started
-    stuck = [p.name for p in producers if p.is_alive()]
-    assert not stuck, f"seed {seed}: producers {stuck} did not stop within 90 s\nhistory:\n{c.history()}"
-    for p in producers:
-        assert p.crash is None, f"seed {seed}: producer {p.name} crashed: {p.crash!r}\nhistory:\n{c.history()}"
+            assert p.died is None, f"seed {seed}: producer {p.name} crashed: {p.died!r}\nhistory:\n{c.history()}"
 
-    # Settle: no transaction open (last stable offset = high watermark everywhere).
-    ends = wait_until(lambda: settled_ends(c.bootstrap, topic), timeout=90, interval=1, what="no open transaction (LSO == HW)")
-    c.event(f"settled: ends {ends}")
-    # The poller must catch up with everything read_committed before it is compared.
-    final = read_committed_all(c.bootstrap, topic, ends)
-    final_counts = {p: len(r) for p, r in final.items()}
-    try:
-        wait_until(
-            lambda: all(len(poller.seen[p]) >= final_counts[p] for p in range(PARTITIONS)),
-            timeout=30,
-            what="the poller caught up",
-        )
-    except AssertionError:
-        pass  # reported as "stopped short" by the checker
-    poller.stop.set()
-    poller.join(30)
-    assert poller.crash is None, f"poller crashed: {poller.crash!r}"
+        # Settle: no transaction open (last stable offset = high watermark everywhere).
+        ends = wait_until(lambda: settled_ends(c.bootstrap, topic), timeout=90, interval=1, what="no open transaction (LSO == HW)")
+        c.event(f"settled: ends {ends}")
+        # The poller must catch up with everything read_committed before it is compared.
+        final = read_committed_all(c.bootstrap, topic, ends)
+        final_counts = {p: len(r) for p, r in final.items()}
+        try:
+            wait_until(
+                lambda: all(len(poller.seen[p]) >= final_counts[p] for p in range(PARTITIONS)),
+                timeout=30,
+                what="the poller caught up",
+            )
+        except AssertionError:
+            pass  # reported as "stopped short" by the checker
+    finally:
+        poller.stop.set()
+        poller.join(30)
+    assert poller.died is None, f"poller crashed: {poller.died!r}"
 
     txns = [t for p in producers for t in p.txns]
     summary = check(txns, final, poller.seen)
