@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+#[cfg(test)]
+pub(crate) mod testing;
 mod topics;
 
 /// Settings of the broker's front ends.

@@ -29,17 +29,7 @@ struct Stored {
 }
 
 fn state_of(name: &str) -> Option<TxnState> {
-    [
-        TxnState::Empty,
-        TxnState::Ongoing,
-        TxnState::PrepareCommit,
-        TxnState::PrepareAbort,
-        TxnState::CompleteCommit,
-        TxnState::CompleteAbort,
-        TxnState::PrepareEpochFence,
-    ]
-    .into_iter()
-    .find(|s| s.name() == name)
+    TxnState::ALL.into_iter().find(|s| s.name() == name)
 }
 
 pub fn encode(t: &Transaction) -> Vec<u8> {

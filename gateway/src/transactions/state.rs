@@ -42,6 +42,17 @@ pub enum TxnState {
 }
 
 impl TxnState {
+    /// Every state.
+    pub const ALL: [TxnState; 7] = [
+        TxnState::Empty,
+        TxnState::Ongoing,
+        TxnState::PrepareCommit,
+        TxnState::PrepareAbort,
+        TxnState::CompleteCommit,
+        TxnState::CompleteAbort,
+        TxnState::PrepareEpochFence,
+    ];
+
     /// The name Kafka's DescribeTransactions and ListTransactions use.
     pub fn name(self) -> &'static str {
         match self {

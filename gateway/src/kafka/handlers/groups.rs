@@ -895,55 +895,12 @@ mod tests {
         TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
     };
     use kafka_protocol::messages::{ProducerId, TransactionalId};
-    use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
-    use std::time::Duration;
+    use oxbow_metadata::TopicSpec;
 
     /// A broker over a temp dir (embedded metadata, local objects) with topic `t` of two
     /// partitions.
     async fn broker(dir: &std::path::Path, authorization: AuthorizerSettings) -> Arc<Broker> {
-        use oxbow_segment_writer::{objects, LogManager, LogSettings, WalSettings};
-        let metadata: Arc<dyn MetadataStore> =
-            Arc::new(EmbeddedStore::open(&dir.join("meta.redb")).expect("metadata"));
-        let log = LogManager::open(
-            LogSettings {
-                broker_id: 1,
-                wal: WalSettings {
-                    dir: dir.join("wal"),
-                    file_bytes_max: 1 << 20,
-                    budget_bytes: 1 << 30,
-                },
-                flush_interval: Duration::from_secs(3600),
-                flush_bytes: 1 << 30,
-                partition_tail_bytes: 1 << 20,
-                max_decompressed_batch_bytes:
-                    oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
-                durability: Default::default(),
-                replication: Default::default(),
-            },
-            metadata.clone(),
-            objects::local(&dir.join("objects")).expect("object store"),
-            oxbow_cache::ReadCache::new(1 << 20),
-        )
-        .await
-        .expect("log");
-        let settings = crate::broker::BrokerSettings {
-            broker_id: 1,
-            advertised_host: "127.0.0.1".into(),
-            advertised_port: 9092,
-            listeners: [("PLAINTEXT".to_string(), ("127.0.0.1".to_string(), 9092))].into(),
-            auto_create_topics: false,
-            default_partitions: 1,
-            max_request_bytes: 1 << 20,
-            cluster_id: "test".into(),
-            log_retention_ms: 604_800_000,
-            log_retention_bytes: -1,
-            authorization,
-            sasl: Default::default(),
-            oauth: None,
-            object_store_location: "memory".into(),
-            transactions: Default::default(),
-        };
-        let broker = Broker::new(settings, metadata, log).await.expect("broker");
+        let broker = crate::broker::testing::temp_broker(dir, authorization).await;
         broker
             .create_topic(TopicSpec {
                 name: "t".into(),

@@ -377,16 +377,6 @@ pub async fn describe(
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
-const STATES: [TxnState; 7] = [
-    TxnState::Empty,
-    TxnState::Ongoing,
-    TxnState::PrepareCommit,
-    TxnState::PrepareAbort,
-    TxnState::CompleteCommit,
-    TxnState::CompleteAbort,
-    TxnState::PrepareEpochFence,
-];
-
 pub async fn list(
     broker: &Arc<Broker>,
     session: &Session,
@@ -394,7 +384,7 @@ pub async fn list(
 ) -> ListTransactionsResponse {
     let authz = broker.authz(session);
     let env = env(broker);
-    let known: BTreeSet<&str> = STATES.iter().map(|s| s.name()).collect();
+    let known: BTreeSet<&str> = TxnState::ALL.iter().map(|s| s.name()).collect();
     let unknown: Vec<_> = req
         .state_filters
         .iter()
