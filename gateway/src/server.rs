@@ -168,6 +168,12 @@ pub struct ServeArgs {
     #[arg(long, env = "OXBOW_TRANSACTIONAL_ID_EXPIRATION", default_value = "7days",
         value_parser = humantime::parse_duration)]
     pub transactional_id_expiration: std::time::Duration,
+    /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
+    /// `transaction.max.timeout.ms`, 15 minutes; Flink's exactly-once sink asks for 1 hour).
+    /// Longer lets an abandoned transaction hold `read_committed` consumers longer.
+    #[arg(long, env = "OXBOW_TRANSACTION_MAX_TIMEOUT", default_value = "15m",
+        value_parser = humantime::parse_duration)]
+    pub transaction_max_timeout: std::time::Duration,
     /// Retention by size per partition for topics that set no `retention.bytes` (Kafka's
     /// `log.retention.bytes`). `-1` keeps any size.
     #[arg(long, env = "OXBOW_LOG_RETENTION_BYTES", default_value_t = -1,
@@ -525,6 +531,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             transactions: crate::transactions::coordinator::TxnSettings {
                 id_expiration: args.transactional_id_expiration,
                 abort_check_interval: args.transaction_abort_check_interval,
+                max_timeout_ms: i32::try_from(args.transaction_max_timeout.as_millis()).map_err(
+                    |_| anyhow::anyhow!("--transaction-max-timeout must be below 24 days"),
+                )?,
                 ..Default::default()
             },
         },

@@ -340,3 +340,11 @@ def test_an_operator_aborts_an_open_transaction_with_kafka_transactions_abort(tx
     )  # fmt: skip
     seen = read_all(txn_broker.bootstrap, topic, 1, "read_committed")
     assert [v for _, _, v in seen] == ["before", "after"], seen
+
+
+def test_a_timeout_above_the_brokers_maximum_is_refused(txn_broker):
+    # transaction.max.timeout.ms is 15 minutes by default, in Kafka and Oxbow alike.
+    p = Producer({"bootstrap.servers": txn_broker.bootstrap, "transactional.id": unique("tid"), "transaction.timeout.ms": 1_000_000})
+    with pytest.raises(KafkaException) as raised:
+        p.init_transactions(30)
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT, raised.value

@@ -45,6 +45,10 @@ pub struct TxnSettings {
     /// How often the stored ids are scanned for ones that moved here (failover). Each scan
     /// lists every stored id (keys only).
     pub scan_interval: Duration,
+    /// `transaction.max.timeout.ms` (Kafka: 15 minutes): the longest `transaction.timeout.ms`
+    /// a producer may ask for (else INVALID_TRANSACTION_TIMEOUT). Longer lets a stuck
+    /// transaction hold `read_committed` consumers longer; Flink's sink asks for an hour.
+    pub max_timeout_ms: i32,
 }
 
 impl Default for TxnSettings {
@@ -53,6 +57,7 @@ impl Default for TxnSettings {
             id_expiration: Duration::from_secs(7 * 24 * 3600),
             abort_check_interval: Duration::from_secs(10),
             scan_interval: Duration::from_secs(10),
+            max_timeout_ms: super::state::TIMEOUT_MAX_MS,
         }
     }
 }
@@ -127,6 +132,11 @@ pub struct TxnCoordinators {
 }
 
 impl TxnCoordinators {
+    /// The settings it runs with.
+    pub fn settings(&self) -> &TxnSettings {
+        &self.settings
+    }
+
     pub fn new(metadata: Arc<dyn MetadataStore>, settings: TxnSettings) -> Arc<Self> {
         Arc::new(TxnCoordinators {
             metadata,
@@ -224,6 +234,7 @@ impl TxnCoordinators {
             };
             let Request::InitProducerId {
                 timeout_ms,
+                max_timeout_ms,
                 expected,
                 ..
             } = request
@@ -234,6 +245,7 @@ impl TxnCoordinators {
                 now,
                 Event::Request(Request::InitProducerId {
                     timeout_ms,
+                    max_timeout_ms,
                     expected,
                     fresh_producer_id: Some(fresh),
                 }),

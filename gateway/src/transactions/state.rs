@@ -101,6 +101,8 @@ pub enum Request {
     /// that needs one without it gets [`Action::NeedProducerId`].
     InitProducerId {
         timeout_ms: i32,
+        /// The broker's `transaction.max.timeout.ms`: a longer `timeout_ms` is refused.
+        max_timeout_ms: i32,
         expected: Option<(i64, i16)>,
         fresh_producer_id: Option<i64>,
     },
@@ -225,9 +227,15 @@ impl TxnCoordinator {
         match r {
             Request::InitProducerId {
                 timeout_ms,
+                max_timeout_ms,
                 expected,
                 fresh_producer_id,
-            } => self.init(now_ms, timeout_ms, expected, fresh_producer_id),
+            } => self.init(
+                now_ms,
+                (timeout_ms, max_timeout_ms),
+                expected,
+                fresh_producer_id,
+            ),
             Request::AddPartitions {
                 producer_id,
                 producer_epoch,
@@ -250,11 +258,11 @@ impl TxnCoordinator {
     fn init(
         &mut self,
         now_ms: i64,
-        timeout_ms: i32,
+        (timeout_ms, max_timeout_ms): (i32, i32),
         expected: Option<(i64, i16)>,
         fresh: Option<i64>,
     ) -> Vec<Action> {
-        if timeout_ms <= 0 || timeout_ms > TIMEOUT_MAX_MS {
+        if timeout_ms <= 0 || timeout_ms > max_timeout_ms {
             return reply(Reply::err(ResponseError::InvalidTransactionTimeout));
         }
         let Some(t) = &mut self.txn else {
@@ -525,6 +533,7 @@ mod tests {
             now,
             Event::Request(Request::InitProducerId {
                 timeout_ms: 60_000,
+                max_timeout_ms: TIMEOUT_MAX_MS,
                 expected: None,
                 fresh_producer_id: Some(PID),
             }),
@@ -667,6 +676,7 @@ mod tests {
             0,
             Event::Request(Request::InitProducerId {
                 timeout_ms: TIMEOUT_MAX_MS + 1,
+                max_timeout_ms: TIMEOUT_MAX_MS,
                 expected: None,
                 fresh_producer_id: Some(PID),
             }),
@@ -679,6 +689,7 @@ mod tests {
             0,
             Event::Request(Request::InitProducerId {
                 timeout_ms: 1000,
+                max_timeout_ms: TIMEOUT_MAX_MS,
                 expected: None,
                 fresh_producer_id: None,
             }),
@@ -702,6 +713,7 @@ mod tests {
             2,
             Event::Request(Request::InitProducerId {
                 timeout_ms: 1000,
+                max_timeout_ms: TIMEOUT_MAX_MS,
                 expected: Some((PID, 7)),
                 fresh_producer_id: None,
             }),

@@ -75,6 +75,7 @@ pub async fn init_producer_id(
             id,
             Request::InitProducerId {
                 timeout_ms: req.transaction_timeout_ms,
+                max_timeout_ms: broker.transactions.settings().max_timeout_ms,
                 expected,
                 fresh_producer_id: None,
             },

@@ -54,6 +54,7 @@ fn setup() -> (Arc<dyn MetadataStore>, Arc<Twin>, Arc<dyn TxnEnv>) {
 fn init() -> Request {
     Request::InitProducerId {
         timeout_ms: 60_000,
+        max_timeout_ms: crate::transactions::state::TIMEOUT_MAX_MS,
         expected: None,
         fresh_producer_id: None,
     }
@@ -177,6 +178,7 @@ async fn an_open_transaction_past_its_timeout_is_aborted_by_the_tick() {
     let c = TxnCoordinators::new(store.clone(), TxnSettings::default());
     let init = Request::InitProducerId {
         timeout_ms: 1_000,
+        max_timeout_ms: crate::transactions::state::TIMEOUT_MAX_MS,
         expected: None,
         fresh_producer_id: None,
     };
