@@ -46,7 +46,8 @@ work = Path(tempfile.mkdtemp(prefix="txn-bench-"))
 
 def topic(addr, partitions):
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": addr}).create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    admin = AdminClient({"bootstrap.servers": addr})  # kept alive until the topic exists
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     time.sleep(0.5)
     return name
 

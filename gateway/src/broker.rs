@@ -93,6 +93,10 @@ pub struct Broker {
     /// partitions they lead (the REST front end of any broker takes any partition).
     forwarders:
         tokio::sync::Mutex<HashMap<BrokerId, Arc<tokio::sync::Mutex<crate::client::Client>>>>,
+    /// Connections to other brokers for transaction markers (`transactions::markers`).
+    pub(crate) marker_peers: tokio::sync::Mutex<
+        HashMap<BrokerId, Arc<tokio::sync::Mutex<Option<crate::client::connection::Connection>>>>,
+    >,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
     /// The block of producer ids reserved for this broker: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
@@ -182,6 +186,7 @@ impl Broker {
             topics: RwLock::new(topics),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),
+            marker_peers: tokio::sync::Mutex::new(HashMap::new()),
         }))
     }
 

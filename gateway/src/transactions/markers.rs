@@ -71,17 +71,17 @@ impl TxnEnv for Broker {
                 .or_default()
                 .push(crate::groups::offsets_partition(group));
         }
-        let mut failures = Vec::new();
-        for (leader, topics) in plan {
-            let result = if leader == self.settings.broker_id {
-                self.write_markers_here(job, &topics).await
+        // Every broker's part at once.
+        let results = futures::future::join_all(plan.iter().map(|(leader, topics)| async move {
+            let result = if *leader == self.settings.broker_id {
+                self.write_markers_here(job, topics).await
             } else {
-                self.write_markers_at(leader, job, &topics).await
+                self.write_markers_at(*leader, job, topics).await
             };
-            if let Err(e) = result {
-                failures.push(format!("broker {leader}: {e}"));
-            }
-        }
+            result.map_err(|e| format!("broker {leader}: {e}"))
+        }))
+        .await;
+        let failures: Vec<String> = results.into_iter().filter_map(|r| r.err()).collect();
         if failures.is_empty() {
             Ok(())
         } else {
@@ -157,18 +157,20 @@ impl Broker {
                 }
                 continue;
             };
-            for p in partitions {
-                let code = match self
-                    .write_txn_marker(
-                        &meta,
-                        *p,
-                        producer_id,
-                        producer_epoch,
-                        commit,
-                        coordinator_epoch,
-                    )
-                    .await
-                {
+            // All at once, so they share the WAL's group commits instead of one fsync each.
+            let written = futures::future::join_all(partitions.iter().map(|p| {
+                self.write_txn_marker(
+                    &meta,
+                    *p,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                )
+            }))
+            .await;
+            for (p, result) in partitions.iter().zip(written) {
+                let code = match result {
                     Ok(_) => 0,
                     Err(e) => e.code(),
                 };
@@ -206,9 +208,23 @@ impl Broker {
             .broker(leader)
             .map(|b| b.kafka_addr)
             .ok_or_else(|| "not registered".to_string())?;
-        let mut conn = Connection::open(&addr, REMOTE_TIMEOUT, "oxbow-txn-markers")
-            .await
-            .map_err(|e| e.to_string())?;
+        // One connection per broker, kept while it works (one marker job at a time on it).
+        let slot = {
+            let mut peers = self.marker_peers.lock().await;
+            peers.entry(leader).or_default().clone()
+        };
+        let mut held = slot.lock().await;
+        let reusable = held
+            .as_ref()
+            .is_some_and(|c| c.addr() == addr && !c.is_broken());
+        if !reusable {
+            *held = Some(
+                Connection::open(&addr, REMOTE_TIMEOUT, "oxbow-txn-markers")
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let conn = held.as_mut().ok_or_else(|| "no connection".to_string())?;
         let marker = WritableTxnMarker::default()
             .with_producer_id(ProducerId(job.producer_id))
             .with_producer_epoch(job.producer_epoch)
