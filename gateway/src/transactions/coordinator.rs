@@ -365,8 +365,15 @@ impl TxnCoordinators {
     }
 
     /// Ticks every loaded id (timeouts) and finishes what a failed write left prepared.
+    /// An id no longer coordinated here is dropped, not ticked: a broker back from a pause
+    /// longer than its session must not time out (and fence) a transaction it no longer
+    /// coordinates, even where its stale copy would still win the compare.
     async fn tick(self: &Arc<Self>, env: &Arc<dyn TxnEnv>) {
         for id in self.ids() {
+            if !env.coordinates(&id) {
+                self.forget(&id);
+                continue;
+            }
             let slot = self.slot(&id);
             let mut s = slot.lock().await;
             if !s.loaded || s.writing {

@@ -233,3 +233,33 @@ async fn ids_elsewhere_are_not_coordinated_and_idle_ids_expire() {
     c.scan(&env).await;
     assert!(store.transaction("t4").await.expect("read").is_none());
 }
+
+#[tokio::test]
+async fn a_broker_that_no_longer_coordinates_an_id_does_not_time_it_out() {
+    let (store, twin, env) = setup();
+    let c = TxnCoordinators::new(store.clone(), TxnSettings::default());
+    let init = Request::InitProducerId {
+        timeout_ms: 1_000,
+        max_timeout_ms: crate::transactions::state::TIMEOUT_MAX_MS,
+        expected: None,
+        fresh_producer_id: None,
+    };
+    let (pid, epoch) = c
+        .request(&env, "t5", init)
+        .await
+        .producer
+        .expect("producer");
+    let add = Request::AddPartitions {
+        producer_id: pid,
+        producer_epoch: epoch,
+        partitions: vec![("orders".into(), 0)],
+    };
+    c.request(&env, "t5", add).await;
+    // Paused past its session: the id moved, nobody wrote it yet, the timeout passed.
+    twin.not_mine.store(true, Ordering::SeqCst);
+    twin.now_ms.store(5_000, Ordering::SeqCst);
+    c.tick(&env).await;
+    let t = stored(&store, "t5").await;
+    assert_eq!((t.state, t.producer_epoch), (TxnState::Ongoing, epoch));
+    assert!(twin.written.lock().expect("lock").is_empty());
+}
