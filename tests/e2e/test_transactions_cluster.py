@@ -39,6 +39,9 @@ class Pipeline(threading.Thread):
         self.aborts = 0
         self.restarts = 0
         self.errors: list[str] = []
+        self.last_progress = time.monotonic()
+        # What the loop is doing now, for a failure message.
+        self.step = "starting"
 
     def clients(self):
         consumer = Consumer(
@@ -75,26 +78,31 @@ class Pipeline(threading.Thread):
         while not self.stop.is_set():
             try:
                 if producer is None:
+                    self.step = "creating clients"
                     consumer, producer = self.clients()
+                self.step = "consuming"
                 msgs = consumer.consume(BATCH, 1.0)
                 msgs = [m for m in msgs if not m.error()]
                 if not msgs:
                     continue
+                self.step = f"transaction of {len(msgs)} inputs"
                 producer.begin_transaction()
                 for m in msgs:
                     producer.produce(self.dst, key=m.value(), value=b"out-" + m.value())
                 producer.send_offsets_to_transaction(
                     consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 60
                 )
-                while True:
+                for attempt in range(3):
                     try:
-                        producer.commit_transaction(60)
+                        producer.commit_transaction(30)
                         self.commits += 1
                         break
                     except KafkaException as e:
-                        if e.args[0].retriable():
+                        self.errors.append(f"commit attempt {attempt}: {e.args[0]}")
+                        if e.args[0].retriable() and attempt < 2:
                             continue
                         raise
+                self.last_progress = time.monotonic()
             except KafkaException as e:
                 err = e.args[0]
                 self.errors.append(str(err))
@@ -190,7 +198,14 @@ def test_read_process_write_is_exactly_once_through_broker_kills(cluster):
             c.event(f"pipeline: {pipe.commits} commits, {pipe.aborts} aborts, {pipe.restarts} restarts")
         feeder.join(120)
         assert fed.is_set(), "the input was not all acknowledged"
-        wait_until(lambda: committed_total(c.bootstrap, group, src) == INPUTS, timeout=120, what="every input processed")
+        try:
+            wait_until(lambda: committed_total(c.bootstrap, group, src) == INPUTS, timeout=120, what="every input processed")
+        except AssertionError as e:
+            raise AssertionError(
+                f"{e}: committed {committed_total(c.bootstrap, group, src)} of {INPUTS}; pipeline {pipe.step!r}, "
+                f"{pipe.commits} commits, {pipe.aborts} aborts, {pipe.restarts} restarts, last progress "
+                f"{time.monotonic() - pipe.last_progress:.0f} s ago, errors {pipe.errors[-10:]}\n{c.history()}"
+            ) from None
     finally:
         pipe.stop.set()
         pipe.join(60)
