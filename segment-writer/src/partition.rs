@@ -11,7 +11,7 @@
 
 use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
-use crate::producer_summary::ProducerBatch;
+use crate::producer_summary::{ProducerBatch, RowKind};
 use crate::txn::{self, AbortedTxn, PartitionTxns};
 use bytes::Bytes;
 use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
@@ -43,6 +43,27 @@ struct ProducerEntry {
     last_timestamp_ms: i64,
     /// (first sequence, last sequence, base offset) of the latest batches.
     recent: VecDeque<(i32, i32, Offset)>,
+    /// Where the newest marker at `epoch` is stored, if one is: what a sealed object
+    /// carries forward for a producer known only from a marker (a fencing abort's).
+    marker_offset: Option<Offset>,
+}
+
+impl ProducerEntry {
+    fn new(epoch: i16) -> Self {
+        ProducerEntry {
+            epoch,
+            last_sequence: -1,
+            last_timestamp_ms: -1,
+            recent: VecDeque::new(),
+            marker_offset: None,
+        }
+    }
+
+    /// Where its newest batch or marker is stored.
+    fn last_offset(&self) -> Option<Offset> {
+        let batch = self.recent.back().map(|&(_, _, o)| o);
+        batch.max(self.marker_offset)
+    }
 }
 
 /// An idempotent producer this partition remembers (DescribeProducers).
@@ -167,23 +188,22 @@ impl PartitionLogState {
         self.producers.get(&producer_id).map(|e| e.epoch)
     }
 
-    /// A marker of `producer_id` at `producer_epoch`: a newer epoch is remembered (Kafka's
-    /// `ProducerStateManager`), so a later batch at an older one is fenced; its sequences
-    /// restart (the producer's next batch at that epoch starts wherever it does).
-    fn marker_epoch(&mut self, producer_id: i64, producer_epoch: i16) {
+    /// A marker of `producer_id` at `producer_epoch`, stored at `offset`: a newer epoch is
+    /// remembered (Kafka's `ProducerStateManager`), so a later batch at an older one is
+    /// fenced; its sequences restart (the producer's next batch at that epoch starts
+    /// wherever it does).
+    fn marker_epoch(&mut self, producer_id: i64, producer_epoch: i16, offset: Offset) {
         let entry = self
             .producers
             .entry(producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: producer_epoch,
-                last_sequence: -1,
-                last_timestamp_ms: -1,
-                recent: VecDeque::new(),
-            });
+            .or_insert_with(|| ProducerEntry::new(producer_epoch));
         if producer_epoch > entry.epoch {
             entry.epoch = producer_epoch;
             entry.last_sequence = -1;
             entry.recent.clear();
+        }
+        if producer_epoch == entry.epoch {
+            entry.marker_offset = Some(offset);
         }
     }
 
@@ -292,38 +312,39 @@ impl PartitionLogState {
         out
     }
 
-    /// The remembered batches of producers whose last batch lies before `before` (so none
-    /// with a batch in a chunk starting there): newest producers (by their last batch)
-    /// first, each producer's batches in order, at most `max` rows (what a sealed object
-    /// carries forward for the partition's next leader).
+    /// The remembered batches of producers whose last batch (or marker) lies before `before`
+    /// (so none with one in a chunk starting there): newest producers first, each
+    /// producer's batches in order — or, for one known only from a marker, that marker — at
+    /// most `max` rows (what a sealed object carries forward for the partition's next
+    /// leader).
     pub fn carried_producers(&self, before: Offset, max: usize) -> Vec<ProducerBatch> {
         let mut producers: Vec<(&i64, &ProducerEntry)> = self
             .producers
             .iter()
-            .filter(|(_, e)| e.recent.back().is_some_and(|&(_, _, o)| o < before))
+            .filter(|(_, e)| e.last_offset().is_some_and(|o| o < before))
             .collect();
-        producers.sort_by_key(|(id, e)| {
-            (
-                std::cmp::Reverse(e.recent.back().map_or(-1, |&(_, _, o)| o)),
-                **id,
-            )
-        });
+        producers.sort_by_key(|(id, e)| (std::cmp::Reverse(e.last_offset()), **id));
         let mut out = Vec::new();
         for (&producer_id, e) in producers {
-            let rows: Vec<ProducerBatch> = e
-                .recent
-                .iter()
-                .filter(|&&(_, _, o)| o < before)
-                .map(
-                    |&(base_sequence, last_sequence, base_offset)| ProducerBatch {
-                        producer_id,
-                        producer_epoch: e.epoch,
-                        base_sequence,
-                        last_sequence,
-                        base_offset,
-                    },
-                )
-                .collect();
+            let rows: Vec<ProducerBatch> = match e.marker_offset {
+                Some(offset) if e.recent.is_empty() => {
+                    vec![ProducerBatch::marker(producer_id, e.epoch, offset)]
+                }
+                _ => e
+                    .recent
+                    .iter()
+                    .map(
+                        |&(base_sequence, last_sequence, base_offset)| ProducerBatch {
+                            producer_id,
+                            producer_epoch: e.epoch,
+                            base_sequence,
+                            last_sequence,
+                            base_offset,
+                            kind: RowKind::Batch,
+                        },
+                    )
+                    .collect(),
+            };
             if out.len() + rows.len() > max {
                 break;
             }
@@ -333,20 +354,23 @@ impl PartitionLogState {
     }
 
     /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored) and,
-    /// when known, its newest record timestamp.
+    /// when known, its newest record timestamp; or a marker's epoch.
     fn record_producer(&mut self, b: &ProducerBatch, timestamp_ms: i64) {
+        match b.kind {
+            RowKind::Batch => {}
+            RowKind::Marker => {
+                return self.marker_epoch(b.producer_id, b.producer_epoch, b.base_offset);
+            }
+            RowKind::OpenTxn => return,
+        }
         let entry = self
             .producers
             .entry(b.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: b.producer_epoch,
-                last_sequence: -1,
-                last_timestamp_ms: -1,
-                recent: VecDeque::new(),
-            });
+            .or_insert_with(|| ProducerEntry::new(b.producer_epoch));
         if b.producer_epoch != entry.epoch {
             entry.epoch = b.producer_epoch;
             entry.recent.clear();
+            entry.marker_offset = None;
         }
         entry.last_sequence = b.last_sequence;
         if timestamp_ms >= 0 {
@@ -376,9 +400,9 @@ impl PartitionLogState {
         }
         if h.is_control() {
             // Only markers are control batches here (produce refuses the rest).
+            // Its epoch is remembered above, as a marker row.
             if let Some(marker) = txn::parse_marker(&bytes, h) {
                 self.txns.on_marker(h.producer_id, marker, base);
-                self.marker_epoch(h.producer_id, h.producer_epoch);
             }
         } else if h.is_transactional() && h.producer_id >= 0 {
             self.txns.on_data(h.producer_id, h.producer_epoch, base);

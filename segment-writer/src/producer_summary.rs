@@ -27,8 +27,12 @@
 //! rows matter: they are the open set at the end of the catalogue. A broker predating them
 //! refuses the section (sequence -1) and reads the batches instead.
 //!
+//! Markers (issue 16): a transaction marker is a row too (flagged *marker*, sequences -1,
+//! its offset in `base offset`), own or carried like a batch, so the epoch a fencing abort
+//! bumped survives a takeover and a zombie's batch at the old epoch is still refused.
+//!
 //! Row (32 bytes, big-endian): chunk index u32 | producer id i64 | producer epoch i16 |
-//! flags u16 (bit 0: carried; bit 1: open transaction; other bits ignored) | base sequence
+//! flags u16 (bit 0: carried; bit 1: open transaction; bit 2: marker; other bits ignored) | base sequence
 //! i32 | last sequence i32 | base offset i64. Decoding trusts nothing: the row count comes from the section's length,
 //! every chunk index is checked against the object's index. Brokers that predate carried
 //! rows skip them (they lie before the entry's range).
@@ -70,9 +74,23 @@ const ROWS_MAX: usize = 1 << 20;
 /// Flags of a row (see the module docs).
 const FLAG_CARRIED: u16 = 1;
 const FLAG_OPEN_TXN: u16 = 2;
+const FLAG_MARKER: u16 = 4;
 
-/// One stored batch of an idempotent producer, or (sequences -1, see
-/// [`ProducerBatch::open_txn`]) a transaction open from `base_offset`.
+/// What a [`ProducerBatch`] row stands for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowKind {
+    /// A stored batch of an idempotent producer.
+    #[default]
+    Batch,
+    /// A transaction open from `base_offset` (sequences -1, [`ProducerBatch::open_txn`]).
+    OpenTxn,
+    /// A transaction marker at `base_offset` (sequences -1, [`ProducerBatch::marker`]): the
+    /// producer is known at its epoch, which a fencing abort has bumped.
+    Marker,
+}
+
+/// One stored batch of an idempotent producer, or (sequences -1) a transaction open from
+/// `base_offset` or a marker stored there (see [`RowKind`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerBatch {
     pub producer_id: i64,
@@ -80,6 +98,7 @@ pub struct ProducerBatch {
     pub base_sequence: i32,
     pub last_sequence: i32,
     pub base_offset: Offset,
+    pub kind: RowKind,
 }
 
 impl ProducerBatch {
@@ -91,22 +110,52 @@ impl ProducerBatch {
             base_sequence: -1,
             last_sequence: -1,
             base_offset: first_offset,
+            kind: RowKind::OpenTxn,
+        }
+    }
+
+    /// The row of a transaction marker of `producer_id` at `producer_epoch`, at `offset`.
+    pub fn marker(producer_id: i64, producer_epoch: i16, offset: Offset) -> Self {
+        ProducerBatch {
+            producer_id,
+            producer_epoch,
+            base_sequence: -1,
+            last_sequence: -1,
+            base_offset: offset,
+            kind: RowKind::Marker,
         }
     }
 
     /// Whether this row is an open transaction rather than a batch.
     pub fn is_open_txn(&self) -> bool {
-        self.base_sequence < 0
+        self.kind == RowKind::OpenTxn
     }
 
-    /// The batch's producer sequence, if it is an idempotent producer's.
+    /// Whether this row is a transaction marker rather than a batch.
+    pub fn is_marker(&self) -> bool {
+        self.kind == RowKind::Marker
+    }
+
+    /// The batch's producer sequence, if it is an idempotent producer's, or its epoch if it
+    /// is a producer's control batch (only markers are stored: produce refuses the rest).
     pub fn of(h: &BatchHeader) -> Option<ProducerBatch> {
-        (h.producer_id >= 0 && h.base_sequence >= 0).then(|| ProducerBatch {
+        if h.producer_id < 0 {
+            return None;
+        }
+        if h.is_control() {
+            return Some(ProducerBatch::marker(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_offset,
+            ));
+        }
+        (h.base_sequence >= 0).then(|| ProducerBatch {
             producer_id: h.producer_id,
             producer_epoch: h.producer_epoch,
             base_sequence: h.base_sequence,
             last_sequence: h.last_sequence(),
             base_offset: h.base_offset,
+            kind: RowKind::Batch,
         })
     }
 }
@@ -140,9 +189,13 @@ pub fn encode(rows: &[Row], out: &mut BytesMut) {
         out.put_u32(*chunk);
         out.put_i64(b.producer_id);
         out.put_i16(b.producer_epoch);
-        let open = if b.is_open_txn() { FLAG_OPEN_TXN } else { 0 };
+        let kind = match b.kind {
+            RowKind::Batch => 0,
+            RowKind::OpenTxn => FLAG_OPEN_TXN,
+            RowKind::Marker => FLAG_MARKER,
+        };
         let carried = if *carried { FLAG_CARRIED } else { 0 };
-        out.put_u16(carried | open);
+        out.put_u16(carried | kind);
         out.put_i32(b.base_sequence);
         out.put_i32(b.last_sequence);
         out.put_i64(b.base_offset);
@@ -161,19 +214,27 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
         let producer_epoch = section.get_i16();
         let flags = section.get_u16();
         let carried = flags & FLAG_CARRIED != 0;
-        let open = flags & FLAG_OPEN_TXN != 0;
+        let kind = match (flags & FLAG_OPEN_TXN != 0, flags & FLAG_MARKER != 0) {
+            (false, false) => RowKind::Batch,
+            (true, false) => RowKind::OpenTxn,
+            (false, true) => RowKind::Marker,
+            (true, true) => return None,
+        };
         let b = ProducerBatch {
             producer_id,
             producer_epoch,
             base_sequence: section.get_i32(),
             last_sequence: section.get_i32(),
             base_offset: section.get_i64(),
+            kind,
         };
-        // Sequences -1 are an open transaction's, and only allowed for one.
-        let sequences_fit = if open {
-            b.base_sequence == -1 && b.last_sequence == -1 && carried
-        } else {
-            b.base_sequence >= 0
+        // Sequences -1 are an open transaction's or a marker's, and only allowed for them;
+        // an open transaction is always carried.
+        let no_sequences = b.base_sequence == -1 && b.last_sequence == -1;
+        let sequences_fit = match kind {
+            RowKind::Batch => b.base_sequence >= 0,
+            RowKind::OpenTxn => no_sequences && carried,
+            RowKind::Marker => no_sequences,
         };
         if chunk as usize >= chunks || b.producer_id < 0 || !sequences_fit {
             return None;
@@ -388,6 +449,7 @@ mod tests {
                     base_sequence: 10,
                     last_sequence: 14,
                     base_offset: 99,
+                    kind: RowKind::Batch,
                 },
                 false,
             ),
@@ -399,6 +461,7 @@ mod tests {
                     base_sequence: 0,
                     last_sequence: 0,
                     base_offset: 0,
+                    kind: RowKind::Batch,
                 },
                 true,
             ),
@@ -428,6 +491,7 @@ mod tests {
             base_sequence: 0,
             last_sequence: 0,
             base_offset: 4,
+            kind: RowKind::Batch,
         };
         let p = ObjectProducers::new([
             (tp(1), b, false),
@@ -465,6 +529,7 @@ mod tests {
             base_sequence: 0,
             last_sequence: 1,
             base_offset: 40,
+            kind: RowKind::Batch,
         };
         let rows = vec![(0, batch, false), (0, open, true)];
         let mut out = BytesMut::new();
@@ -482,5 +547,47 @@ mod tests {
         encode(&[(0, open, true)], &mut out);
         out[14..16].copy_from_slice(&1u16.to_be_bytes());
         assert_eq!(decode(&out, 1), None);
+    }
+
+    #[test]
+    fn marker_rows_round_trip_own_or_carried_and_never_as_open_transactions() {
+        let marker = ProducerBatch::marker(9, 3, 41);
+        let rows = vec![(0, marker, false), (1, marker, true)];
+        let mut out = BytesMut::new();
+        encode(&rows, &mut out);
+        assert_eq!(decode(&out, 2), Some(rows));
+        let tp = TopicPartition::new(oxbow_metadata::TopicId(uuid::Uuid::from_u128(5)), 0);
+        let o = ObjectProducers::new([(tp, marker, false), (tp, marker, true)]);
+        assert_eq!(
+            (o.of(&tp), o.carried_of(&tp)),
+            (&[marker][..], &[marker][..])
+        );
+        assert!(o.open_txns_of(&tp).is_empty());
+        // Both kind flags at once, or a marker with sequences: refused.
+        let mut both = out.to_vec();
+        both[14..16].copy_from_slice(&(FLAG_MARKER | FLAG_OPEN_TXN).to_be_bytes());
+        assert_eq!(decode(&both, 2), None);
+        let mut sequenced = out.to_vec();
+        sequenced[16..20].copy_from_slice(&0i32.to_be_bytes());
+        assert_eq!(decode(&sequenced, 2), None);
+    }
+
+    #[test]
+    fn a_marker_is_a_row_of_its_producer() {
+        let marker = crate::txn::marker_batch(
+            7,
+            4,
+            crate::txn::Marker {
+                commit: false,
+                coordinator_epoch: 0,
+            },
+            1000,
+        );
+        let h = batch::peek_header(&marker).expect("header").expect("whole");
+        assert_eq!(
+            ProducerBatch::of(&h),
+            Some(ProducerBatch::marker(7, 4, h.base_offset))
+        );
+        assert_eq!(recent_of(&[Bytes::from(marker)]).len(), 1);
     }
 }

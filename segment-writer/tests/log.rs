@@ -772,3 +772,49 @@ async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() 
         Err(Error::ProducerFenced { .. })
     ));
 }
+
+/// Issue 16: a fencing abort marker's bumped epoch is part of the producer state a new
+/// leader rebuilds — from the object holding the marker, and from rows carried forward once
+/// the producer is idle — so a zombie's batch at the old epoch is refused after a takeover
+/// (else it opens a transaction the new producer's next commit marker would make visible).
+#[tokio::test]
+async fn a_fencing_markers_epoch_survives_a_takeover() {
+    use oxbow_segment_writer::Error;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "fenced", 1, &[]).await;
+    let policy = AppendPolicy::of(&topic.configs);
+    let txn = batch::testing::make_txn_batch;
+    for idle_after_marker in [false, true] {
+        let pid = if idle_after_marker { 911 } else { 910 };
+        {
+            let log = open(dir.path(), metadata.clone()).await;
+            let p = log.partition(&topic, 0).await.expect("p0");
+            log.append(&p, &txn(1, 1000, pid, 0, 0), &policy, Acks::All)
+                .await
+                .expect("zombie's first batch");
+            log.write_marker(&p, pid, 1, false, 0, &policy)
+                .await
+                .expect("the fence's abort, epoch 1");
+            log.seal_once().await.expect("seal");
+            if idle_after_marker {
+                // Later objects hold only another producer's batches.
+                log.append(&p, &make_batch(1, 1000), &policy, Acks::All)
+                    .await
+                    .expect("other data");
+                log.seal_once().await.expect("seal");
+            }
+        }
+        std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("reopen");
+        let zombie = log
+            .append(&p, &txn(1, 1000, pid, 0, 1), &policy, Acks::All)
+            .await;
+        assert!(
+            matches!(zombie, Err(Error::ProducerFenced { current: 1, .. })),
+            "idle after the marker: {idle_after_marker}: {zombie:?}"
+        );
+        log.seal_once().await.expect("seal");
+    }
+}
