@@ -134,9 +134,32 @@ pub fn first_at_or_after(
     Ok(None)
 }
 
+/// The offset after the last batch of a read, from the RecordBatch v2 header (base offset
+/// at 0, last offset delta at 23): where to go on when a read held no user records
+/// (transaction markers only).
+pub fn batches_end(batches: &[Bytes]) -> Option<i64> {
+    let last = batches.last()?;
+    if last.len() < 27 {
+        return None;
+    }
+    let base = i64::from_be_bytes(last[0..8].try_into().ok()?);
+    let delta = i32::from_be_bytes(last[23..27].try_into().ok()?);
+    Some(base + i64::from(delta) + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_end_from_header() {
+        let mut batch = vec![0u8; 61];
+        batch[0..8].copy_from_slice(&40i64.to_be_bytes());
+        batch[23..27].copy_from_slice(&2i32.to_be_bytes());
+        assert_eq!(batches_end(&[Bytes::from(batch)]), Some(43));
+        assert_eq!(batches_end(&[Bytes::from_static(b"short")]), None);
+        assert_eq!(batches_end(&[]), None);
+    }
 
     #[test]
     fn encode_decode_round_trip() {

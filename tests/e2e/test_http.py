@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import pytest
 import requests
@@ -200,6 +201,25 @@ def test_kafka_produced_records_are_readable_over_http(shared_broker):
     small = read_records(shared_broker, topic, 1, 0, BINARY_V2, max_bytes=200)
     assert 1 <= len(small) < 30, f"max_bytes=200 returned all {len(small)} records ({unencoded} unencoded bytes)"
     assert [r["offset"] for r in small] == list(range(len(small)))
+
+
+def test_max_bytes_is_filled_across_stored_batches(shared_broker):
+    """max_bytes counts unencoded key and value bytes, so a read fills it from as many stored
+    batches as it takes: a 1-record batch followed by a compressed one larger than what is
+    left of the budget still yields the budget's worth of records (a single storage read,
+    budgeted in stored bytes, would stop after the first batch)."""
+    topic = create_topic(shared_broker.bootstrap, unique("http-fill"), 1)
+    p = producer(shared_broker.bootstrap, **{"compression.type": "zstd", "linger.ms": 50})
+    p.produce(topic, value=os.urandom(1000), partition=0)
+    p.flush(30)
+    for _ in range(50):  # random bytes: the compressed batch stays ~50 KB
+        p.produce(topic, value=os.urandom(1000), partition=0)
+    p.flush(30)
+    got = read_records(shared_broker, topic, 0, 0, BINARY_V2, max_bytes=5000)
+    assert [r["offset"] for r in got] == list(range(5))
+    # A budget smaller than one record still returns one; a large one returns everything.
+    assert [r["offset"] for r in read_records(shared_broker, topic, 0, 3, BINARY_V2, max_bytes=1)] == [3]
+    assert len(read_records(shared_broker, topic, 0, 0, BINARY_V2, max_bytes=1 << 20)) == 51
 
 
 def test_http_produced_records_are_readable_over_http(shared_broker):

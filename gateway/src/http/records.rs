@@ -37,6 +37,9 @@ use std::time::Duration;
 pub const READ_BYTES_DEFAULT: usize = 1 << 20;
 /// Largest `max_bytes`: bounds the memory and response size of one read.
 pub const READ_BYTES_MAX: usize = 64 << 20;
+/// Most storage reads one simple read makes to fill its `max_bytes` (each returns a batch
+/// or more; see [`read`]).
+const STORAGE_READS_MAX: usize = 16;
 /// Default `timeout`.
 pub const READ_TIMEOUT_DEFAULT: Duration = Duration::from_millis(1000);
 /// Longest `timeout`: longer polls hold a connection and a task for little gain.
@@ -136,45 +139,64 @@ pub(crate) async fn read(
     let params = parse_params(&query)?;
     let topic = existing_topic(&app, &topic)?;
     let partition = existing_partition(&topic, &partition)?.partition;
-    let result = app
-        .http
-        .broker
-        .read(
-            &topic,
-            partition,
-            params.offset,
-            params.max_bytes,
-            true,
-            params.timeout,
-            // REST Proxy reads committed data: aborted transactions are never shown.
-            Isolation::ReadCommitted,
-        )
-        .await?;
-    let records = crate::records::decode(
-        &result.committed_batches(),
-        params.offset,
-        params.max_bytes,
-        app.http.broker.log.max_decompressed_batch_bytes(),
-    )
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            50002,
-            format!(
-                "could not decode stored records of {}-{partition}: {e}",
-                topic.name
-            ),
-        )
-    })?;
+    let broker = &app.http.broker;
+    // The storage read's budget is stored (compressed) bytes, this one's unencoded keys and
+    // values: a small batch followed by a larger compressed one would stop a single read
+    // short, so read on (without waiting) until the budget is spent or the data is.
+    let mut records = Vec::new();
     let mut budget = params.max_bytes;
-    let within_budget = records.iter().enumerate().take_while(|(i, r)| {
-        let size = r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len());
-        let fits = *i == 0 || size <= budget;
-        budget = budget.saturating_sub(size);
-        fits
-    });
-    let views = within_budget
-        .map(|(_, r)| {
+    let mut next = params.offset;
+    let mut wait = params.timeout;
+    'reads: for _ in 0..STORAGE_READS_MAX {
+        let result = broker
+            .read(
+                &topic,
+                partition,
+                next,
+                budget.max(1),
+                true,
+                wait,
+                // REST Proxy reads committed data: aborted transactions are never shown.
+                Isolation::ReadCommitted,
+            )
+            .await?;
+        wait = Duration::ZERO;
+        let Some(end) = crate::records::batches_end(&result.batches) else {
+            break;
+        };
+        let decoded = crate::records::decode(
+            &result.committed_batches(),
+            next,
+            budget,
+            broker.log.max_decompressed_batch_bytes(),
+        )
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                50002,
+                format!(
+                    "could not decode stored records of {}-{partition}: {e}",
+                    topic.name
+                ),
+            )
+        })?;
+        for r in decoded {
+            let size =
+                r.key.as_ref().map_or(0, Bytes::len) + r.value.as_ref().map_or(0, Bytes::len);
+            if !records.is_empty() && size > budget {
+                break 'reads;
+            }
+            budget = budget.saturating_sub(size);
+            records.push(r);
+        }
+        next = end.max(next);
+        if budget == 0 || next >= result.last_stable_offset {
+            break;
+        }
+    }
+    let views = records
+        .iter()
+        .map(|r| {
             Ok(RecordView {
                 topic: &topic.name,
                 key: embed(format, r.key.as_ref())?,

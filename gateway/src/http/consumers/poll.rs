@@ -11,7 +11,7 @@ use super::instance::{illegal_state, Instance, Mode, Tp};
 use super::offsets::{boundary, commit_positions, init_positions};
 use crate::broker::Broker;
 use axum::http::StatusCode;
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use oxbow_segment_writer::Isolation;
 use std::collections::BTreeMap;
@@ -36,19 +36,6 @@ impl Polled {
     fn size(&self) -> usize {
         self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
     }
-}
-
-/// The offset after the last batch of a read, from the RecordBatch v2 header (base offset
-/// at 0, last offset delta at 23): where to go on when a read held no user records
-/// (transaction markers only).
-fn batches_end(batches: &[Bytes]) -> Option<i64> {
-    let last = batches.last()?;
-    if last.len() < 27 {
-        return None;
-    }
-    let base = (&last[0..8]).get_i64();
-    let delta = (&last[23..27]).get_i32();
-    Some(base + i64::from(delta) + 1)
 }
 
 /// Polls the instance (see the module docs).
@@ -193,7 +180,7 @@ async fn read_once(
             )
         })?;
         let mut new_position = if decoded.is_empty() {
-            batches_end(&result.batches).map_or(*position, |end| end.max(*position))
+            crate::records::batches_end(&result.batches).map_or(*position, |end| end.max(*position))
         } else {
             *position
         };
@@ -219,19 +206,4 @@ async fn read_once(
         }
     }
     Ok((out, next))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_end_from_header() {
-        let mut batch = vec![0u8; 61];
-        batch[0..8].copy_from_slice(&40i64.to_be_bytes());
-        batch[23..27].copy_from_slice(&2i32.to_be_bytes());
-        assert_eq!(batches_end(&[Bytes::from(batch)]), Some(43));
-        assert_eq!(batches_end(&[Bytes::from_static(b"short")]), None);
-        assert_eq!(batches_end(&[]), None);
-    }
 }
