@@ -58,6 +58,25 @@ struct Slot {
 }
 
 impl Slot {
+    /// Answers every parked JoinGroup and SyncGroup NOT_COORDINATOR: this broker no longer
+    /// coordinates the group, the members look the coordinator up again.
+    fn unload(&mut self) {
+        let code = ResponseError::NotCoordinator.code();
+        for (_, tx) in self.joins.drain() {
+            let _ = tx.send(JoinResult {
+                error: code,
+                generation: -1,
+                ..Default::default()
+            });
+        }
+        for (_, tx) in self.syncs.drain() {
+            let _ = tx.send(SyncResult {
+                error: code,
+                ..Default::default()
+            });
+        }
+    }
+
     fn deliver(&mut self, actions: Vec<Action>) {
         for a in actions {
             match a {
@@ -221,18 +240,22 @@ impl Coordinator {
     }
 
     /// Keeps only the groups `keep` accepts (the ones this broker still coordinates):
-    /// the others' members lose their parked JoinGroup/SyncGroup waits (answered
-    /// REBALANCE_IN_PROGRESS, then NOT_COORDINATOR on retry), and their cached offsets go,
-    /// so a group that comes back later is read fresh from the metadata service.
+    /// the others' parked JoinGroup/SyncGroup waits are answered NOT_COORDINATOR at once,
+    /// as Kafka does when it unloads a group (the waiting request holds the group's slot,
+    /// so dropping the slot alone would leave the member waiting out its whole rebalance
+    /// timeout on a broker that no longer coordinates it), and their cached offsets go, so
+    /// a group that comes back later is read fresh from the metadata service.
     pub fn retain_groups(&self, keep: impl Fn(&str) -> bool) {
-        let dropped: Vec<String> = match self.groups.lock() {
+        let dropped: Vec<Arc<Mutex<Slot>>> = match self.groups.lock() {
             Ok(mut g) => {
                 let gone: Vec<String> = g.keys().filter(|id| !keep(id)).cloned().collect();
-                g.retain(|id, _| keep(id));
-                gone
+                gone.iter().filter_map(|id| g.remove(id)).collect()
             }
             Err(_) => Vec::new(),
         };
+        for slot in &dropped {
+            Self::lock(slot).unload();
+        }
         if let Ok(mut o) = self.offsets.lock() {
             o.retain(|id, _| keep(id));
         }
@@ -909,6 +932,40 @@ mod tests {
             err,
             TxnOffsetsError::Group(ResponseError::UnknownMemberId)
         ));
+    }
+
+    fn join_request(member_id: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.to_string(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 300_000,
+            protocol_type: protocol::CONSUMER.to_string(),
+            protocols: vec![("range".into(), bytes::Bytes::new())],
+            require_known_member_id: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_parked_join_is_answered_not_coordinator_when_the_group_moves_away() {
+        let c = Arc::new(coordinator(|_| true));
+        let first = c.join("moving", join_request("")).await;
+        assert_eq!(first.error, 0, "{first:?}");
+        // A second member parks until the first rejoins: minutes, its rebalance timeout.
+        let parked = tokio::spawn({
+            let c = c.clone();
+            async move { c.join("moving", join_request("")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!parked.is_finished(), "the join waits for the first member");
+        c.retain_groups(|_| false);
+        let answer = tokio::time::timeout(Duration::from_secs(5), parked)
+            .await
+            .expect("answered at once, not after the rebalance timeout")
+            .expect("join task");
+        assert_eq!(answer.error, ResponseError::NotCoordinator.code());
     }
 
     #[tokio::test]
