@@ -28,6 +28,8 @@ pub enum ErrorKind {
     OutOfOrderSequence,
     /// An idempotent producer's epoch is older than the one seen (`INVALID_PRODUCER_EPOCH`).
     ProducerFenced,
+    /// A transactional batch outside any verified transaction (KIP-890).
+    InvalidTxnState,
     /// Transient: retry (storage busy, WAL budget full, metadata unavailable).
     Retriable,
     /// Fewer in-sync WAL copies than the topic's `min.insync.replicas` (`NOT_ENOUGH_REPLICAS`).
@@ -85,6 +87,10 @@ pub enum Error {
         current: i16,
         got: i16,
     },
+    /// A transactional batch its coordinator did not verify (KIP-890): the partition is
+    /// not in the producer's ongoing transaction, or that transaction ended meanwhile.
+    #[error("producer {producer_id} has no ongoing transaction that includes this partition")]
+    InvalidTxnState { producer_id: i64 },
     #[error("WAL is over its budget of {budget_bytes} bytes; waiting for uploads")]
     WalFull { budget_bytes: u64 },
     #[error(
@@ -136,6 +142,7 @@ impl Error {
             }
             Error::OutOfOrderSequence { .. } => ErrorKind::OutOfOrderSequence,
             Error::ProducerFenced { .. } => ErrorKind::ProducerFenced,
+            Error::InvalidTxnState { .. } => ErrorKind::InvalidTxnState,
             Error::WalFull { .. }
             | Error::UnsealedFull { .. }
             | Error::ObjectStore(_)

@@ -71,6 +71,7 @@ pub mod seal_state;
 pub mod segment;
 pub mod transport;
 pub mod txn;
+pub mod txn_verify;
 pub mod validate;
 pub mod wal;
 pub mod wal_disk;

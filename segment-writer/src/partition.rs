@@ -13,6 +13,7 @@ use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
 use crate::producer_summary::{ProducerBatch, RowKind};
 use crate::txn::{self, AbortedTxn, PartitionTxns};
+use crate::txn_verify::{VerificationGuard, Verifications};
 use bytes::Bytes;
 use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
 use std::collections::{HashMap, VecDeque};
@@ -120,6 +121,8 @@ pub struct PartitionLogState {
     /// aborted index knows every marker at or after it, none before (those reads walk the
     /// batches instead, [`txn::OutcomeScan`]).
     index_floor: Offset,
+    /// Transactional producers asked about at their coordinator (KIP-890 part 1).
+    verifications: Verifications,
 }
 
 impl PartitionLogState {
@@ -143,6 +146,7 @@ impl PartitionLogState {
             leader_epochs: LeaderEpochHistory::default(),
             txns: PartitionTxns::default(),
             index_floor: log_end_offset,
+            verifications: Verifications::default(),
         }
     }
 
@@ -160,6 +164,33 @@ impl PartitionLogState {
     /// skip; only complete for `offset >= index_floor`.
     pub fn aborted_in(&self, offset: Offset, upper: Offset) -> Vec<AbortedTxn> {
         self.txns.aborted_in(offset, upper)
+    }
+
+    /// The guard the next transactional batch of `producer_id` must carry
+    /// ([`crate::txn_verify`]): [`VerificationGuard::SENTINEL`] if its transaction is
+    /// already open here (nothing to verify), else the one its coordinator's answer goes with.
+    pub fn start_txn_verification(&mut self, producer_id: i64) -> VerificationGuard {
+        if self.txns.open_first_offset(producer_id).is_some() {
+            return VerificationGuard::SENTINEL;
+        }
+        self.verifications.start(producer_id)
+    }
+
+    /// Whether a batch may be appended as far as verification goes: anything but
+    /// transactional data passes, and so does data of a transaction already open here;
+    /// the first batch of a transaction needs the guard its verification handed out.
+    pub fn check_txn_verification(&self, h: &BatchHeader, guard: VerificationGuard) -> Result<()> {
+        if !h.is_transactional()
+            || h.is_control()
+            || h.producer_id < 0
+            || self.txns.open_first_offset(h.producer_id).is_some()
+            || self.verifications.admits(h.producer_id, guard)
+        {
+            return Ok(());
+        }
+        Err(Error::InvalidTxnState {
+            producer_id: h.producer_id,
+        })
     }
 
     /// Producers with a transaction open here: (producer id, epoch, first offset).
@@ -404,8 +435,11 @@ impl PartitionLogState {
             if let Some(marker) = txn::parse_marker(&bytes, h) {
                 self.txns.on_marker(h.producer_id, marker, base);
             }
+            // A verification asked before this marker answered for what it ended.
+            self.verifications.clear(h.producer_id);
         } else if h.is_transactional() && h.producer_id >= 0 {
             self.txns.on_data(h.producer_id, h.producer_epoch, base);
+            self.verifications.clear(h.producer_id);
         }
         self.memory_bytes += bytes.len();
         self.unsealed_bytes += bytes.len();

@@ -818,3 +818,72 @@ async fn a_fencing_markers_epoch_survives_a_takeover() {
         log.seal_once().await.expect("seal");
     }
 }
+
+/// Issue 16, KIP-890 part 1: the first transactional batch of a producer with no
+/// transaction open in the partition needs the guard its verification handed out; a marker
+/// landing between the coordinator's answer and the append makes the guard stale; once the
+/// transaction is open its later batches need none; a retry of an appended batch is still
+/// answered with its offset.
+#[tokio::test]
+async fn a_transactions_first_batch_needs_a_standing_verification() {
+    use oxbow_segment_writer::txn_verify::VerificationGuard;
+    use oxbow_segment_writer::Error;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "verified", 1, &[]).await;
+    let policy = AppendPolicy::of(&topic.configs);
+    let txn = batch::testing::make_txn_batch;
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("p0");
+    let put = |raw: Vec<u8>, guard: VerificationGuard| {
+        let (log, p) = (log.clone(), p.clone());
+        async move {
+            log.enqueue_verified(&p, &raw, &policy, Acks::All, guard)
+                .await?
+                .wait()
+                .await
+        }
+    };
+    let refused = |r: &oxbow_segment_writer::Result<_>| {
+        matches!(r, Err(Error::InvalidTxnState { producer_id: 920 }))
+    };
+    // Never verified: refused, nothing stored.
+    let r = put(txn(2, 1000, 920, 0, 0), VerificationGuard::SENTINEL).await;
+    assert!(refused(&r), "{r:?}");
+    assert_eq!(p.offsets().expect("offsets").1, 0);
+    // Verified, then a marker lands before the append: the answer is stale.
+    let stale = log.start_txn_verification(&p, 920).expect("guard");
+    assert_ne!(stale, VerificationGuard::SENTINEL);
+    log.write_marker(&p, 920, 0, false, 1, &policy)
+        .await
+        .expect("abort marker");
+    let r = put(txn(2, 1000, 920, 0, 0), stale).await;
+    assert!(refused(&r), "{r:?}");
+    // Verified and appended: the transaction is open; its next batch needs no guard.
+    let guard = log.start_txn_verification(&p, 920).expect("guard");
+    let first = put(txn(2, 1000, 920, 0, 0), guard).await.expect("verified");
+    assert_eq!(
+        log.start_txn_verification(&p, 920).expect("open"),
+        VerificationGuard::SENTINEL
+    );
+    let second = put(txn(2, 1000, 920, 0, 2), VerificationGuard::SENTINEL)
+        .await
+        .expect("open transaction");
+    assert_eq!(second.base_offset, first.base_offset + 2);
+    // A retry of the first batch is a duplicate, whatever guard it carries.
+    let retry = put(txn(2, 1000, 920, 0, 0), VerificationGuard::SENTINEL)
+        .await
+        .expect("retry");
+    assert!(retry.duplicate);
+    assert_eq!(retry.base_offset, first.base_offset);
+    // Its commit ends the transaction: the next one is verified again.
+    log.write_marker(&p, 920, 0, true, 1, &policy)
+        .await
+        .expect("commit");
+    let r = put(txn(2, 1000, 920, 0, 4), VerificationGuard::SENTINEL).await;
+    assert!(refused(&r), "{r:?}");
+    // Non-transactional data is never asked about.
+    put(make_batch(1, 1000), VerificationGuard::SENTINEL)
+        .await
+        .expect("plain batch");
+}

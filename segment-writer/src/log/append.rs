@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::partition::{PartitionLogState, SequenceCheck};
 use crate::replicate::Replicator;
 use crate::txn;
+use crate::txn_verify::VerificationGuard;
 use crate::validate;
 use crate::wal::OnDurable;
 use oxbow_metadata::{LeaseGuard, Offset};
@@ -196,12 +197,53 @@ impl LogManager {
     /// Appends one producer batch: validate, check sequence, assign offsets and queue the
     /// WAL write. Returns once the batch has its offsets, so a connection can go on to its
     /// next request (keeping per-connection order) while this one becomes durable.
+    /// Transactional batches are taken unverified (see [`Self::enqueue_verified`]).
     pub async fn enqueue(
         &self,
         partition: &Arc<Partition>,
         raw: &[u8],
         policy: &AppendPolicy,
         acks: Acks,
+    ) -> Result<PendingAppend> {
+        self.enqueue_checked(partition, raw, policy, acks, None)
+            .await
+    }
+
+    /// [`Self::enqueue`] for a Kafka producer's batch under KIP-890 verification: the first
+    /// transactional batch of a producer with no transaction open in the partition is
+    /// admitted only with the `guard` that [`Self::start_txn_verification`] handed out and
+    /// no marker has cleared since; otherwise [`Error::InvalidTxnState`]. A retry of a batch
+    /// already appended is answered as usual.
+    pub async fn enqueue_verified(
+        &self,
+        partition: &Arc<Partition>,
+        raw: &[u8],
+        policy: &AppendPolicy,
+        acks: Acks,
+        guard: VerificationGuard,
+    ) -> Result<PendingAppend> {
+        self.enqueue_checked(partition, raw, policy, acks, Some(guard))
+            .await
+    }
+
+    /// The guard `producer_id`'s next transactional batch to `partition` must carry
+    /// ([`crate::txn_verify`]); [`VerificationGuard::SENTINEL`] when its transaction is open
+    /// there already and the coordinator need not be asked.
+    pub fn start_txn_verification(
+        &self,
+        partition: &Arc<Partition>,
+        producer_id: i64,
+    ) -> Result<VerificationGuard> {
+        Ok(partition.lock()?.start_txn_verification(producer_id))
+    }
+
+    async fn enqueue_checked(
+        &self,
+        partition: &Arc<Partition>,
+        raw: &[u8],
+        policy: &AppendPolicy,
+        acks: Acks,
+        verification: Option<VerificationGuard>,
     ) -> Result<PendingAppend> {
         let log_append_time = policy.log_append_time;
         check_lease(self.lease.get())?;
@@ -244,7 +286,13 @@ impl LogManager {
                 &header,
                 raw,
                 log_append_time.then_some(log_append_time_ms),
-                |s| s.check_sequence(&header),
+                |s| {
+                    let check = s.check_sequence(&header)?;
+                    if let (SequenceCheck::Append, Some(guard)) = (check, verification) {
+                        s.check_txn_verification(&header, guard)?;
+                    }
+                    Ok(check)
+                },
             )
             .await?;
         let (base_offset, durable) = match queued {
