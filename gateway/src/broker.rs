@@ -17,6 +17,7 @@ use oxbow_metadata::{
     BrokerId, MetadataStore, Offset, PartitionId, PartitionState, TopicId, TopicMetadata,
     TopicPartition, TopicSpec,
 };
+use oxbow_segment_writer::txn_verify::VerificationGuard;
 use oxbow_segment_writer::{
     Acks, Appended, Isolation, Leadership, LogManager, Partition, PendingAppend, ReadResult,
 };
@@ -94,9 +95,10 @@ pub struct Broker {
     forwarders:
         tokio::sync::Mutex<HashMap<BrokerId, Arc<tokio::sync::Mutex<crate::client::Client>>>>,
     /// Connections to other brokers for transaction markers (`transactions::markers`).
-    pub(crate) marker_peers: tokio::sync::Mutex<
-        HashMap<BrokerId, Arc<tokio::sync::Mutex<Option<crate::client::connection::Connection>>>>,
-    >,
+    pub(crate) marker_peers: crate::transactions::peers::PeerPool,
+    /// Connections to other brokers' transaction coordinators for KIP-890 verification
+    /// (`transactions::verify`), apart from the markers' so neither waits on the other.
+    pub(crate) verify_peers: crate::transactions::peers::PeerPool,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
     /// The block of producer ids reserved for this broker: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
@@ -186,7 +188,14 @@ impl Broker {
             topics: RwLock::new(topics),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),
-            marker_peers: tokio::sync::Mutex::new(HashMap::new()),
+            marker_peers: crate::transactions::peers::PeerPool::new(
+                "oxbow-txn-markers",
+                crate::transactions::markers::REMOTE_TIMEOUT,
+            ),
+            verify_peers: crate::transactions::peers::PeerPool::new(
+                "oxbow-txn-verify",
+                crate::transactions::verify::REMOTE_TIMEOUT,
+            ),
         }))
     }
 
@@ -419,6 +428,37 @@ impl Broker {
         batch: &[u8],
         acks: Acks,
     ) -> Result<PendingAppend> {
+        self.produce_pending_verified(topic, partition, batch, acks, None)
+            .await
+    }
+
+    /// The guard a transactional producer's next batch to this partition must carry
+    /// (KIP-890 part 1, `transactions::verify`): `SENTINEL` when its transaction is open
+    /// there already.
+    pub async fn start_txn_verification(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        producer_id: i64,
+    ) -> Result<VerificationGuard> {
+        if oxbow_metadata::topic::is_internal_topic(&topic.name) {
+            return Err(internal_topic(&topic.name, "produced to"));
+        }
+        let p = self.partition(topic, partition).await?;
+        Ok(self.log.start_txn_verification(&p, producer_id)?)
+    }
+
+    /// [`Self::produce_pending`] for a Kafka producer: with `guard`, a transaction's first
+    /// batch must carry the one its verification handed out
+    /// ([`oxbow_segment_writer::LogManager::enqueue_verified`]).
+    pub async fn produce_pending_verified(
+        &self,
+        topic: &TopicMetadata,
+        partition: PartitionId,
+        batch: &[u8],
+        acks: Acks,
+        guard: Option<VerificationGuard>,
+    ) -> Result<PendingAppend> {
         if oxbow_metadata::topic::is_internal_topic(&topic.name) {
             return Err(internal_topic(&topic.name, "produced to"));
         }
@@ -428,7 +468,14 @@ impl Broker {
         let p = self.partition(topic, partition).await?;
         // The topic's configs as this broker's watched copy holds them now.
         let policy = oxbow_segment_writer::AppendPolicy::of(&topic.configs);
-        let pending = self.log.enqueue(&p, batch, &policy, acks).await?;
+        let pending = match guard {
+            Some(g) => {
+                self.log
+                    .enqueue_verified(&p, batch, &policy, acks, g)
+                    .await?
+            }
+            None => self.log.enqueue(&p, batch, &policy, acks).await?,
+        };
         drop(permit);
         Ok(pending)
     }

@@ -121,6 +121,7 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::NotLeader => mapped(ResponseError::NotLeaderOrFollower, 503, 50302),
         LogKind::OutOfOrderSequence => mapped(ResponseError::OutOfOrderSequenceNumber, 409, 40903),
         LogKind::ProducerFenced => mapped(ResponseError::InvalidProducerEpoch, 409, 40904),
+        LogKind::InvalidTxnState => mapped(ResponseError::InvalidTxnState, 409, 40906),
         LogKind::Retriable => mapped(ResponseError::KafkaStorageError, 503, 50303),
         LogKind::NotEnoughReplicas => mapped(ResponseError::NotEnoughReplicas, 503, 50305),
         LogKind::NotEnoughReplicasAfterAppend => {

@@ -161,6 +161,23 @@ def record_batch(records: list[tuple[bytes | None, bytes | None]], base_timestam
     return struct.pack(">qi", 0, len(after_length)) + after_length
 
 
+def txn_record_batch(values: list[bytes], producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """An uncompressed transactional RecordBatch v2 of `values` (no keys) from a
+    transactional producer, base offset 0."""
+    ts = int(time.time() * 1000)
+    body = bytearray()
+    for i, value in enumerate(values):
+        rec = b"\x00" + varint(0) + varint(i) + varint(-1) + varint(len(value)) + value + varint(0)
+        body += varint(len(rec)) + rec
+    attributes = 0x10  # transactional
+    after_crc = (
+        struct.pack(">hiqqqhii", attributes, len(values) - 1, ts, ts, producer_id, producer_epoch, base_sequence, len(values))
+        + bytes(body)
+    )
+    after_length = struct.pack(">ibI", -1, 2, crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", 0, len(after_length)) + after_length
+
+
 # Byte offset of the CRC field inside a batch: base offset (8) + length (4) + epoch (4) + magic (1).
 BATCH_CRC_OFFSET = 17
 
@@ -177,9 +194,11 @@ def frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def produce_body_v3_to_v8(topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 10000) -> bytes:
+def produce_body_v3_to_v8(
+    topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 10000, transactional_id: str | None = None
+) -> bytes:
     return (
-        string(None)  # transactional id
+        string(transactional_id)
         + struct.pack(">hi", acks, timeout_ms)
         + struct.pack(">i", 1)
         + string(topic)

@@ -7,11 +7,13 @@ Apache Kafka too (OXBOW_E2E_TARGET=kafka)."""
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+import kafka_wire
 from helpers import create_topic, unique, wait_until
 
 TXN_TIMEOUT_MS = 4000
@@ -348,3 +350,61 @@ def test_a_timeout_above_the_brokers_maximum_is_refused(txn_broker):
     with pytest.raises(KafkaException) as raised:
         p.init_transactions(30)
     assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT, raised.value
+
+
+def test_a_transactional_batch_the_coordinator_never_added_is_refused(txn_broker):
+    """KIP-890 part 1: a transactional producer that writes to a partition it never added
+    to its transaction (AddPartitionsToTxn) is refused with INVALID_TXN_STATE, so no
+    transaction that no marker ends can hold read_committed readers; once added, the same
+    batch is taken and commits. Raw wire requests: no client lets a test skip the add."""
+    topic = unique("verified")
+    create_topic(txn_broker.bootstrap, topic, 1)
+    txn_id = unique("tx")
+    with kafka_wire.KafkaConn(txn_broker.bootstrap) as conn:
+        # FindCoordinator v1 (Kafka creates its transaction log on the first), then
+        # InitProducerId v0; either may answer a retriable error while the log loads.
+        deadline = time.monotonic() + 30
+        while True:
+            r = kafka_wire.Reader(conn.call(10, 1, kafka_wire.string(txn_id) + b"\x01"))
+            r.int32()
+            err = r.int16()
+            if err == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert err == 0, f"FindCoordinator error {err}"
+        while True:
+            r = kafka_wire.Reader(conn.call(22, 0, kafka_wire.string(txn_id) + struct.pack(">i", 60_000)))
+            r.int32()
+            err, pid, epoch = r.int16(), r.int64(), r.int16()
+            if err == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert err == 0, f"InitProducerId error {err}"
+
+        def produce(value: bytes, seq: int) -> tuple[int, int]:
+            batch = kafka_wire.txn_record_batch([value], pid, epoch, seq)
+            body = kafka_wire.produce_body_v3_to_v8(topic, 0, batch, transactional_id=txn_id)
+            return kafka_wire.parse_produce_response_v3_to_v8(conn.call(0, 3, body))
+
+        err, _ = produce(b"never-added", 0)
+        assert err == 48, f"a batch outside the transaction: error {err}, want INVALID_TXN_STATE (48)"
+        # AddPartitionsToTxn v0, then the same batch is taken.
+        body = (
+            kafka_wire.string(txn_id)
+            + struct.pack(">qhi", pid, epoch, 1)
+            + kafka_wire.string(topic)
+            + struct.pack(">ii", 1, 0)
+        )
+        r = kafka_wire.Reader(conn.call(24, 0, body))
+        r.int32()
+        assert r.int32() == 1 and r.string() == topic and r.int32() == 1
+        r.int32()
+        assert r.int16() == 0, "AddPartitionsToTxn"
+        assert produce(b"verified", 0) == (0, 0)
+        assert produce(b"after", 1) == (0, 1)
+        # EndTxn v0: commit; the coordinator may answer CONCURRENT_TRANSACTIONS briefly.
+        r = kafka_wire.Reader(conn.call(26, 0, kafka_wire.string(txn_id) + struct.pack(">qhb", pid, epoch, 1)))
+        r.int32()
+        assert r.int16() == 0, "EndTxn"
+    got = read_all(txn_broker.bootstrap, topic, 1, "read_committed", expect=2)
+    assert [v for _, _, v in got] == ["verified", "after"]

@@ -48,9 +48,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
-    // Transactions, protocol 1 (KIP-890's protocol 2 is AddPartitionsToTxn v4+ between
-    // brokers, EndTxn v5, Produce v12: not advertised until `transaction.version` 2 is).
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // Transactions, protocol 1. AddPartitionsToTxn v4 is brokers verifying (KIP-890 part
+    // 1; clients stay at v3); protocol 2 (EndTxn v5, Produce v12, AddPartitionsToTxn v5)
+    // is not advertised until `transaction.version` 2 is.
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::WriteTxnMarkers, 1, 1),

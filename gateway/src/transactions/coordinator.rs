@@ -484,6 +484,32 @@ impl TxnCoordinators {
         Ok(out)
     }
 
+    /// KIP-890 part 1, a partition leader's question: which of `partitions` are not in
+    /// `producer_id`'s ongoing transaction ([`super::verify::check`] on the stored state,
+    /// loaded as needed); `NOT_COORDINATOR` if the id is coordinated elsewhere.
+    pub async fn verify(
+        &self,
+        env: &Arc<dyn TxnEnv>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TxnPartition],
+    ) -> Result<Vec<TxnPartition>, ResponseError> {
+        if !env.coordinates(id) {
+            self.forget(id);
+            return Err(ResponseError::NotCoordinator);
+        }
+        let slot = self.slot(id);
+        let mut s = slot.lock().await;
+        self.load(id, &mut s).await?;
+        super::verify::check(
+            s.machine.transaction(),
+            producer_id,
+            producer_epoch,
+            partitions,
+        )
+    }
+
     /// One id's state, if it is stored.
     pub async fn describe(&self, id: &str) -> Result<Option<TxnListing>, ResponseError> {
         let slot = self.slot(id);

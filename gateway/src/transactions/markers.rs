@@ -3,7 +3,8 @@
 //!
 //! A job's partitions are grouped by leader (the topic cache's view): those led here are
 //! written through the log ([`Broker::write_txn_marker`]); the others go to their leader in
-//! one WriteTxnMarkers request each, over a connection per broker kept for reuse. A job's
+//! one WriteTxnMarkers request each, over a connection per broker kept for reuse
+//! ([`super::peers`]). A job's
 //! groups are the consumer groups whose offsets the transaction committed: each group's
 //! coordinator completes the group's pending offsets (here: the group coordinator;
 //! elsewhere: WriteTxnMarkers naming `__consumer_offsets` and the group's offsets
@@ -14,7 +15,6 @@
 
 use super::coordinator::{MarkerJob, TxnEnv};
 use crate::broker::Broker;
-use crate::client::connection::Connection;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
@@ -30,7 +30,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Bound on one WriteTxnMarkers exchange with another broker (the markers are acks=all
 /// appends there).
-const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where one job's markers go: (topic, partitions) per broker.
 type Plan = BTreeMap<BrokerId, BTreeMap<String, Vec<i32>>>;
@@ -208,23 +208,6 @@ impl Broker {
             .broker(leader)
             .map(|b| b.kafka_addr)
             .ok_or_else(|| "not registered".to_string())?;
-        // One connection per broker, kept while it works (one marker job at a time on it).
-        let slot = {
-            let mut peers = self.marker_peers.lock().await;
-            peers.entry(leader).or_default().clone()
-        };
-        let mut held = slot.lock().await;
-        let reusable = held
-            .as_ref()
-            .is_some_and(|c| c.addr() == addr && !c.is_broken());
-        if !reusable {
-            *held = Some(
-                Connection::open(&addr, REMOTE_TIMEOUT, "oxbow-txn-markers")
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-        let conn = held.as_mut().ok_or_else(|| "no connection".to_string())?;
         let marker = WritableTxnMarker::default()
             .with_producer_id(ProducerId(job.producer_id))
             .with_producer_epoch(job.producer_epoch)
@@ -243,13 +226,11 @@ impl Broker {
                     .collect(),
             );
         let request = WriteTxnMarkersRequest::default().with_markers(vec![marker]);
-        let version = conn
-            .pick_version::<WriteTxnMarkersRequest>(None)
-            .map_err(|e| e.to_string())?;
-        let response = conn
-            .send(version, &request, REMOTE_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (_, response) = self
+            .marker_peers
+            .call(leader, &addr, &request, 0..=i16::MAX)
+            .await?
+            .ok_or_else(|| "does not take WriteTxnMarkers".to_string())?;
         let mut codes = BTreeMap::new();
         for m in response.markers {
             for t in m.topics {

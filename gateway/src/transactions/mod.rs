@@ -2,14 +2,17 @@
 //! state machine (Kafka's `TransactionMetadata` rules, protocol 2 of KIP-890 included);
 //! [`coordinator`] drives it (records in the metadata service, marker tasks, timeouts,
 //! failover); [`markers`] writes a transaction's markers through the partitions' leaders and
-//! completes its groups' offsets; [`record`] is the stored format. The partition side
+//! completes its groups' offsets; [`verify`] is a leader asking the coordinator before a
+//! transaction's first batch (KIP-890 part 1); [`record`] is the stored format. The partition side
 //! (markers in the log, last stable offset, aborted-transaction index) is
 //! `oxbow_segment_writer::txn`; the Kafka APIs are `kafka/handlers/txn.rs`.
 
 pub mod coordinator;
 pub mod markers;
+pub mod peers;
 pub mod record;
 pub mod state;
+pub mod verify;
 
 #[cfg(test)]
 mod tests {

@@ -108,6 +108,12 @@ pub async fn handle(
     if !acks_invalid && txn_refused.is_none() {
         open_side_by_side(broker, &req).await;
     }
+    // KIP-890 part 1: a transaction's first batch in a partition is taken only if its
+    // coordinator says the partition is in the ongoing transaction.
+    let mut guards = match (&req.transactional_id, acks_invalid || txn_refused.is_some()) {
+        (Some(id), false) => crate::transactions::verify::guards(broker, id.as_str(), &req).await,
+        _ => Default::default(),
+    };
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let name = t.name.0.to_string();
@@ -146,7 +152,23 @@ pub async fn handle(
                         Outcome::Failed(e.code(), e.to_string())
                     }
                     (Some(topic), Some(records)) => {
-                        match broker.produce_pending(topic, p.index, &records, acks).await {
+                        let guard = match guards.remove(&(name.clone(), p.index)) {
+                            Some(Ok(g)) => Some(g),
+                            Some(Err((code, message))) => {
+                                partitions.push((p.index, Outcome::Failed(code, message)));
+                                continue;
+                            }
+                            // Not verifiable (not led here, unreadable): the log still
+                            // refuses a transaction's first batch under the sentinel.
+                            None if req.transactional_id.is_some() => {
+                                Some(oxbow_segment_writer::txn_verify::VerificationGuard::SENTINEL)
+                            }
+                            None => None,
+                        };
+                        match broker
+                            .produce_pending_verified(topic, p.index, &records, acks, guard)
+                            .await
+                        {
                             Ok(pending) => Outcome::Pending {
                                 pending,
                                 log_start_offset: topic
@@ -239,4 +261,135 @@ fn is_transactional(records: &[u8]) -> bool {
 
 fn log_rejection(topic: &str, partition: i32, e: &BrokerError) {
     tracing::debug!(topic, partition, error = %e, "produce rejected");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::handlers::txn;
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, InitProducerIdRequest, ProducerId, TransactionalId,
+    };
+    use oxbow_metadata::TopicSpec;
+    use oxbow_segment_writer::batch::testing::make_txn_batch;
+
+    fn session() -> Session {
+        Session::plaintext("127.0.0.1:5000".parse().expect("address"))
+    }
+
+    /// Produces one transactional batch per partition (sequence `seq`) of topic `t` as
+    /// transactional id `tx`: each partition's error code.
+    async fn produce(broker: &Arc<Broker>, pid: i64, seq: i32, partitions: &[i32]) -> Vec<i16> {
+        let req = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name("t"))
+                .with_partition_data(
+                    partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceData::default()
+                                .with_index(*p)
+                                .with_records(Some(make_txn_batch(1, 1_000, pid, 0, seq).into()))
+                        })
+                        .collect(),
+                )]);
+        let reply = handle(broker, &session(), req, 8).await;
+        let Reply::Later(f) = reply else {
+            panic!("acks=all answers later")
+        };
+        let ResponseKind::Produce(r) = f.await else {
+            panic!("a produce response")
+        };
+        r.responses[0]
+            .partition_responses
+            .iter()
+            .map(|p| p.error_code)
+            .collect()
+    }
+
+    /// KIP-890 part 1: a transaction's first batch in a partition is taken only once its
+    /// coordinator says the partition is in the ongoing transaction (INVALID_TXN_STATE
+    /// otherwise, nothing stored); AddPartitionsToTxn v4 `verify_only` answers the same
+    /// question for another broker.
+    #[tokio::test]
+    async fn a_transactions_first_batch_is_verified_with_its_coordinator() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let broker = crate::broker::testing::temp_broker(dir.path(), Default::default()).await;
+        broker
+            .create_topic(TopicSpec {
+                name: "t".into(),
+                partitions: 2,
+                replication_factor: 1,
+                configs: Default::default(),
+            })
+            .await
+            .expect("topic");
+        let init = txn::init_producer_id(
+            &broker,
+            "tx",
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+            4,
+        )
+        .await;
+        assert_eq!(init.error_code, 0);
+        let pid = init.producer_id.0;
+        let invalid = ResponseError::InvalidTxnState.code();
+        assert_eq!(
+            produce(&broker, pid, 0, &[0]).await,
+            vec![invalid],
+            "never added"
+        );
+        let add = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(str_bytes("tx")))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(0)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(topic_name("t"))
+                .with_partitions(vec![0])]);
+        let added = txn::add_partitions(&broker, &session(), add, 3).await;
+        assert_eq!(
+            added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+            0
+        );
+        // Partition 0 is in the transaction, partition 1 is not.
+        let verify = AddPartitionsToTxnRequest::default().with_transactions(vec![
+            AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(TransactionalId(str_bytes("tx")))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(0)
+                .with_verify_only(true)
+                .with_topics(vec![AddPartitionsToTxnTopic::default()
+                    .with_name(topic_name("t"))
+                    .with_partitions(vec![0, 1])]),
+        ]);
+        let verified = txn::add_partitions(&broker, &session(), verify, 4).await;
+        assert_eq!(verified.error_code, 0);
+        let codes: Vec<i16> = verified.results_by_transaction[0].topic_results[0]
+            .results_by_partition
+            .iter()
+            .map(|p| p.partition_error_code)
+            .collect();
+        assert_eq!(codes, vec![0, invalid]);
+        assert_eq!(produce(&broker, pid, 0, &[0, 1]).await, vec![0, invalid]);
+        // The transaction is open in partition 0 now: its next batch goes straight in.
+        assert_eq!(produce(&broker, pid, 1, &[0]).await, vec![0]);
+        let t = broker.topic("t").expect("t");
+        let p1 = broker.partition(&t, 1).await.expect("p1");
+        assert_eq!(
+            p1.offsets().expect("offsets").1,
+            0,
+            "nothing stored in partition 1"
+        );
+    }
 }

@@ -16,10 +16,11 @@ use crate::broker::Broker;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
 use crate::transactions::markers::env;
-use crate::transactions::state::{Reply, Request, TxnState};
+use crate::transactions::state::{Reply, Request, TxnPartition, TxnState};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedState;
@@ -95,47 +96,120 @@ pub async fn add_partitions(
     req: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
+    if version >= 4 {
+        return add_partitions_for_brokers(broker, session, req).await;
+    }
     let id = req.v3_and_below_transactional_id.as_str().to_string();
-    let authz = broker.authz(session);
-    let answer = |codes: BTreeMap<(String, i32), i16>| {
-        let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> =
-            BTreeMap::new();
-        for ((t, p), code) in codes {
-            by_topic.entry(t).or_default().push(
-                AddPartitionsToTxnPartitionResult::default()
-                    .with_partition_index(p)
-                    .with_partition_error_code(code),
+    let asked = asked_partitions(&req.v3_and_below_topics);
+    let codes =
+        if broker
+            .authz(session)
+            .allows(AclOperation::Write, ResourceType::TransactionalId, &id)
+        {
+            let producer = (
+                req.v3_and_below_producer_id.0,
+                req.v3_and_below_producer_epoch,
             );
-        }
-        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
-            by_topic
-                .into_iter()
-                .map(|(t, results)| {
-                    AddPartitionsToTxnTopicResult::default()
-                        .with_name(topic_name(&t))
-                        .with_results_by_partition(results)
-                })
-                .collect(),
-        )
-    };
-    let asked: BTreeSet<(String, i32)> = req
-        .v3_and_below_topics
+            add_or_verify(broker, session, &id, producer, &asked, false, version).await
+        } else {
+            asked
+                .iter()
+                .map(|k| (k.clone(), denied(ResourceType::TransactionalId)))
+                .collect()
+        };
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topic_results(codes))
+}
+
+/// AddPartitionsToTxn v4+, between brokers (KIP-890): many transactions per request, each
+/// added or, with `verify_only`, checked (a partition leader asking before a transaction's
+/// first batch, `transactions::verify`). Needs CLUSTER_ACTION on the cluster, as in Kafka.
+async fn add_partitions_for_brokers(
+    broker: &Arc<Broker>,
+    session: &Session,
+    req: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let r = AddPartitionsToTxnResponse::default();
+    if !broker.authz(session).allows(
+        AclOperation::ClusterAction,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return r.with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
+    let total: usize = req
+        .transactions
+        .iter()
+        .flat_map(|t| t.topics.iter())
+        .map(|t| t.partitions.len())
+        .sum();
+    if total > PARTITIONS_PER_TXN_MAX {
+        return r.with_error_code(ResponseError::InvalidRequest.code());
+    }
+    let mut results = Vec::with_capacity(req.transactions.len());
+    for t in &req.transactions {
+        let id = t.transactional_id.as_str();
+        let asked = asked_partitions(&t.topics);
+        let producer = (t.producer_id.0, t.producer_epoch);
+        let codes = add_or_verify(broker, session, id, producer, &asked, t.verify_only, 4).await;
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(TransactionalId(str_bytes(id)))
+                .with_topic_results(topic_results(codes)),
+        );
+    }
+    r.with_results_by_transaction(results)
+}
+
+fn asked_partitions(topics: &[AddPartitionsToTxnTopic]) -> BTreeSet<TxnPartition> {
+    topics
         .iter()
         .flat_map(|t| {
             let name = t.name.as_str().to_string();
             t.partitions.iter().map(move |p| (name.clone(), *p))
         })
-        .collect();
-    let all = |code: i16| answer(asked.iter().map(|k| (k.clone(), code)).collect());
-    if !authz.allows(AclOperation::Write, ResourceType::TransactionalId, &id) {
-        return all(denied(ResourceType::TransactionalId));
+        .collect()
+}
+
+/// Per-partition codes, grouped by topic, as both request shapes answer them.
+fn topic_results(codes: BTreeMap<TxnPartition, i16>) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+    for ((t, p), code) in codes {
+        by_topic.entry(t).or_default().push(
+            AddPartitionsToTxnPartitionResult::default()
+                .with_partition_index(p)
+                .with_partition_error_code(code),
+        );
     }
+    by_topic
+        .into_iter()
+        .map(|(t, results)| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic_name(&t))
+                .with_results_by_partition(results)
+        })
+        .collect()
+}
+
+/// One transaction's partitions added to it (or, `verify_only`, checked against it): the
+/// code of each. Partitions refused here (WRITE on the topic, internal, unknown) keep their
+/// code and the rest are OPERATION_NOT_ATTEMPTED.
+async fn add_or_verify(
+    broker: &Arc<Broker>,
+    session: &Session,
+    id: &str,
+    (producer_id, producer_epoch): (i64, i16),
+    asked: &BTreeSet<TxnPartition>,
+    verify_only: bool,
+    version: i16,
+) -> BTreeMap<TxnPartition, i16> {
+    let all = |code: i16| asked.iter().map(|k| (k.clone(), code)).collect();
     if asked.len() > PARTITIONS_PER_TXN_MAX {
         return all(ResponseError::InvalidRequest.code());
     }
+    let authz = broker.authz(session);
     // Per partition: refused (code) or to add. One refusal and the rest are not attempted.
-    let mut refused: BTreeMap<(String, i32), i16> = BTreeMap::new();
-    for (t, p) in &asked {
+    let mut refused: BTreeMap<TxnPartition, i16> = BTreeMap::new();
+    for (t, p) in asked {
         if !authz.allows(AclOperation::Write, ResourceType::Topic, t) {
             refused.insert((t.clone(), *p), denied(ResourceType::Topic));
         } else if oxbow_metadata::topic::is_internal_topic(t) {
@@ -156,22 +230,41 @@ pub async fn add_partitions(
     }
     if !refused.is_empty() {
         let not_attempted = ResponseError::OperationNotAttempted.code();
-        return answer(
-            asked
+        return asked
+            .iter()
+            .map(|k| (k.clone(), refused.get(k).copied().unwrap_or(not_attempted)))
+            .collect();
+    }
+    let partitions: Vec<TxnPartition> = asked.iter().cloned().collect();
+    if verify_only {
+        return match broker
+            .transactions
+            .verify(&env(broker), id, producer_id, producer_epoch, &partitions)
+            .await
+        {
+            Ok(missing) => asked
                 .iter()
-                .map(|k| (k.clone(), refused.get(k).copied().unwrap_or(not_attempted)))
+                .map(|k| {
+                    let code = if missing.contains(k) {
+                        ResponseError::InvalidTxnState.code()
+                    } else {
+                        0
+                    };
+                    (k.clone(), code)
+                })
                 .collect(),
-        );
+            Err(e) => all(e.code()),
+        };
     }
     let reply = broker
         .transactions
         .request(
             &env(broker),
-            &id,
+            id,
             Request::AddPartitions {
-                producer_id: req.v3_and_below_producer_id.0,
-                producer_epoch: req.v3_and_below_producer_epoch,
-                partitions: asked.iter().cloned().collect(),
+                producer_id,
+                producer_epoch,
+                partitions,
             },
         )
         .await;
