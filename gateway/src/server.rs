@@ -168,6 +168,15 @@ pub struct ServeArgs {
     #[arg(long, env = "OXBOW_TRANSACTIONAL_ID_EXPIRATION", default_value = "7days",
         value_parser = humantime::parse_duration)]
     pub transactional_id_expiration: std::time::Duration,
+    /// A producer id with no batch for this long (by its records' timestamps) and no
+    /// transaction open is forgotten by the partitions it wrote (Kafka's
+    /// `producer.id.expiration.ms`, 1 day): a retry from it after that is no longer
+    /// recognised as a duplicate. Longer keeps idempotence for producers idle longer, at
+    /// the cost of memory per producer id per partition (each partition also keeps at
+    /// most 20,000, dropping those whose last write lies furthest back).
+    #[arg(long, env = "OXBOW_PRODUCER_ID_EXPIRATION", default_value = "1day",
+        value_parser = humantime::parse_duration)]
+    pub producer_id_expiration: std::time::Duration,
     /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`, 15 minutes; Flink's exactly-once sink asks for 1 hour).
     /// Longer lets an abandoned transaction hold `read_committed` consumers longer.
@@ -485,6 +494,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             flush_bytes: args.flush_bytes.as_u64(),
             partition_tail_bytes: args.partition_tail_bytes.as_usize(),
             max_decompressed_batch_bytes: args.max_decompressed_batch_bytes.as_usize(),
+            producer_id_expiration: args.producer_id_expiration,
             replication: ReplicationSettings {
                 az: args.az.clone(),
                 replication_factor: args.wal_replication_factor,

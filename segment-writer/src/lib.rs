@@ -58,6 +58,7 @@ pub mod object;
 pub mod objects;
 pub mod orphans;
 pub mod partition;
+pub mod producer_state;
 pub mod producer_summary;
 pub mod read;
 pub mod records;
@@ -82,7 +83,7 @@ pub use leadership::handoff_state::{Handoff, Moved};
 pub use leadership::{AppendPermit, Leadership};
 pub use log::{
     Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
-    PendingAppend,
+    PendingAppend, PRODUCER_EXPIRATION_CHECK, PRODUCER_ID_EXPIRATION_DEFAULT,
 };
 pub use read::{Isolation, ReadResult};
 pub use replica::serve_internal;

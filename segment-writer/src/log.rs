@@ -54,6 +54,13 @@ use recovery::LogRecovery;
 /// parallel, yet never floods the metadata service.
 const OPENS_AT_ONCE: usize = 128;
 
+/// Kafka's `producer.id.expiration.ms` default (1 day).
+pub const PRODUCER_ID_EXPIRATION_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+
+/// How often partitions forget expired producers (Kafka's
+/// `producer.id.expiration.check.interval.ms`, 10 minutes).
+pub const PRODUCER_EXPIRATION_CHECK: Duration = Duration::from_secs(600);
+
 /// Settings of the log (typed; the CLI maps flags onto them).
 #[derive(Clone, Debug)]
 pub struct LogSettings {
@@ -72,6 +79,11 @@ pub struct LogSettings {
     /// look holds up to this much memory while it runs; a producer batch past it is
     /// refused (`MESSAGE_TOO_LARGE`), a stored one is not served over HTTP.
     pub max_decompressed_batch_bytes: usize,
+    /// `producer.id.expiration.ms`: a producer idle this long (its newest record
+    /// timestamp) with no transaction open is forgotten by each partition, checked every
+    /// [`PRODUCER_EXPIRATION_CHECK`]. Longer keeps idempotence for producers idle longer,
+    /// at the cost of memory per producer per partition.
+    pub producer_id_expiration: Duration,
     /// WAL replication to other zones.
     pub replication: ReplicationSettings,
     /// Where a write is durable before `acks=all` is answered.
@@ -564,6 +576,24 @@ impl LogManager {
             .read()
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Forgets, in every open partition, producers idle past `producer_id_expiration`
+    /// with no transaction open there; returns how many.
+    pub fn expire_producers(&self) -> usize {
+        let now = self.clock.unix_ms();
+        let expiration =
+            i64::try_from(self.settings.producer_id_expiration.as_millis()).unwrap_or(i64::MAX);
+        let mut forgotten = 0;
+        for p in self.open_partitions() {
+            if let Ok(mut s) = p.lock() {
+                forgotten += s.expire_producers(now, expiration);
+            }
+        }
+        if forgotten > 0 {
+            tracing::debug!(forgotten, "expired idle producer ids");
+        }
+        forgotten
     }
 
     /// Bytes of sealed object data held in the read cache.

@@ -11,16 +11,14 @@
 
 use crate::batch::BatchHeader;
 use crate::error::{Error, Result};
-use crate::producer_summary::{ProducerBatch, RowKind};
+use crate::producer_state::ProducerStates;
+pub use crate::producer_state::{ActiveProducer, SequenceCheck, PRODUCER_RECENT_BATCHES};
+use crate::producer_summary::ProducerBatch;
 use crate::txn::{self, AbortedTxn, PartitionTxns};
 use crate::txn_verify::{VerificationGuard, Verifications};
 use bytes::Bytes;
 use oxbow_metadata::{LeaderEpoch, LeaderEpochHistory, Offset};
-use std::collections::{HashMap, VecDeque};
-
-/// How many recent batches per producer are remembered for deduplication (Kafka's
-/// `max.in.flight.requests.per.connection` limit for idempotence is 5).
-pub const PRODUCER_RECENT_BATCHES: usize = 5;
+use std::collections::VecDeque;
 
 /// One batch held in memory.
 #[derive(Clone, Debug)]
@@ -33,56 +31,6 @@ pub struct MemBatch {
     pub wal_sequence: Option<u64>,
     pub durable: bool,
     pub sealed: bool,
-}
-
-#[derive(Clone, Debug)]
-struct ProducerEntry {
-    epoch: i16,
-    last_sequence: i32,
-    /// The newest record timestamp of its last batch appended here (-1: known only from a
-    /// rebuilt state, which keeps no timestamps).
-    last_timestamp_ms: i64,
-    /// (first sequence, last sequence, base offset) of the latest batches.
-    recent: VecDeque<(i32, i32, Offset)>,
-    /// Where the newest marker at `epoch` is stored, if one is: what a sealed object
-    /// carries forward for a producer known only from a marker (a fencing abort's).
-    marker_offset: Option<Offset>,
-}
-
-impl ProducerEntry {
-    fn new(epoch: i16) -> Self {
-        ProducerEntry {
-            epoch,
-            last_sequence: -1,
-            last_timestamp_ms: -1,
-            recent: VecDeque::new(),
-            marker_offset: None,
-        }
-    }
-
-    /// Where its newest batch or marker is stored.
-    fn last_offset(&self) -> Option<Offset> {
-        let batch = self.recent.back().map(|&(_, _, o)| o);
-        batch.max(self.marker_offset)
-    }
-}
-
-/// An idempotent producer this partition remembers (DescribeProducers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ActiveProducer {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub last_sequence: i32,
-    pub last_timestamp_ms: i64,
-}
-
-/// What to do with a produced batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SequenceCheck {
-    /// Append it.
-    Append,
-    /// It is a retry of a batch already appended at this base offset: answer with that.
-    Duplicate(Offset),
 }
 
 /// Where a read at some offset must go.
@@ -108,7 +56,7 @@ pub struct PartitionLogState {
     batches: VecDeque<MemBatch>,
     memory_bytes: usize,
     unsealed_bytes: usize,
-    producers: HashMap<i64, ProducerEntry>,
+    producers: ProducerStates,
     /// `--durability direct`: no WAL; a batch becomes durable (and visible) when it is
     /// sealed, so the sealer takes batches that are not durable yet.
     direct: bool,
@@ -141,7 +89,7 @@ impl PartitionLogState {
             batches: VecDeque::new(),
             memory_bytes: 0,
             unsealed_bytes: 0,
-            producers: HashMap::new(),
+            producers: ProducerStates::default(),
             direct: false,
             leader_epochs: LeaderEpochHistory::default(),
             txns: PartitionTxns::default(),
@@ -216,26 +164,42 @@ impl PartitionLogState {
 
     /// The epoch this partition remembers for `producer_id` (from its batches or markers).
     pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
-        self.producers.get(&producer_id).map(|e| e.epoch)
+        self.producers.epoch(producer_id)
     }
 
-    /// A marker of `producer_id` at `producer_epoch`, stored at `offset`: a newer epoch is
-    /// remembered (Kafka's `ProducerStateManager`), so a later batch at an older one is
-    /// fenced; its sequences restart (the producer's next batch at that epoch starts
-    /// wherever it does).
-    fn marker_epoch(&mut self, producer_id: i64, producer_epoch: i16, offset: Offset) {
-        let entry = self
-            .producers
-            .entry(producer_id)
-            .or_insert_with(|| ProducerEntry::new(producer_epoch));
-        if producer_epoch > entry.epoch {
-            entry.epoch = producer_epoch;
-            entry.last_sequence = -1;
-            entry.recent.clear();
-        }
-        if producer_epoch == entry.epoch {
-            entry.marker_offset = Some(offset);
-        }
+    /// Idempotent-producer check ([`ProducerStates::check_sequence`]).
+    pub fn check_sequence(&self, h: &BatchHeader) -> Result<SequenceCheck> {
+        self.producers.check_sequence(h)
+    }
+
+    /// The idempotent producers remembered here, by id.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.producers.active()
+    }
+
+    /// What a sealed chunk starting at `before` carries forward ([`ProducerStates::carried`]).
+    pub fn carried_producers(&self, before: Offset, max: usize) -> Vec<ProducerBatch> {
+        self.producers.carried(before, max)
+    }
+
+    /// Forgets producers idle past `expiration_ms` at `now_ms` with no transaction open
+    /// here (`producer.id.expiration.ms`); returns how many.
+    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let txns = &self.txns;
+        self.producers.expire(now_ms, expiration_ms, |id| {
+            txns.open_first_offset(id).is_some()
+        })
+    }
+
+    /// How many producers this partition remembers.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    fn record_producer(&mut self, b: &ProducerBatch, timestamp_ms: i64) {
+        let txns = &self.txns;
+        self.producers
+            .record(b, timestamp_ms, |id| txns.open_first_offset(id).is_some());
     }
 
     /// OffsetForLeaderEpoch's answer for `requested` (see
@@ -266,153 +230,10 @@ impl PartitionLogState {
         self.unsealed_bytes
     }
 
-    /// Idempotent-producer check (Kafka's `ProducerStateManager` rules, simplified): a
-    /// batch from a known producer must carry the next sequence, a retry of one of its last
-    /// five batches is a duplicate, an older epoch is fenced.
-    pub fn check_sequence(&self, h: &BatchHeader) -> Result<SequenceCheck> {
-        if h.producer_id < 0 || h.base_sequence < 0 {
-            return Ok(SequenceCheck::Append);
-        }
-        let Some(entry) = self.producers.get(&h.producer_id) else {
-            // Unknown producer (new, or its state predates this broker's memory): accept.
-            return Ok(SequenceCheck::Append);
-        };
-        if h.producer_epoch < entry.epoch {
-            return Err(Error::ProducerFenced {
-                producer_id: h.producer_id,
-                current: entry.epoch,
-                got: h.producer_epoch,
-            });
-        }
-        if h.producer_epoch > entry.epoch {
-            return if h.base_sequence == 0 {
-                Ok(SequenceCheck::Append)
-            } else {
-                Err(Error::OutOfOrderSequence {
-                    producer_id: h.producer_id,
-                    expected: 0,
-                    got: h.base_sequence,
-                })
-            };
-        }
-        if entry.recent.is_empty() {
-            // Known only from a marker: its epoch, not its sequence.
-            return Ok(SequenceCheck::Append);
-        }
-        if let Some((_, _, base)) = entry
-            .recent
-            .iter()
-            .find(|(first, last, _)| *first == h.base_sequence && *last == h.last_sequence())
-        {
-            return Ok(SequenceCheck::Duplicate(*base));
-        }
-        let expected = if entry.last_sequence == i32::MAX {
-            0
-        } else {
-            entry.last_sequence + 1
-        };
-        if h.base_sequence != expected {
-            return Err(Error::OutOfOrderSequence {
-                producer_id: h.producer_id,
-                expected,
-                got: h.base_sequence,
-            });
-        }
-        Ok(SequenceCheck::Append)
-    }
-
     /// Remembers an already stored batch's producer sequence (state rebuilt from the log
     /// when a partition opens on a new leader), so retries of it are recognised.
     pub fn restore_producer(&mut self, b: &ProducerBatch) {
         self.record_producer(b, -1);
-    }
-
-    /// The idempotent producers remembered here, by id.
-    pub fn active_producers(&self) -> Vec<ActiveProducer> {
-        let mut out: Vec<ActiveProducer> = self
-            .producers
-            .iter()
-            .map(|(&producer_id, e)| ActiveProducer {
-                producer_id,
-                producer_epoch: e.epoch,
-                last_sequence: e.last_sequence,
-                last_timestamp_ms: e.last_timestamp_ms,
-            })
-            .collect();
-        out.sort_by_key(|p| p.producer_id);
-        out
-    }
-
-    /// The remembered batches of producers whose last batch (or marker) lies before `before`
-    /// (so none with one in a chunk starting there): newest producers first, each
-    /// producer's batches in order — or, for one known only from a marker, that marker — at
-    /// most `max` rows (what a sealed object carries forward for the partition's next
-    /// leader).
-    pub fn carried_producers(&self, before: Offset, max: usize) -> Vec<ProducerBatch> {
-        let mut producers: Vec<(&i64, &ProducerEntry)> = self
-            .producers
-            .iter()
-            .filter(|(_, e)| e.last_offset().is_some_and(|o| o < before))
-            .collect();
-        producers.sort_by_key(|(id, e)| (std::cmp::Reverse(e.last_offset()), **id));
-        let mut out = Vec::new();
-        for (&producer_id, e) in producers {
-            let rows: Vec<ProducerBatch> = match e.marker_offset {
-                Some(offset) if e.recent.is_empty() => {
-                    vec![ProducerBatch::marker(producer_id, e.epoch, offset)]
-                }
-                _ => e
-                    .recent
-                    .iter()
-                    .map(
-                        |&(base_sequence, last_sequence, base_offset)| ProducerBatch {
-                            producer_id,
-                            producer_epoch: e.epoch,
-                            base_sequence,
-                            last_sequence,
-                            base_offset,
-                            kind: RowKind::Batch,
-                        },
-                    )
-                    .collect(),
-            };
-            if out.len() + rows.len() > max {
-                break;
-            }
-            out.extend(rows);
-        }
-        out
-    }
-
-    /// Remembers a batch's producer sequence (`b.base_offset` is where it is stored) and,
-    /// when known, its newest record timestamp; or a marker's epoch.
-    fn record_producer(&mut self, b: &ProducerBatch, timestamp_ms: i64) {
-        match b.kind {
-            RowKind::Batch => {}
-            RowKind::Marker => {
-                return self.marker_epoch(b.producer_id, b.producer_epoch, b.base_offset);
-            }
-            RowKind::OpenTxn => return,
-        }
-        let entry = self
-            .producers
-            .entry(b.producer_id)
-            .or_insert_with(|| ProducerEntry::new(b.producer_epoch));
-        if b.producer_epoch != entry.epoch {
-            entry.epoch = b.producer_epoch;
-            entry.recent.clear();
-            entry.marker_offset = None;
-        }
-        entry.last_sequence = b.last_sequence;
-        if timestamp_ms >= 0 {
-            entry.last_timestamp_ms = timestamp_ms;
-        }
-        entry
-            .recent
-            .push_back((b.base_sequence, b.last_sequence, b.base_offset));
-        while entry.recent.len() > PRODUCER_RECENT_BATCHES {
-            entry.recent.pop_front();
-        }
     }
 
     /// Assigns offsets to a validated batch and holds it (not yet durable). Returns its base

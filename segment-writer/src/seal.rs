@@ -47,6 +47,12 @@ pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
     // committed): replicas waiting to rejoin the in-sync set need to see it promptly.
     let mut floor_tick = tokio::time::interval(FLOOR_REFRESH);
     floor_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Expired producers are looked for every 10 minutes, or twice per expiration if shorter.
+    let expiry_check = crate::log::PRODUCER_EXPIRATION_CHECK
+        .min((log.settings.producer_id_expiration / 2).max(std::time::Duration::from_secs(1)));
+    let mut expiry_tick = tokio::time::interval(expiry_check);
+    expiry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    expiry_tick.tick().await;
     loop {
         tokio::select! {
             // Polled in order (shutdown first): tokio's random branch order would make the
@@ -57,6 +63,10 @@ pub async fn run_sealer(log: Arc<LogManager>, shutdown: CancellationToken) {
             _ = log.seal_wanted.notified() => {}
             _ = floor_tick.tick() => {
                 log.refresh_sealed_floor();
+                continue;
+            }
+            _ = expiry_tick.tick() => {
+                log.expire_producers();
                 continue;
             }
         }

@@ -193,6 +193,28 @@ def test_broker_configs_admin_tools_read(shared_broker):
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 
 
+def test_an_idle_producer_id_expires(broker_factory, java):
+    """`producer.id.expiration.ms` (`--producer-id-expiration`): a partition forgets an
+    idempotent producer idle that long, so DescribeProducers stops listing it and memory
+    per partition does not grow with every producer that ever wrote."""
+    b = broker_factory(
+        name="pidexp",
+        extra_args=["--producer-id-expiration", "3s"],
+        kafka_props={"producer.id.expiration.ms": 3000, "producer.id.expiration.check.interval.ms": 1000},
+    ).bootstrap
+    topic = create_topic(b, unique("expiring"), 1)
+    p = producer(b, **{"enable.idempotence": True})
+    p.produce(topic, value=b"v", partition=0)
+    assert p.flush(30) == 0
+
+    def listed() -> int:
+        out = java(TRANSACTIONS_COMMAND, "--bootstrap-server", b, "describe-producers", "--topic", topic, "--partition", "0").stdout
+        return len([line for line in out.splitlines() if line.strip() and not line.startswith("ProducerId")])
+
+    assert listed() == 1
+    wait_until(lambda: listed() == 0, timeout=30, what="the idle producer id expired")
+
+
 def test_describe_producers_lists_the_idempotent_producer(shared_broker, java):
     b = shared_broker.bootstrap
     topic = create_topic(b, unique("producers"), 1)
