@@ -108,6 +108,8 @@ pub struct History {
     pub served_starts: BTreeMap<i32, i64>,
     /// How often a served log start moved forward.
     pub start_advances: u64,
+    /// What the transactional workload did and read (transactional runs, `txn_check.rs`).
+    pub txn: crate::txn_check::TxnHistory,
 }
 
 impl History {
