@@ -46,8 +46,12 @@ pub const TXN_PRODUCERS: u64 = 2;
 /// their producer fences mid-way (only while the faults run).
 const ABORT_PERCENT: u64 = 25;
 const FENCE_PERCENT: u64 = 6;
-/// How long a zombie keeps trying after its fence began (ms).
-const ZOMBIE_MS: (u64, u64) = (1_000, 5_000);
+/// How long a zombie keeps trying after its fence began (ms): across a few leader changes.
+const ZOMBIE_MS: (u64, u64) = (2_000, 6_000);
+/// How long the new instance takes to begin its first transaction after the fence (ms): an
+/// application restarting. Meanwhile nothing of its new epoch reaches the fenced partitions
+/// but the fence itself, which alone then keeps the zombie out.
+const RESTART_MS: (u64, u64) = (300, 2_000);
 
 fn backoff(rng: &dyn Rng) -> Duration {
     Duration::from_millis(50 + rng.next_u64() % 100)
@@ -339,6 +343,8 @@ pub async fn producer(
             }
             epoch = fence + 1;
             sequences.clear();
+            let restart = RESTART_MS.0 + rng.next_u64() % (RESTART_MS.1 - RESTART_MS.0);
+            cluster.clock.sleep(Duration::from_millis(restart)).await;
             continue;
         }
         let commit = rng.next_u64() % 100 >= ABORT_PERCENT;
