@@ -4,7 +4,8 @@
 //! Invariants (the list; each violation names the partition and offsets):
 //! 1. no acknowledged record is lost: at every acknowledged base offset the final log holds
 //!    the batch that was acknowledged there (same producer, sequence and count);
-//! 2. none is duplicated: each (producer, sequence) appears once in a partition's log;
+//! 2. none is duplicated: each (producer, producer epoch, sequence) appears once in a
+//!    partition's log (markers carry no sequence);
 //! 3. offsets are dense and monotonic: each batch starts where the previous one ended;
 //!    leader epochs never decrease along the log;
 //! 4. a fenced writer acknowledged nothing after its fence: a (first) acknowledgement made
@@ -64,7 +65,10 @@ pub struct StoredBatch {
     pub offsets: Vec<i64>,
     pub leader_epoch: i32,
     pub producer_id: i64,
+    pub producer_epoch: i16,
     pub base_sequence: i32,
+    /// A control batch: `Some(true)` a COMMIT marker, `Some(false)` an ABORT.
+    pub marker: Option<bool>,
 }
 
 /// A produce a producer stopped retrying at the end without an answer: it may have landed,
@@ -104,6 +108,8 @@ pub struct History {
     pub served_starts: BTreeMap<i32, i64>,
     /// How often a served log start moved forward.
     pub start_advances: u64,
+    /// What the transactional workload did and read (transactional runs, `txn_check.rs`).
+    pub txn: crate::txn_check::TxnHistory,
 }
 
 impl History {
@@ -365,9 +371,10 @@ pub fn check(
                     b.offsets.len()
                 ));
             }
-            for &o in &b.offsets {
+            // Markers carry no sequence; a bumped producer epoch restarts sequences.
+            for &o in b.offsets.iter().filter(|_| b.marker.is_none()) {
                 let seq = b.base_sequence + (o - b.base_offset) as i32;
-                if !seen.insert((b.producer_id, seq)) {
+                if !seen.insert((b.producer_id, b.producer_epoch, seq)) {
                     out.push(format!(
                         "p{p}: producer {} sequence {seq} stored twice (again at offset {o})",
                         b.producer_id,
@@ -486,7 +493,9 @@ mod tests {
             offsets: (base..=last).collect(),
             leader_epoch: epoch,
             producer_id: pid,
+            producer_epoch: 0,
             base_sequence: seq,
+            marker: None,
         }
     }
 

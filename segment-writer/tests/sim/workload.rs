@@ -17,7 +17,7 @@ use oxbow_segment_writer::batch::{
     testing::{make_idempotent_batch, make_keyed_idempotent_batch},
     BatchHeader,
 };
-use oxbow_segment_writer::records;
+use oxbow_segment_writer::{records, txn};
 use oxbow_segment_writer::{Acks, AppendPolicy, ErrorKind, Partition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,18 +25,31 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// How long a producer waits for one acknowledgement before retrying (delivery timeout).
-const ACK_TIMEOUT: Duration = Duration::from_secs(5);
-const READ_BYTES: usize = 16 << 10;
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub const READ_BYTES: usize = 16 << 10;
 
 /// Why a client call did not complete.
-enum Fail {
+pub enum Fail {
     /// Retry (not leader, broker down, not enough replicas, timeout...).
     Retry(String),
+    /// The producer's epoch is older than the one the partition remembers: a bug for a
+    /// live producer, what a zombie of a fenced epoch must get (`txn.rs`).
+    Fenced(String),
     /// A client-visible error the workload never provokes: a bug.
     Fatal(String),
 }
 
-async fn leader_partition(
+impl Fail {
+    pub fn why(&self) -> &str {
+        match self {
+            Fail::Retry(w) | Fail::Fenced(w) | Fail::Fatal(w) => w,
+        }
+    }
+}
+
+/// The partition's leader as the stored state names it (what a Metadata request answers):
+/// the topic, the leader's id, its open partition and its log.
+pub async fn leader_partition(
     cluster: &Cluster,
     partition: i32,
 ) -> Result<
@@ -67,18 +80,20 @@ async fn leader_partition(
     Ok((topic, leader, p, b.log.clone()))
 }
 
-fn classify(e: oxbow_segment_writer::Error) -> Fail {
+pub fn classify(e: oxbow_segment_writer::Error) -> Fail {
     match e.kind() {
+        ErrorKind::ProducerFenced => Fail::Fenced(e.to_string()),
         ErrorKind::OutOfOrderSequence
         | ErrorKind::Corrupt
         | ErrorKind::InvalidRecord
-        | ErrorKind::DataCorruption
-        | ErrorKind::ProducerFenced => Fail::Fatal(e.to_string()),
+        | ErrorKind::DataCorruption => Fail::Fatal(e.to_string()),
         _ => Fail::Retry(e.to_string()),
     }
 }
 
-async fn produce_once(
+/// One attempt at an `acks=all` produce through the leader's append gate: (base offset,
+/// the leader epoch that acknowledged it, whether it was a recognised retry).
+pub async fn produce_once(
     cluster: &Cluster,
     partition: i32,
     raw: &[u8],
@@ -183,7 +198,7 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
                     let backoff = 50 + rng.next_u64() % 100;
                     cluster.clock.sleep(Duration::from_millis(backoff)).await;
                 }
-                Err(Fail::Fatal(why)) => {
+                Err(Fail::Fatal(why) | Fail::Fenced(why)) => {
                     cluster.violation(format!(
                         "producer{index} p{partition} seq {sequence}: {why}"
                     ));
@@ -337,7 +352,7 @@ async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> 
 
 /// The offsets of the records a batch holds (its header's range, less what key compaction
 /// removed).
-fn record_offsets(raw: &[u8], h: &BatchHeader) -> Result<Vec<i64>, String> {
+pub fn record_offsets(raw: &[u8], h: &BatchHeader) -> Result<Vec<i64>, String> {
     let section = records::records_section(raw, h, 1 << 20).map_err(|e| e.to_string())?;
     records::walk(&section, h.record_count)
         .map(|r| {
@@ -358,8 +373,11 @@ pub async fn final_logs(cluster: &Cluster) -> Result<FinalLogs, String> {
     for partition in 0..PARTITIONS {
         let (_, leader, p, log) = match leader_partition(cluster, partition).await {
             Ok(x) => x,
-            Err(Fail::Retry(why) | Fail::Fatal(why)) => {
-                return Err(format!("p{partition} is not served at the end: {why}"))
+            Err(f) => {
+                return Err(format!(
+                    "p{partition} is not served at the end: {}",
+                    f.why()
+                ))
             }
         };
         let mut batches = Vec::new();
@@ -394,7 +412,13 @@ pub async fn final_logs(cluster: &Cluster) -> Result<FinalLogs, String> {
                     })?,
                     leader_epoch: h.partition_leader_epoch,
                     producer_id: h.producer_id,
+                    producer_epoch: h.producer_epoch,
                     base_sequence: h.base_sequence,
+                    marker: if h.is_control() {
+                        txn::parse_marker(raw, &h).map(|m| m.commit)
+                    } else {
+                        None
+                    },
                 });
                 next = h.last_offset() + 1;
                 progressed = true;
