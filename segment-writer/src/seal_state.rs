@@ -206,10 +206,15 @@ pub struct CatalogueEnd {
 }
 
 /// After a conflict: up to which offset a chunk (`base..=last` at `epoch`) is catalogued
-/// already, by an earlier seal of the same batches whose commit failed with an unknown
-/// outcome and landed after all. Only under the chunk's own epoch (one writer per epoch):
-/// those batches are sealed and the next seal starts after them, instead of being refused
-/// forever (found by the simulation, seed 53). `None`: nothing to mark.
+/// already, so those batches are sealed and the next seal starts after them instead of
+/// being refused forever. `end` is where the *served* catalogue ends (after decision 23's
+/// epoch cut). Two ways it gets there: an earlier seal of the same batches under the
+/// chunk's own epoch whose commit failed with an unknown outcome and landed after all
+/// (simulation seed 53); or a deposed leader's seal of the tail this leader recovered from
+/// it, landing late under the older epoch (transactional simulation seed 28). An older
+/// epoch's entry is served only below this leader's epoch start, where every log holds the
+/// same batches, so it holds ours. A newer epoch's is not ours to mark (this leader is
+/// deposed; its commits are fenced). `None`: nothing to mark.
 pub fn catalogued_up_to(
     chunk_base: Offset,
     chunk_last: Offset,
@@ -217,7 +222,7 @@ pub fn catalogued_up_to(
     end: Option<CatalogueEnd>,
 ) -> Option<Offset> {
     let end = end?;
-    (end.last_offset + 1 > chunk_base && end.leader_epoch == chunk_epoch)
+    (end.last_offset + 1 > chunk_base && end.leader_epoch <= chunk_epoch)
         .then_some(end.last_offset.min(chunk_last))
 }
 
@@ -341,8 +346,11 @@ mod tests {
         assert_eq!(catalogued_up_to(10, 20, 3, end(15, 3)), Some(15));
         // Past the chunk: the whole chunk.
         assert_eq!(catalogued_up_to(10, 20, 3, end(30, 3)), Some(20));
-        // Another epoch's data: not ours to mark.
+        // A newer epoch's data: not ours to mark.
         assert_eq!(catalogued_up_to(10, 20, 3, end(15, 4)), None);
+        // An older epoch's served entry (a deposed leader's late seal of the tail recovered
+        // from it): the same batches, marked.
+        assert_eq!(catalogued_up_to(10, 20, 3, end(15, 2)), Some(15));
         // Ends before the chunk starts, or nothing catalogued.
         assert_eq!(catalogued_up_to(10, 20, 3, end(9, 3)), None);
         assert_eq!(catalogued_up_to(10, 20, 3, None), None);

@@ -562,25 +562,23 @@ fn txn_seeds() {
     );
 }
 
-/// A production defect the transactional runs found, not fixed yet (ARCHITECTURE decision
-/// 22): the sealer is refused forever once a deposed leader's seal of the batches its
-/// successor recovered lands after all. p0's leader b2 (epoch 1, from offset 16) is cut from
-/// the metadata service; the controller moves p0 to b3 at epoch 2 (from 18), which recovers
-/// b2's tail 16..=17; b2's seal of those batches, refused as fenced, then lands (the zombie
-/// stream: the index the fence check reads may lag, decision 23) as an entry 16..=17 of
-/// epoch 1 — inside epoch 1, so rightly served. b3's seal of its chunk from 16 conflicts
-/// ("catalog ends before offset 18 but the new entry starts at 16"), and the reconcile
-/// (`seal::reconcile_with_catalog` → `seal_state::catalogued_up_to`) marks batches sealed
-/// only when the catalogue's last entry is of the chunk's own epoch (2): nothing is marked,
-/// the next round builds the same chunk, refused again until the end. The sealed floor stops,
-/// so replicas that fell out of b3's in-sync set never rejoin ("rejoins once everything it
-/// missed is in the object store"): every partition b3 leads refuses `acks=all` produces and
-/// markers ("only 1 in-sync WAL copies"), transactions never end, p1's last stable offset
-/// stays below its high watermark (rule 16). Seed 28 stands for the schedule of the
-/// transactional workload as committed with this test.
+/// A defect the transactional runs found (ARCHITECTURE decision 22), fixed in
+/// `seal_state::catalogued_up_to`: the sealer was refused forever once a deposed leader's
+/// seal of the batches its successor recovered landed after all. p0's leader b2 (epoch 1,
+/// from offset 16) is cut from the metadata service; the controller moves p0 to b3 at
+/// epoch 2 (from 18), which recovers b2's tail 16..=17; b2's seal of those batches, refused
+/// as fenced, then lands (the zombie stream: the index the fence check reads may lag,
+/// decision 23) as an entry 16..=17 of epoch 1 — inside epoch 1, so rightly served. b3's
+/// seal of its chunk from 16 conflicts ("catalog ends before offset 18 but the new entry
+/// starts at 16"), and the reconcile marked batches sealed only when the catalogue's last
+/// entry was of the chunk's own epoch (2): nothing was marked, every round built the same
+/// chunk, refused again. The sealed floor stopped, so replicas that fell out of b3's in-sync
+/// set never rejoined: every partition b3 leads refused `acks=all` produces and markers,
+/// transactions never ended, p1's last stable offset stayed below its high watermark
+/// (rule 16). Seed 28 stands for the schedule of the transactional workload as committed
+/// with this test.
 #[test]
-#[ignore = "production defect: seal_state::catalogued_up_to refuses an older epoch's catalogue end, so the sealer stalls (see the doc comment)"]
-fn txn_seed_28_sealer_stalls_after_a_deposed_leaders_seal_of_a_recovered_tail_lands() {
+fn txn_seed_28_a_deposed_leaders_late_seal_of_a_recovered_tail_does_not_stall_the_sealer() {
     judge(&run_seed_txn(28));
 }
 
