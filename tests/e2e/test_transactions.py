@@ -408,3 +408,69 @@ def test_a_transactional_batch_the_coordinator_never_added_is_refused(txn_broker
         assert r.int16() == 0, "EndTxn"
     got = read_all(txn_broker.bootstrap, topic, 1, "read_committed", expect=2)
     assert [v for _, _, v in got] == ["verified", "after"]
+
+
+def test_offsets_of_a_group_the_transaction_never_added_are_refused(txn_broker):
+    """KIP-890 part 1 for offsets: a TxnOffsetCommit for a group the transaction never added
+    (AddOffsetsToTxn) is refused, so no pending offsets wait for a marker that never comes;
+    once added, the same commit is taken. Raw wire requests."""
+    topic = unique("offsets-verified")
+    create_topic(txn_broker.bootstrap, topic, 1)
+    txn_id, group = unique("tx"), unique("g")
+    with kafka_wire.KafkaConn(txn_broker.bootstrap) as conn:
+        deadline = time.monotonic() + 30
+        for key, key_type in ((txn_id, 1), (group, 0)):
+            while True:
+                r = kafka_wire.Reader(conn.call(10, 1, kafka_wire.string(key) + bytes([key_type])))
+                r.int32()
+                err = r.int16()
+                if err == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert err == 0, f"FindCoordinator({key}) error {err}"
+        while True:
+            r = kafka_wire.Reader(conn.call(22, 0, kafka_wire.string(txn_id) + struct.pack(">i", 60_000)))
+            r.int32()
+            err, pid, epoch = r.int16(), r.int64(), r.int16()
+            if err == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert err == 0, f"InitProducerId error {err}"
+
+        def commit_offset(offset: int) -> int:
+            body = (
+                kafka_wire.string(txn_id)
+                + kafka_wire.string(group)
+                + struct.pack(">qhi", pid, epoch, 1)
+                + kafka_wire.string(topic)
+                + struct.pack(">iiq", 1, 0, offset)
+                + kafka_wire.string("")
+            )
+            r = kafka_wire.Reader(conn.call(28, 0, body))
+            r.int32()
+            assert r.int32() == 1 and r.string() == topic and r.int32() == 1
+            r.int32()
+            return r.int16()
+
+        # Nothing begun for this id yet (no partition, no group): refused.
+        refused = commit_offset(5)
+        assert refused != 0, "a TxnOffsetCommit outside the transaction was taken"
+        # AddOffsetsToTxn v0, then the same commit is taken and commits with the transaction.
+        r = kafka_wire.Reader(conn.call(25, 0, kafka_wire.string(txn_id) + struct.pack(">qh", pid, epoch) + kafka_wire.string(group)))
+        r.int32()
+        assert r.int16() == 0, "AddOffsetsToTxn"
+        assert commit_offset(5) == 0
+        r = kafka_wire.Reader(conn.call(26, 0, kafka_wire.string(txn_id) + struct.pack(">qhb", pid, epoch, 1)))
+        r.int32()
+        assert r.int16() == 0, "EndTxn"
+    c = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    try:
+        wait_until(
+            lambda: c.committed([TopicPartition(topic, 0)], timeout=5)[0].offset == 5,
+            timeout=30,
+            what="the transaction's offset committed",
+        )
+    finally:
+        c.close()
+    # Kafka answers INVALID_TXN_STATE (48) too; see the assertion message if it differs.
+    assert refused == 48, f"refused with {refused}"

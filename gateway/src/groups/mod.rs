@@ -139,6 +139,10 @@ impl GroupOffsets {
 pub enum TxnOffsetsError {
     #[error("refused by the group: {0:?}")]
     Group(ResponseError),
+    /// The transaction coordinator did not verify the group in the producer's ongoing
+    /// transaction (the code to answer).
+    #[error("not verified by the transaction coordinator: {0:?}")]
+    Txn(ResponseError),
     #[error(transparent)]
     Metadata(#[from] oxbow_metadata::Error),
 }
@@ -619,6 +623,32 @@ impl Coordinator {
         member: Option<(&str, Option<&str>, i32)>,
         offsets: Vec<(String, i32, i64, i32, String)>,
     ) -> Result<(), TxnOffsetsError> {
+        self.txn_commit_offsets_verified(
+            group_id,
+            producer_id,
+            producer_epoch,
+            member,
+            offsets,
+            async { Ok(()) },
+        )
+        .await
+    }
+
+    /// [`Self::txn_commit_offsets`], storing only once `verified` (the transaction
+    /// coordinator's word that the group is in the producer's ongoing transaction, KIP-890)
+    /// succeeds. It is awaited under the group's offsets lock, which the transaction's
+    /// marker also takes ([`Self::complete_txn_offsets`]): an answer cannot be made stale by
+    /// a marker landing between it and the store, which would leave pending offsets no
+    /// marker ends (or merge them into the producer's next transaction).
+    pub async fn txn_commit_offsets_verified(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: Option<(&str, Option<&str>, i32)>,
+        offsets: Vec<(String, i32, i64, i32, String)>,
+        verified: impl std::future::Future<Output = Result<(), TxnOffsetsError>>,
+    ) -> Result<(), TxnOffsetsError> {
         if let Some((member_id, instance_id, generation)) = member {
             let checked = match self.existing(group_id) {
                 Some(slot) => {
@@ -648,6 +678,7 @@ impl Coordinator {
             .collect();
         let cell = self.offsets_slot(group_id);
         let mut guard = cell.lock().await;
+        verified.await?;
         let stored = match self
             .metadata
             .put_txn_offsets(group_id, producer_id, producer_epoch, offsets)

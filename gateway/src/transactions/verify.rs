@@ -13,7 +13,7 @@
 //! get INVALID_TXN_STATE; the rest are appended with their guard, which a marker landing in
 //! between invalidates (`oxbow_segment_writer::txn_verify`).
 
-use super::markers::env;
+use super::markers::{env, OFFSETS_TOPIC};
 use super::state::{Transaction, TxnPartition, TxnState};
 use crate::broker::Broker;
 use kafka_protocol::error::ResponseError;
@@ -59,13 +59,21 @@ pub fn check(
         }
         TxnState::Ongoing => Ok(partitions
             .iter()
-            .filter(|p| !t.partitions.contains(*p))
+            .filter(|p| !t.partitions.contains(*p) && !offsets_of_a_group_in(t, p))
             .cloned()
             .collect()),
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             Ok(partitions.to_vec())
         }
     }
+}
+
+/// Whether `p` is the `__consumer_offsets` partition of a group `t` commits offsets for.
+fn offsets_of_a_group_in(t: &Transaction, p: &TxnPartition) -> bool {
+    p.0 == OFFSETS_TOPIC
+        && t.groups
+            .iter()
+            .any(|g| crate::groups::offsets_partition(g) == p.1)
 }
 
 /// What a producer is told for a coordinator's refusal (Kafka's mapping in its produce
@@ -173,6 +181,33 @@ pub async fn verify(
         }
     }
     Ok(missing)
+}
+
+/// TxnOffsetCommit's question (KIP-890 part 1 for offsets): is `group` in `producer_id`'s
+/// ongoing transaction (AddOffsetsToTxn added it; the coordinator is asked about the
+/// group's `__consumer_offsets` partition, as Kafka's brokers ask)? The error is the code a
+/// TxnOffsetCommit answers: INVALID_TXN_STATE if not, COORDINATOR_NOT_AVAILABLE (retried
+/// by clients) if the coordinator cannot say now.
+pub async fn verify_group(
+    broker: &Arc<Broker>,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    group: &str,
+) -> Result<(), ResponseError> {
+    let partition = (
+        OFFSETS_TOPIC.to_string(),
+        crate::groups::offsets_partition(group),
+    );
+    match verify(broker, id, producer_id, producer_epoch, &[partition]).await {
+        Ok(missing) if missing.is_empty() => Ok(()),
+        Ok(_) => Err(ResponseError::InvalidTxnState),
+        Err(e) => Err(match produce_error(e) {
+            ResponseError::NotEnoughReplicas => ResponseError::CoordinatorNotAvailable,
+            ResponseError::InvalidProducerEpoch => ResponseError::ProducerFenced,
+            other => other,
+        }),
+    }
 }
 
 /// A partition's verification outcome for a Produce request: the guard to append with, or

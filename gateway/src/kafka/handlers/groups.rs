@@ -540,13 +540,32 @@ pub async fn txn_offset_commit(
                 req.generation_id,
             )
         });
+        let verified = crate::transactions::verify::verify_group(
+            broker,
+            req.transactional_id.as_str(),
+            req.producer_id.0,
+            req.producer_epoch,
+            &id,
+        );
         let stored = broker
             .coordinator
-            .txn_commit_offsets(&id, req.producer_id.0, req.producer_epoch, member, to_store)
+            .txn_commit_offsets_verified(
+                &id,
+                req.producer_id.0,
+                req.producer_epoch,
+                member,
+                to_store,
+                async move { verified.await.map_err(TxnOffsetsError::Txn) },
+            )
             .await;
         if let Err(e) = stored {
             let code = match &e {
                 TxnOffsetsError::Group(e) => e.code(),
+                // Fenced as a stored epoch is (`group_write_error`).
+                TxnOffsetsError::Txn(ResponseError::ProducerFenced) => {
+                    ResponseError::InvalidProducerEpoch.code()
+                }
+                TxnOffsetsError::Txn(e) => e.code(),
                 TxnOffsetsError::Metadata(e) => {
                     tracing::warn!(group = %id, error = %e, "transactional offset commit failed");
                     crate::error::group_write_error(e).code()
@@ -917,9 +936,60 @@ mod tests {
         Session::plaintext("127.0.0.1:5000".parse().expect("address"))
     }
 
-    /// A TxnOffsetCommit of `tx`/producer 7 for `group`: (topic, partition, offset) each.
+    /// Begins a transaction of `tx` that commits offsets for `groups` (InitProducerId and
+    /// AddOffsetsToTxn, straight to the coordinator): its producer id, at epoch 0.
+    async fn begin(broker: &Arc<Broker>, groups: &[&str]) -> i64 {
+        use crate::transactions::state::Request;
+        let env = crate::transactions::markers::env(broker);
+        let init = broker
+            .transactions
+            .request(
+                &env,
+                "tx",
+                Request::InitProducerId {
+                    timeout_ms: 60_000,
+                    max_timeout_ms: 900_000,
+                    expected: None,
+                    fresh_producer_id: None,
+                },
+            )
+            .await;
+        let (pid, epoch) = init.producer.expect("a producer id");
+        assert_eq!(epoch, 0);
+        for g in groups {
+            let added = broker
+                .transactions
+                .request(
+                    &env,
+                    "tx",
+                    Request::AddOffsets {
+                        producer_id: pid,
+                        producer_epoch: 0,
+                        group: g.to_string(),
+                    },
+                )
+                .await;
+            assert_eq!(added.error, None);
+        }
+        pid
+    }
+
+    /// A TxnOffsetCommit of `tx`'s transaction for a group it never added: its code.
+    async fn begin_other_group(broker: &Arc<Broker>, pid: i64) -> i16 {
+        let r = txn_offset_commit(
+            broker,
+            &session(),
+            txn_commit("never-added", pid, 0, &[("t", 0, 1)]),
+            3,
+        )
+        .await;
+        codes(&r)[0].2
+    }
+
+    /// A TxnOffsetCommit of `tx`/`producer_id` for `group`: (topic, partition, offset) each.
     fn txn_commit(
         group: &str,
+        producer_id: i64,
         producer_epoch: i16,
         offsets: &[(&str, i32, i64)],
     ) -> TxnOffsetCommitRequest {
@@ -936,7 +1006,7 @@ mod tests {
         TxnOffsetCommitRequest::default()
             .with_transactional_id(TransactionalId(str_bytes("tx")))
             .with_group_id(group_id(group))
-            .with_producer_id(ProducerId(7))
+            .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
             .with_generation_id(-1)
             .with_member_id(str_bytes(""))
@@ -983,10 +1053,24 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let broker = broker(dir.path(), AuthorizerSettings::default()).await;
         let g = "app";
+        // Not in any transaction yet: refused (KIP-890), nothing stored.
+        let r =
+            txn_offset_commit(&broker, &session(), txn_commit(g, 7, 0, &[("t", 0, 9)]), 3).await;
+        assert_eq!(
+            codes(&r),
+            vec![(
+                "t".into(),
+                0,
+                ResponseError::InvalidProducerIdMapping.code()
+            )]
+        );
+        let pid = begin(&broker, &[g]).await;
+        let other = begin_other_group(&broker, pid).await;
+        assert_eq!(other, ResponseError::InvalidTxnState.code());
         let r = txn_offset_commit(
             &broker,
             &session(),
-            txn_commit(g, 0, &[("t", 0, 10), ("t", 5, 1), ("nope", 0, 1)]),
+            txn_commit(g, pid, 0, &[("t", 0, 10), ("t", 5, 1), ("nope", 0, 1)]),
             3,
         )
         .await;
@@ -1006,7 +1090,13 @@ mod tests {
         );
         assert_eq!(fetch_t0(&broker, g, false).await, (-1, 0));
         // A zombie of the producer (an older epoch) is fenced.
-        let r = txn_offset_commit(&broker, &session(), txn_commit(g, -1, &[("t", 0, 11)]), 3).await;
+        let r = txn_offset_commit(
+            &broker,
+            &session(),
+            txn_commit(g, pid, -1, &[("t", 0, 11)]),
+            3,
+        )
+        .await;
         assert_eq!(
             codes(&r),
             vec![("t".into(), 0, ResponseError::InvalidProducerEpoch.code())]
@@ -1014,14 +1104,14 @@ mod tests {
         // The marker commits them.
         let done = broker
             .coordinator
-            .complete_txn_offsets(7, 0, &[offsets_partition(g)], true)
+            .complete_txn_offsets(pid, 0, &[offsets_partition(g)], true)
             .await
             .expect("marker");
         assert_eq!(done.completed, vec![g.to_string()]);
         assert_eq!(fetch_t0(&broker, g, true).await, (10, 0));
 
         // Member fencing (v3+), only for the fields that are set.
-        let ghost = txn_commit(g, 0, &[("t", 1, 3)]).with_member_id(str_bytes("ghost"));
+        let ghost = txn_commit(g, pid, 0, &[("t", 1, 3)]).with_member_id(str_bytes("ghost"));
         let r = txn_offset_commit(&broker, &session(), ghost.clone(), 3).await;
         assert_eq!(
             codes(&r),
@@ -1030,13 +1120,19 @@ mod tests {
         // Before v3 the request carries no member: the field is not on the wire.
         let r = txn_offset_commit(&broker, &session(), ghost, 2).await;
         assert_eq!(codes(&r), vec![("t".into(), 1, 0)]);
-        let wrong_generation = txn_commit(g, 0, &[("t", 1, 3)]).with_generation_id(5);
+        let wrong_generation = txn_commit(g, pid, 0, &[("t", 1, 3)]).with_generation_id(5);
         let r = txn_offset_commit(&broker, &session(), wrong_generation, 3).await;
         assert_eq!(
             codes(&r),
             vec![("t".into(), 1, ResponseError::IllegalGeneration.code())]
         );
-        let r = txn_offset_commit(&broker, &session(), txn_commit("", 0, &[("t", 1, 3)]), 3).await;
+        let r = txn_offset_commit(
+            &broker,
+            &session(),
+            txn_commit("", pid, 0, &[("t", 1, 3)]),
+            3,
+        )
+        .await;
         assert_eq!(
             codes(&r),
             vec![("t".into(), 1, ResponseError::InvalidGroupId.code())]
@@ -1072,7 +1168,8 @@ mod tests {
                 assert!(r.iter().all(Result::is_ok), "grant");
             }
         };
-        let request = || txn_commit("app", 0, &[("t", 0, 10)]);
+        let pid = begin(&broker, &["app"]).await;
+        let request = || txn_commit("app", pid, 0, &[("t", 0, 10)]);
         let code = |r: TxnOffsetCommitResponse| codes(&r)[0].2;
         let r = txn_offset_commit(&broker, &session(), request(), 3).await;
         assert_eq!(

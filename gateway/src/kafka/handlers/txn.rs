@@ -15,7 +15,7 @@ use super::{denied, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
-use crate::transactions::markers::env;
+use crate::transactions::markers::{env, OFFSETS_TOPIC};
 use crate::transactions::state::{Reply, Request, TxnPartition, TxnState};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -210,6 +210,10 @@ async fn add_or_verify(
     // Per partition: refused (code) or to add. One refusal and the rest are not attempted.
     let mut refused: BTreeMap<TxnPartition, i16> = BTreeMap::new();
     for (t, p) in asked {
+        if verify_only && t == OFFSETS_TOPIC {
+            // A group coordinator asking about a group's offsets partition (TxnOffsetCommit).
+            continue;
+        }
         if !authz.allows(AclOperation::Write, ResourceType::Topic, t) {
             refused.insert((t.clone(), *p), denied(ResourceType::Topic));
         } else if oxbow_metadata::topic::is_internal_topic(t) {
