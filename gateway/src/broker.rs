@@ -440,12 +440,15 @@ impl Broker {
         topic: &TopicMetadata,
         partition: PartitionId,
         producer_id: i64,
+        producer_epoch: i16,
     ) -> Result<VerificationGuard> {
         if oxbow_metadata::topic::is_internal_topic(&topic.name) {
             return Err(internal_topic(&topic.name, "produced to"));
         }
         let p = self.partition(topic, partition).await?;
-        Ok(self.log.start_txn_verification(&p, producer_id)?)
+        Ok(self
+            .log
+            .start_txn_verification(&p, producer_id, producer_epoch)?)
     }
 
     /// [`Self::produce_pending`] for a Kafka producer: with `guard`, a transaction's first

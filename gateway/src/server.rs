@@ -177,6 +177,13 @@ pub struct ServeArgs {
     #[arg(long, env = "OXBOW_PRODUCER_ID_EXPIRATION", default_value = "1day",
         value_parser = humantime::parse_duration)]
     pub producer_id_expiration: std::time::Duration,
+    /// The `transaction.version` feature finalized for clients (Kafka's, set there with
+    /// `kafka-features.sh upgrade`): 2, KIP-890's protocol 2, which Kafka 4 clients then
+    /// use (no AddPartitionsToTxn or AddOffsetsToTxn round trips, the producer epoch bumped
+    /// by every commit or abort); 1 keeps every client on protocol 1.
+    #[arg(long, env = "OXBOW_TRANSACTION_VERSION", default_value_t = 2,
+        value_parser = clap::value_parser!(i16).range(1..=2))]
+    pub transaction_version: i16,
     /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
     /// `transaction.max.timeout.ms`, 15 minutes; Flink's exactly-once sink asks for 1 hour).
     /// Longer lets an abandoned transaction hold `read_committed` consumers longer.
@@ -544,6 +551,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 max_timeout_ms: i32::try_from(args.transaction_max_timeout.as_millis()).map_err(
                     |_| anyhow::anyhow!("--transaction-max-timeout must be below 24 days"),
                 )?,
+                transaction_version: args.transaction_version,
                 ..Default::default()
             },
         },

@@ -114,11 +114,18 @@ impl PartitionLogState {
         self.txns.aborted_in(offset, upper)
     }
 
-    /// The guard the next transactional batch of `producer_id` must carry
-    /// ([`crate::txn_verify`]): [`VerificationGuard::SENTINEL`] if its transaction is
-    /// already open here (nothing to verify), else the one its coordinator's answer goes with.
-    pub fn start_txn_verification(&mut self, producer_id: i64) -> VerificationGuard {
-        if self.txns.open_first_offset(producer_id).is_some() {
+    /// The guard the next transactional batch of `producer_id` at `producer_epoch` must
+    /// carry ([`crate::txn_verify`]): [`VerificationGuard::SENTINEL`] if its transaction at
+    /// that epoch is already open here (nothing to verify), else the one its coordinator's
+    /// answer goes with. The epoch matters under protocol 2: the next transaction's first
+    /// batch (one epoch up) may arrive before the previous one's marker; taken as part of the
+    /// open transaction, the previous outcome would decide it.
+    pub fn start_txn_verification(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> VerificationGuard {
+        if self.txns.open_epoch(producer_id) == Some(producer_epoch) {
             return VerificationGuard::SENTINEL;
         }
         self.verifications.start(producer_id)
@@ -131,7 +138,7 @@ impl PartitionLogState {
         if !h.is_transactional()
             || h.is_control()
             || h.producer_id < 0
-            || self.txns.open_first_offset(h.producer_id).is_some()
+            || self.txns.open_epoch(h.producer_id) == Some(h.producer_epoch)
             || self.verifications.admits(h.producer_id, guard)
         {
             return Ok(());

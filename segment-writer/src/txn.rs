@@ -288,6 +288,11 @@ impl PartitionTxns {
         self.open.get(&producer_id).map(|&(_, first)| first)
     }
 
+    /// The epoch of `producer_id`'s open transaction here, if one is open.
+    pub fn open_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.open.get(&producer_id).map(|&(epoch, _)| epoch)
+    }
+
     /// Producers with a transaction open here.
     pub fn open_producers(&self) -> impl Iterator<Item = (i64, i16, Offset)> + '_ {
         self.open

@@ -853,7 +853,7 @@ async fn a_transactions_first_batch_needs_a_standing_verification() {
     assert!(refused(&r), "{r:?}");
     assert_eq!(p.offsets().expect("offsets").1, 0);
     // Verified, then a marker lands before the append: the answer is stale.
-    let stale = log.start_txn_verification(&p, 920).expect("guard");
+    let stale = log.start_txn_verification(&p, 920, 0).expect("guard");
     assert_ne!(stale, VerificationGuard::SENTINEL);
     log.write_marker(&p, 920, 0, false, 1, &policy)
         .await
@@ -861,16 +861,24 @@ async fn a_transactions_first_batch_needs_a_standing_verification() {
     let r = put(txn(2, 1000, 920, 0, 0), stale).await;
     assert!(refused(&r), "{r:?}");
     // Verified and appended: the transaction is open; its next batch needs no guard.
-    let guard = log.start_txn_verification(&p, 920).expect("guard");
+    let guard = log.start_txn_verification(&p, 920, 0).expect("guard");
     let first = put(txn(2, 1000, 920, 0, 0), guard).await.expect("verified");
     assert_eq!(
-        log.start_txn_verification(&p, 920).expect("open"),
+        log.start_txn_verification(&p, 920, 0).expect("open"),
         VerificationGuard::SENTINEL
     );
     let second = put(txn(2, 1000, 920, 0, 2), VerificationGuard::SENTINEL)
         .await
         .expect("open transaction");
     assert_eq!(second.base_offset, first.base_offset + 2);
+    // Protocol 2: the next transaction's first batch (one epoch up) arriving before this
+    // one's marker is not part of the open transaction; it needs its own verification.
+    let r = put(txn(2, 1000, 920, 1, 0), VerificationGuard::SENTINEL).await;
+    assert!(refused(&r), "{r:?}");
+    assert_ne!(
+        log.start_txn_verification(&p, 920, 1).expect("guard"),
+        VerificationGuard::SENTINEL
+    );
     // A retry of the first batch is a duplicate, whatever guard it carries.
     let retry = put(txn(2, 1000, 920, 0, 0), VerificationGuard::SENTINEL)
         .await

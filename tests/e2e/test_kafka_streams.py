@@ -21,10 +21,10 @@ STREAMS_E2E_NETWORK_DEBUG=1): CreateTopics for the internal topics (the repartit
 with cleanup.policy=delete, retention.ms=-1, segment.bytes, message.timestamp.type=CreateTime;
 the changelog with cleanup.policy=compact), Metadata, DescribeCluster,
 DescribeTopicPartitions, ListOffsets, the classic group protocol (FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, OffsetFetch), InitProducerId, AddPartitionsToTxn v3, AddOffsetsToTxn v4,
-TxnOffsetCommit v4 (with the group's generation: EOS v2 fencing), EndTxn v4 (at
-transaction.version 2, Kafka 4.1's default, the two Add* are implicit in Produce v12+ and
-TxnOffsetCommit v5), Produce, read_committed Fetch, OffsetForLeaderEpoch, and DeleteRecords
+SyncGroup, Heartbeat, OffsetFetch), InitProducerId, transactions of protocol 2 (KIP-890:
+transaction.version 2 is finalized on both, so partitions are added by Produce v12 and the
+group by TxnOffsetCommit v5, with the group's generation for EOS v2 fencing, and EndTxn v5
+bumps the epoch), read_committed Fetch, OffsetForLeaderEpoch, and DeleteRecords
 on the repartition topic after commits (repartition.purge.interval.ms, 1 s here).
 
 The Java program is compiled at test time against .tools/kafka/libs (kafka-streams comes with
@@ -51,7 +51,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from brokers import KAFKA_LIBS, TARGET
+from brokers import KAFKA_LIBS
 from helpers import create_topic, produce_all, producer, run, unique, wait_until
 
 SRC = Path(__file__).parent / "streams_eos" / "WordCount.java"
@@ -309,15 +309,6 @@ def streams_broker(broker_factory, java):
         extra_args=["--transaction-abort-check-interval", "1s"],
         kafka_props={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000},
     )
-    if TARGET == "kafka":
-        # Oxbow finalizes transaction.version 1, so the clients use transactions of protocol 1
-        # with it (AddPartitionsToTxn, AddOffsetsToTxn); Kafka 4.1 starts at 2 (partitions and
-        # the group added implicitly by Produce v12+ and TxnOffsetCommit v5, EndTxn v5).
-        # Validate the path Oxbow will see. (The test passes at 2 too.)
-        java(
-            "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", b.bootstrap,
-            "downgrade", "--feature", "transaction.version=1", timeout=60,
-        )  # fmt: skip
     return b
 
 

@@ -6,7 +6,7 @@ use kafka_protocol::messages::ApiKey;
 /// accepts (KIP-896); upper bounds stop before versions whose semantics are not built yet
 /// (e.g. Fetch 13+ by topic id is supported through names only up to 12).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
@@ -48,15 +48,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
-    // Transactions, protocol 1. AddPartitionsToTxn v4 is brokers verifying (KIP-890 part
-    // 1; clients stay at v3); protocol 2 (EndTxn v5, Produce v12, AddPartitionsToTxn v5)
-    // is not advertised until `transaction.version` 2 is.
-    (ApiKey::AddPartitionsToTxn, 0, 4),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 4),
+    // Transactions. AddPartitionsToTxn v4+ is brokers verifying or adding for a client
+    // (KIP-890; clients stay at v3). Protocol 2 is Produce v12 (a transaction's first batch
+    // adds its partition), TxnOffsetCommit v5 (adds its group) and EndTxn v5 (bumps the
+    // epoch); clients use them once `transaction.version` 2 is finalized (ApiVersions).
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::WriteTxnMarkers, 1, 1),
     // v4 is KIP-890's (the coordinator adds the group implicitly).
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
     (ApiKey::AlterUserScramCredentials, 0, 0),

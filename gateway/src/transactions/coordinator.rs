@@ -49,6 +49,11 @@ pub struct TxnSettings {
     /// a producer may ask for (else INVALID_TRANSACTION_TIMEOUT). Longer lets a stuck
     /// transaction hold `read_committed` consumers longer; Flink's sink asks for an hour.
     pub max_timeout_ms: i32,
+    /// The `transaction.version` finalized in ApiVersions (Kafka's feature, KIP-584): 2
+    /// makes Kafka 4 clients use KIP-890's protocol 2 (no AddPartitionsToTxn or
+    /// AddOffsetsToTxn from clients; the epoch bumped by every EndTxn); 1 keeps them on
+    /// protocol 1. Requests are served by their version either way, as in Kafka.
+    pub transaction_version: i16,
 }
 
 impl Default for TxnSettings {
@@ -58,6 +63,7 @@ impl Default for TxnSettings {
             abort_check_interval: Duration::from_secs(10),
             scan_interval: Duration::from_secs(10),
             max_timeout_ms: super::state::TIMEOUT_MAX_MS,
+            transaction_version: 2,
         }
     }
 }

@@ -410,6 +410,16 @@ impl TxnCoordinator {
                 producer: Some((t.producer_id, t.producer_epoch)),
             });
         }
+        // A retry (the answer lost, say with a coordinator that died) while its markers are
+        // still being written: not yet (Kafka's answer), not PRODUCER_FENCED, which would
+        // tell a client whose transaction is committing that it was fenced.
+        let preparing_same = matches!(
+            (t.state, commit),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false)
+        );
+        if retry_of_bumped && preparing_same {
+            return reply(Reply::err(ResponseError::ConcurrentTransactions));
+        }
         if producer_epoch < t.producer_epoch {
             return reply(Reply::err(ResponseError::ProducerFenced));
         }
@@ -442,8 +452,10 @@ impl TxnCoordinator {
                     markers(t),
                 ]
             }
-            // Protocol 2 lets a client abort with nothing added (no markers to write).
-            (TxnState::Empty, false) if bump_epoch => reply(Reply {
+            // Protocol 2 lets a client abort with nothing added (no markers to write): a
+            // produce refused before its partition was added still began a transaction
+            // client-side.
+            (TxnState::Empty | TxnState::CompleteCommit, false) if bump_epoch => reply(Reply {
                 error: None,
                 producer: Some((t.producer_id, t.producer_epoch)),
             }),
@@ -740,6 +752,11 @@ mod tests {
                 ..
             }
         )));
+        // A retry while the markers are being written: not yet (not PRODUCER_FENCED).
+        assert_eq!(
+            replied(&end(&mut c, 0, true, true)).error,
+            Some(ResponseError::ConcurrentTransactions)
+        );
         c.step(3, Event::MarkersWritten);
         // The retry carries the old epoch and gets the same answer.
         assert_eq!(

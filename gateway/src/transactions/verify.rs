@@ -14,14 +14,15 @@
 //! between invalidates (`oxbow_segment_writer::txn_verify`).
 
 use super::markers::{env, OFFSETS_TOPIC};
-use super::state::{Transaction, TxnPartition, TxnState};
+use super::state::{Request, Transaction, TxnPartition, TxnState};
 use crate::broker::Broker;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, GroupId, ProduceRequest, ProducerId,
+    TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use oxbow_segment_writer::txn_verify::VerificationGuard;
@@ -33,9 +34,10 @@ use std::time::Duration;
 /// one read of the metadata service on the coordinator's first sight of the id).
 pub const REMOTE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The AddPartitionsToTxn version brokers verify with: v4 batches transactions and carries
-/// `verify_only` (clients use v3 and below).
+/// The AddPartitionsToTxn versions brokers ask with: v4 batches transactions and carries
+/// `verify_only` (clients use v3 and below); v5 only adds an error code.
 pub const BROKER_VERSION: i16 = 4;
+const BROKER_VERSION_MAX: i16 = 5;
 
 /// The coordinator's answer for `producer_id` at `producer_epoch` (Kafka's
 /// `handleVerifyPartitionsInTransaction`): the partitions of `partitions` not in its ongoing
@@ -94,21 +96,51 @@ pub fn produce_error(e: ResponseError) -> ResponseError {
     }
 }
 
+/// What a partition leader (or group coordinator) asks of a transaction's coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// Protocol 1: are these in the ongoing transaction?
+    Verify,
+    /// Protocol 2 (Produce v12+, TxnOffsetCommit v5+): add them to it.
+    Add,
+}
+
 /// Asks `id`'s coordinator which of `partitions` are not in `producer_id`'s ongoing
-/// transaction. Errors are the coordinator's, as [`check`] gives them.
+/// transaction ([`Ask::Verify`]; errors as [`check`] gives them), or to add them to it
+/// ([`Ask::Add`]: none missing once added; errors as AddPartitionsToTxn answers).
 pub async fn verify(
     broker: &Arc<Broker>,
     id: &str,
     producer_id: i64,
     producer_epoch: i16,
     partitions: &[TxnPartition],
+    ask: Ask,
 ) -> Result<Vec<TxnPartition>, ResponseError> {
     let coordinator = broker.cluster.coordinator_for(id);
     if coordinator == broker.settings.broker_id {
-        return broker
-            .transactions
-            .verify(&env(broker), id, producer_id, producer_epoch, partitions)
-            .await;
+        return match ask {
+            Ask::Verify => {
+                broker
+                    .transactions
+                    .verify(&env(broker), id, producer_id, producer_epoch, partitions)
+                    .await
+            }
+            Ask::Add => {
+                let reply = broker
+                    .transactions
+                    .request(
+                        &env(broker),
+                        id,
+                        Request::AddPartitions {
+                            producer_id,
+                            producer_epoch,
+                            partitions: partitions.to_vec(),
+                        },
+                    )
+                    .await;
+                reply.error.map_or(Ok(Vec::new()), Err)
+            }
+        };
     }
     let addr = broker
         .cluster
@@ -124,7 +156,7 @@ pub async fn verify(
             .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_verify_only(true)
+            .with_verify_only(ask == Ask::Verify)
             .with_topics(
                 topics
                     .into_iter()
@@ -138,7 +170,7 @@ pub async fn verify(
     ]);
     let answer = broker
         .verify_peers
-        .call(coordinator, &addr, &request, BROKER_VERSION..=BROKER_VERSION)
+        .call(coordinator, &addr, &request, BROKER_VERSION..=BROKER_VERSION_MAX)
         .await
         .map_err(|e| {
             tracing::info!(transactional_id = id, coordinator, error = %e, "transaction verification failed");
@@ -171,7 +203,7 @@ pub async fn verify(
     for p in partitions {
         match codes.get(p).copied() {
             Some(0) => {}
-            Some(c) if c == invalid => missing.push(p.clone()),
+            Some(c) if c == invalid && ask == Ask::Verify => missing.push(p.clone()),
             Some(c) => {
                 return Err(
                     ResponseError::try_from_code(c).unwrap_or(ResponseError::UnknownServerError)
@@ -194,12 +226,19 @@ pub async fn verify_group(
     producer_id: i64,
     producer_epoch: i16,
     group: &str,
+    ask: Ask,
 ) -> Result<(), ResponseError> {
     let partition = (
         OFFSETS_TOPIC.to_string(),
         crate::groups::offsets_partition(group),
     );
-    match verify(broker, id, producer_id, producer_epoch, &[partition]).await {
+    let answer = match ask {
+        Ask::Verify => verify(broker, id, producer_id, producer_epoch, &[partition], ask).await,
+        Ask::Add => add_group(broker, id, producer_id, producer_epoch, group)
+            .await
+            .map(|()| Vec::new()),
+    };
+    match answer {
         Ok(missing) if missing.is_empty() => Ok(()),
         Ok(_) => Err(ResponseError::InvalidTxnState),
         Err(e) => Err(match produce_error(e) {
@@ -207,6 +246,58 @@ pub async fn verify_group(
             ResponseError::InvalidProducerEpoch => ResponseError::ProducerFenced,
             other => other,
         }),
+    }
+}
+
+/// Protocol 2's TxnOffsetCommit: adds `group` to `producer_id`'s transaction at its
+/// coordinator (here, or AddOffsetsToTxn to the broker that coordinates `id`, as the
+/// client itself would under protocol 1).
+async fn add_group(
+    broker: &Arc<Broker>,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    group: &str,
+) -> Result<(), ResponseError> {
+    let coordinator = broker.cluster.coordinator_for(id);
+    if coordinator == broker.settings.broker_id {
+        let reply = broker
+            .transactions
+            .request(
+                &env(broker),
+                id,
+                Request::AddOffsets {
+                    producer_id,
+                    producer_epoch,
+                    group: group.to_string(),
+                },
+            )
+            .await;
+        return reply.error.map_or(Ok(()), Err);
+    }
+    let addr = broker
+        .cluster
+        .broker(coordinator)
+        .map(|b| b.kafka_addr)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let request = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())));
+    // v3+: PRODUCER_FENCED rather than INVALID_PRODUCER_EPOCH (KIP-588).
+    let answer = broker
+        .verify_peers
+        .call(coordinator, &addr, &request, 3..=4)
+        .await
+        .map_err(|e| {
+            tracing::info!(transactional_id = id, coordinator, error = %e, "adding a group to a transaction failed");
+            ResponseError::NetworkException
+        })?;
+    let (_, response) = answer.ok_or(ResponseError::CoordinatorNotAvailable)?;
+    match ResponseError::try_from_code(response.error_code) {
+        None => Ok(()),
+        Some(e) => Err(e),
     }
 }
 
@@ -221,7 +312,10 @@ pub async fn guards(
     broker: &Arc<Broker>,
     id: &str,
     req: &ProduceRequest,
+    version: i16,
 ) -> HashMap<TxnPartition, Guarded> {
+    // Protocol 2: the client sends no AddPartitionsToTxn; its Produce adds the partition.
+    let question = if version >= 12 { Ask::Add } else { Ask::Verify };
     let mut out: HashMap<TxnPartition, Guarded> = HashMap::new();
     // Partitions to ask about, per (producer id, epoch) — one producer per request in
     // practice, but the bytes decide.
@@ -244,7 +338,7 @@ pub async fn guards(
             }
             let key = (name.to_string(), p.index);
             match broker
-                .start_txn_verification(&topic, p.index, h.producer_id)
+                .start_txn_verification(&topic, p.index, h.producer_id, h.producer_epoch)
                 .await
             {
                 Ok(g) if g == VerificationGuard::SENTINEL => {
@@ -261,7 +355,7 @@ pub async fn guards(
     }
     for ((producer_id, producer_epoch), parts) in ask {
         let keys: Vec<TxnPartition> = parts.iter().map(|(k, _)| k.clone()).collect();
-        match verify(broker, id, producer_id, producer_epoch, &keys).await {
+        match verify(broker, id, producer_id, producer_epoch, &keys, question).await {
             Ok(missing) => {
                 for (key, g) in parts {
                     let outcome = if missing.contains(&key) {

@@ -233,8 +233,11 @@ impl LogManager {
         &self,
         partition: &Arc<Partition>,
         producer_id: i64,
+        producer_epoch: i16,
     ) -> Result<VerificationGuard> {
-        Ok(partition.lock()?.start_txn_verification(producer_id))
+        Ok(partition
+            .lock()?
+            .start_txn_verification(producer_id, producer_epoch))
     }
 
     async fn enqueue_checked(

@@ -2,10 +2,11 @@
 //! a version we do not know, the KIP-511 fallback in the v0 layout.
 //!
 //! Features (KIP-584, v3+; what `kafka-features.sh describe` shows): only what is true.
-//! `transaction.version` is finalized at 1: transactions of protocol 1 (AddPartitionsToTxn
-//! from clients, EndTxn without an epoch bump). Level 2 (KIP-890's protocol 2) is what
-//! makes Kafka 4 clients switch protocols, so it is not claimed until Produce v12 and
-//! EndTxn v5 are served. `group.version` (KIP-848's consumer protocol) is supported at 0
+//! `transaction.version` is finalized at `--transaction-version` (default 2): level 2
+//! (KIP-890's protocol 2: Produce v12 adds a partition to its transaction, TxnOffsetCommit
+//! v5 a group, EndTxn v5 bumps the epoch) is what makes Kafka 4 clients switch protocols;
+//! level 1 keeps them on protocol 1 (AddPartitionsToTxn and AddOffsetsToTxn from clients,
+//! EndTxn without an epoch bump). `group.version` (KIP-848's consumer protocol) is supported at 0
 //! only: the classic protocol. `metadata.version` is KRaft's and has no meaning here. The
 //! features never change while a broker runs, so their epoch is a constant.
 
@@ -32,17 +33,23 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 /// (feature, supported min, supported max, finalized level: 0 for none).
-const FEATURES: &[(&str, i16, i16, i16)] =
-    &[("transaction.version", 0, 1, 1), ("group.version", 0, 0, 0)];
+fn features(transaction_version: i16) -> [(&'static str, i16, i16, i16); 2] {
+    [
+        ("transaction.version", 0, 2, transaction_version),
+        ("group.version", 0, 0, 0),
+    ]
+}
 
 /// The epoch of the finalized features (constant: see the module docs).
 const FEATURES_EPOCH: i64 = 1;
 
-pub fn handle() -> ApiVersionsResponse {
+/// The response, with `transaction.version` finalized at `transaction_version`.
+pub fn handle(transaction_version: i16) -> ApiVersionsResponse {
+    let features = features(transaction_version);
     ApiVersionsResponse::default()
         .with_api_keys(api_keys())
         .with_supported_features(
-            FEATURES
+            features
                 .iter()
                 .map(|(name, min, max, _)| {
                     SupportedFeatureKey::default()
@@ -54,7 +61,7 @@ pub fn handle() -> ApiVersionsResponse {
         )
         .with_finalized_features_epoch(FEATURES_EPOCH)
         .with_finalized_features(
-            FEATURES
+            features
                 .iter()
                 .filter(|(_, _, _, level)| *level > 0)
                 .map(|(name, _, _, level)| {

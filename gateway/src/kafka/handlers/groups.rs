@@ -546,6 +546,12 @@ pub async fn txn_offset_commit(
             req.producer_id.0,
             req.producer_epoch,
             &id,
+            // Protocol 2: the client sends no AddOffsetsToTxn; this adds the group.
+            if version >= 5 {
+                crate::transactions::verify::Ask::Add
+            } else {
+                crate::transactions::verify::Ask::Verify
+            },
         );
         let stored = broker
             .coordinator

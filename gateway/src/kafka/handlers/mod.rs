@@ -79,7 +79,9 @@ pub async fn handle(
         }
         RequestKind::Produce(r) => return produce::handle(broker, session, r, v).await,
         RequestKind::Fetch(r) => return fetch::handle(broker, session, r, v),
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle()),
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::handle(
+            broker.transactions.settings().transaction_version,
+        )),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, session, r, v).await)
         }

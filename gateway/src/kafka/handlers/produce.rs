@@ -111,7 +111,9 @@ pub async fn handle(
     // KIP-890 part 1: a transaction's first batch in a partition is taken only if its
     // coordinator says the partition is in the ongoing transaction.
     let mut guards = match (&req.transactional_id, acks_invalid || txn_refused.is_some()) {
-        (Some(id), false) => crate::transactions::verify::guards(broker, id.as_str(), &req).await,
+        (Some(id), false) => {
+            crate::transactions::verify::guards(broker, id.as_str(), &req, version).await
+        }
         _ => Default::default(),
     };
     let mut topics = Vec::with_capacity(req.topic_data.len());
@@ -284,6 +286,17 @@ mod tests {
     /// Produces one transactional batch per partition (sequence `seq`) of topic `t` as
     /// transactional id `tx`: each partition's error code.
     async fn produce(broker: &Arc<Broker>, pid: i64, seq: i32, partitions: &[i32]) -> Vec<i16> {
+        produce_at(broker, pid, 0, seq, partitions, 8).await
+    }
+
+    async fn produce_at(
+        broker: &Arc<Broker>,
+        pid: i64,
+        epoch: i16,
+        seq: i32,
+        partitions: &[i32],
+        version: i16,
+    ) -> Vec<i16> {
         let req = ProduceRequest::default()
             .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
             .with_acks(-1)
@@ -296,11 +309,13 @@ mod tests {
                         .map(|p| {
                             PartitionProduceData::default()
                                 .with_index(*p)
-                                .with_records(Some(make_txn_batch(1, 1_000, pid, 0, seq).into()))
+                                .with_records(Some(
+                                    make_txn_batch(1, 1_000, pid, epoch, seq).into(),
+                                ))
                         })
                         .collect(),
                 )]);
-        let reply = handle(broker, &session(), req, 8).await;
+        let reply = handle(broker, &session(), req, version).await;
         let Reply::Later(f) = reply else {
             panic!("acks=all answers later")
         };
@@ -312,6 +327,96 @@ mod tests {
             .iter()
             .map(|p| p.error_code)
             .collect()
+    }
+
+    async fn temp_broker_with_topic(dir: &std::path::Path) -> Arc<Broker> {
+        let broker = crate::broker::testing::temp_broker(dir, Default::default()).await;
+        broker
+            .create_topic(TopicSpec {
+                name: "t".into(),
+                partitions: 2,
+                replication_factor: 1,
+                configs: Default::default(),
+            })
+            .await
+            .expect("topic");
+        broker
+    }
+
+    async fn init(broker: &Arc<Broker>) -> i64 {
+        let init = txn::init_producer_id(
+            broker,
+            "tx",
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+            4,
+        )
+        .await;
+        assert_eq!(init.error_code, 0);
+        init.producer_id.0
+    }
+
+    /// KIP-890 part 2 (transaction protocol 2): Produce v12 adds its partition to the
+    /// transaction (no AddPartitionsToTxn), EndTxn v5 bumps the epoch and hands it back, and
+    /// the next transaction runs at it; the old epoch is fenced from then on.
+    #[tokio::test]
+    async fn protocol_2_adds_partitions_with_produce_and_bumps_the_epoch_per_transaction() {
+        use kafka_protocol::messages::EndTxnRequest;
+        let dir = tempfile::tempdir().expect("tmp");
+        let broker = temp_broker_with_topic(dir.path()).await;
+        let pid = init(&broker).await;
+        // Protocol 1 (Produce v11) still needs the partition added.
+        let invalid = ResponseError::InvalidTxnState.code();
+        assert_eq!(
+            produce_at(&broker, pid, 0, 0, &[0], 11).await,
+            vec![invalid]
+        );
+        assert_eq!(
+            produce_at(&broker, pid, 0, 0, &[0, 1], 12).await,
+            vec![0, 0]
+        );
+        let listing = broker.transactions.describe("tx").await.expect("describe");
+        let t = listing.expect("stored").transaction;
+        assert_eq!(
+            t.partitions.len(),
+            2,
+            "both partitions added by the produce"
+        );
+        let end = |epoch: i16| {
+            EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(str_bytes("tx")))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(true)
+        };
+        let r = txn::end_txn(&broker, &session(), end(0), 5).await;
+        assert_eq!(
+            (r.error_code, r.producer_id.0, r.producer_epoch),
+            (0, pid, 1)
+        );
+        // The markers are written in the background; the next transaction waits for them
+        // (NOT_ENOUGH_REPLICAS, retriable) and then runs at epoch 1, sequences from 0.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let codes = produce_at(&broker, pid, 1, 0, &[0], 12).await;
+            if codes == vec![0] {
+                break;
+            }
+            assert_eq!(codes, vec![ResponseError::NotEnoughReplicas.code()]);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the previous commit never completed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A zombie at epoch 0 is fenced at the coordinator.
+        assert_eq!(
+            produce_at(&broker, pid, 0, 1, &[1], 12).await,
+            vec![ResponseError::InvalidProducerEpoch.code()]
+        );
     }
 
     /// KIP-890 part 1: a transaction's first batch in a partition is taken only once its
