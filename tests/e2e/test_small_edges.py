@@ -74,7 +74,11 @@ def test_internal_topics_cannot_be_created_or_produced_over_http(shared_broker):
             json={"topic_name": name, "partitions_count": 1},
             timeout=10,
         )
-        assert r.status_code == 400 and "internal" in r.json()["message"], r.text
+        if name == "__consumer_offsets":
+            # Listed (internal) in Metadata, as in Kafka: it exists.
+            assert r.status_code == 409 and r.json()["error_code"] == 40902, r.text
+        else:
+            assert r.status_code == 400 and "internal" in r.json()["message"], r.text
         r = requests.post(
             f"{shared_broker.http}/topics/{name}",
             data='{"records":[{"value":1}]}',
@@ -82,7 +86,8 @@ def test_internal_topics_cannot_be_created_or_produced_over_http(shared_broker):
             timeout=10,
         )
         assert r.status_code == 422 and r.json()["error_code"] == 42202, r.text
-    assert not {"__consumer_offsets", "__oxbow_internal"} & topic_names(shared_broker.bootstrap)
+    names = topic_names(shared_broker.bootstrap)
+    assert "__oxbow_internal" not in names and "__consumer_offsets" in names, names
 
 
 # -- Kafka -----------------------------------------------------------------------
@@ -99,10 +104,8 @@ def test_internal_topics_cannot_be_created_or_produced_over_kafka(shared_broker)
     futures = client.create_topics([NewTopic("__consumer_offsets", 1, 1)], request_timeout=15)
     with pytest.raises(KafkaException) as e:
         futures["__consumer_offsets"].result(timeout=30)
-    # Kafka: it exists already; Oxbow: INVALID_REQUEST, creation of an internal topic (what
-    # Kafka answers for its own __cluster_metadata).
-    expected = KafkaError.INVALID_REQUEST if TARGET == "oxbow" else KafkaError.TOPIC_ALREADY_EXISTS
-    assert e.value.args[0].code() == expected, e.value
+    # It exists already (on Oxbow listed without records: offsets live in its metadata).
+    assert e.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, e.value
 
     p = producer(bootstrap, **{"message.timeout.ms": 15000})
     errors = []
@@ -166,3 +169,28 @@ def test_compression_type_takes_kafkas_values(shared_broker):
     with pytest.raises(KafkaException) as e:
         futures[bad].result(timeout=30)
     assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_the_offsets_topic_is_listed_as_internal(shared_broker):
+    """`__consumer_offsets` is in Metadata as an internal topic with Kafka's 50 partitions,
+    as clients and their suites expect of a Kafka cluster (regex subscriptions skip it)."""
+    from kafka import KafkaAdminClient
+
+    bootstrap = shared_broker.bootstrap
+    # Kafka creates it on a group's first use.
+    t = create_topic(bootstrap, unique("seed"), 1)
+    produce_all(producer(bootstrap), t, [{"value": b"x"}])
+    consume_partitions(bootstrap, t, [0], timeout=30)
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        (described,) = client.describe_topics(["__consumer_offsets"])
+    finally:
+        client.close()
+    assert described["error_code"] == 0, described
+    assert described["is_internal"] is True, described
+    # Kafka's default is 50; the suite's Kafka brokers are set to fewer (brokers.py).
+    assert len(described["partitions"]) == (50 if TARGET == "oxbow" else 1), len(
+        described["partitions"]
+    )
+    leader = lambda p: p.get("leader", p.get("leader_id"))  # noqa: E731 (kafka-python versions differ)
+    assert all(leader(p) >= 0 for p in described["partitions"]), described["partitions"][:3]

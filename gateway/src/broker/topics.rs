@@ -162,6 +162,12 @@ impl Broker {
 /// CreateTopics of an internal name: INVALID_REQUEST, as Kafka answers for
 /// `__cluster_metadata` ("Creation of internal topic ... is prohibited").
 fn refuse_internal_create(name: &str) -> Result<()> {
+    if name == crate::transactions::markers::OFFSETS_TOPIC {
+        // Listed in Metadata (`kafka/handlers/metadata.rs`): it exists, as in Kafka.
+        return Err(BrokerError::Metadata(oxbow_metadata::Error::TopicExists(
+            name.to_string(),
+        )));
+    }
     if oxbow_metadata::topic::is_internal_topic(name) {
         return Err(BrokerError::InvalidRequest(format!(
             "creation of internal topic {name} is prohibited (Oxbow keeps group offsets in \

@@ -8,6 +8,13 @@
 //! leader -1 and LEADER_NOT_AVAILABLE, the dead leader as an offline replica: clients wait
 //! and refresh instead of dialling a dead broker. Replicas and ISR are the leader alone:
 //! partitions have no follower replicas in Oxbow (durability is the WAL replicas and S3).
+//!
+//! `__consumer_offsets` is listed, internal, with Kafka's 50 partitions spread over the
+//! live brokers, as clients and their test suites expect of a Kafka cluster (regex
+//! subscriptions skip it as internal; franz-go's suite looks for it). It holds no records
+//! here — group offsets live in the metadata service (decision 9) — so it cannot be created,
+//! produced to or read; its partition number is what names a group's transactional offsets
+//! in transaction markers, as in Kafka.
 
 use super::{denied, str_bytes, topic_name};
 use crate::broker::Broker;
@@ -15,6 +22,7 @@ use crate::cluster::split_host_port;
 use crate::error::BrokerError;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::security::Session;
+use crate::transactions::markers::OFFSETS_TOPIC;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -116,6 +124,51 @@ pub fn describe_topic(
         .with_partitions(partitions)
 }
 
+/// The listed `__consumer_offsets` (see the module docs): internal, its partitions led by
+/// the live brokers in turn, a topic id fixed per cluster.
+pub fn offsets_topic(broker: &Broker, listener: &str, version: i16) -> MetadataResponseTopic {
+    let leaders: Vec<i32> = live_brokers(broker, listener)
+        .into_iter()
+        .map(|b| b.0)
+        .collect();
+    let partitions = (0..crate::groups::OFFSETS_PARTITIONS)
+        .map(|p| {
+            let leader = leaders
+                .get(p as usize % leaders.len().max(1))
+                .copied()
+                .unwrap_or(broker.settings.broker_id);
+            MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(if version >= 7 { 0 } else { -1 })
+                .with_replica_nodes(vec![BrokerId(leader)])
+                .with_isr_nodes(vec![BrokerId(leader)])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(OFFSETS_TOPIC)))
+        .with_topic_id(if version >= 10 {
+            offsets_topic_id(&broker.settings.cluster_id)
+        } else {
+            uuid::Uuid::nil()
+        })
+        .with_is_internal(true)
+        .with_partitions(partitions)
+}
+
+/// A topic id for `__consumer_offsets`, the same on every broker of a cluster (two FNV-1a
+/// hashes of the cluster id: stable across builds, unlike std's hasher).
+fn offsets_topic_id(cluster_id: &str) -> uuid::Uuid {
+    let fnv = |salt: u8| {
+        format!("{cluster_id}/{OFFSETS_TOPIC}/{salt}")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    uuid::Uuid::from_u64_pair(fnv(0), fnv(1))
+}
+
 fn topic_error(name: Option<&str>, id: uuid::Uuid, e: &BrokerError) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(name.map(topic_name))
@@ -145,12 +198,16 @@ pub async fn handle(
     };
     let topics = if all {
         // Every topic the client may describe; the others are left out (Kafka).
-        broker
+        let mut all: Vec<MetadataResponseTopic> = broker
             .topics()
             .iter()
             .filter(|t| describable(&t.name))
             .map(|t| describe_topic(broker, t, version))
-            .collect()
+            .collect();
+        if describable(OFFSETS_TOPIC) {
+            all.push(offsets_topic(broker, &session.listener, version));
+        }
+        all
     } else {
         let cluster_create =
             authz.allows(AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME);
@@ -168,6 +225,10 @@ pub async fn handle(
             };
             if let Some(name) = refused_name {
                 out.push(refused(name, t.topic_id));
+                continue;
+            }
+            if by_name.as_deref() == Some(OFFSETS_TOPIC) {
+                out.push(offsets_topic(broker, &session.listener, version));
                 continue;
             }
             let result = match &by_name {

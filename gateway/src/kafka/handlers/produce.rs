@@ -137,6 +137,14 @@ pub async fn handle(
                 )
             } else {
                 match (&topic, p.records) {
+                    // `__consumer_offsets` is listed (internal) but takes no records:
+                    // INVALID_TOPIC_EXCEPTION, as Kafka answers a client producing there.
+                    (None, _) if oxbow_metadata::topic::is_internal_topic(&name) => {
+                        Outcome::Failed(
+                            ResponseError::InvalidTopicException.code(),
+                            format!("'{name}' is an internal topic: clients cannot produce to it"),
+                        )
+                    }
                     (None, _) => Outcome::Failed(
                         ResponseError::UnknownTopicOrPartition.code(),
                         format!("topic '{name}' does not exist"),
