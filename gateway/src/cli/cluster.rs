@@ -125,7 +125,8 @@ async fn describe(connect: &ConnectArgs, args: DescribeArgs) -> anyhow::Result<(
     // Partitions led per broker; brokers only seen as offline leaders have no lease.
     let mut leads: BTreeMap<i32, usize> = metadata.brokers.iter().map(|b| (b.node_id, 0)).collect();
     let mut offline: BTreeMap<i32, usize> = BTreeMap::new();
-    for t in &metadata.topics {
+    // Internal topics (the listed `__consumer_offsets`) hold nothing here: not load.
+    for t in metadata.topics.iter().filter(|t| !t.is_internal) {
         for p in &t.partitions {
             match p.leader {
                 Some(l) => *leads.entry(l).or_default() += 1,
