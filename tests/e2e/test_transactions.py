@@ -352,6 +352,28 @@ def test_a_timeout_above_the_brokers_maximum_is_refused(txn_broker):
     assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT, raised.value
 
 
+def wire_init_transactions(conn, txn_id: str, group: str | None = None) -> tuple[int, int]:
+    """FindCoordinator v1 for the transactional id (Kafka creates its transaction log on the
+    first) and `group`, then InitProducerId v0, each retried while it answers a retriable
+    error (the log loading): the producer id and epoch."""
+    deadline = time.monotonic() + 30
+
+    def retried(call, what: str):
+        while True:
+            r = kafka_wire.Reader(call())
+            r.int32()
+            err = r.int16()
+            if err == 0 or time.monotonic() > deadline:
+                assert err == 0, f"{what} error {err}"
+                return r
+            time.sleep(0.5)
+
+    for key, key_type in [(txn_id, 1)] + ([(group, 0)] if group else []):
+        retried(lambda: conn.call(10, 1, kafka_wire.string(key) + bytes([key_type])), f"FindCoordinator({key})")
+    r = retried(lambda: conn.call(22, 0, kafka_wire.string(txn_id) + struct.pack(">i", 60_000)), "InitProducerId")
+    return r.int64(), r.int16()
+
+
 def test_a_transactional_batch_the_coordinator_never_added_is_refused(txn_broker):
     """KIP-890 part 1: a transactional producer that writes to a partition it never added
     to its transaction (AddPartitionsToTxn) is refused with INVALID_TXN_STATE, so no
@@ -361,25 +383,7 @@ def test_a_transactional_batch_the_coordinator_never_added_is_refused(txn_broker
     create_topic(txn_broker.bootstrap, topic, 1)
     txn_id = unique("tx")
     with kafka_wire.KafkaConn(txn_broker.bootstrap) as conn:
-        # FindCoordinator v1 (Kafka creates its transaction log on the first), then
-        # InitProducerId v0; either may answer a retriable error while the log loads.
-        deadline = time.monotonic() + 30
-        while True:
-            r = kafka_wire.Reader(conn.call(10, 1, kafka_wire.string(txn_id) + b"\x01"))
-            r.int32()
-            err = r.int16()
-            if err == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert err == 0, f"FindCoordinator error {err}"
-        while True:
-            r = kafka_wire.Reader(conn.call(22, 0, kafka_wire.string(txn_id) + struct.pack(">i", 60_000)))
-            r.int32()
-            err, pid, epoch = r.int16(), r.int64(), r.int16()
-            if err == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert err == 0, f"InitProducerId error {err}"
+        pid, epoch = wire_init_transactions(conn, txn_id)
 
         def produce(value: bytes, seq: int) -> tuple[int, int]:
             batch = kafka_wire.txn_record_batch([value], pid, epoch, seq)
@@ -418,24 +422,7 @@ def test_offsets_of_a_group_the_transaction_never_added_are_refused(txn_broker):
     create_topic(txn_broker.bootstrap, topic, 1)
     txn_id, group = unique("tx"), unique("g")
     with kafka_wire.KafkaConn(txn_broker.bootstrap) as conn:
-        deadline = time.monotonic() + 30
-        for key, key_type in ((txn_id, 1), (group, 0)):
-            while True:
-                r = kafka_wire.Reader(conn.call(10, 1, kafka_wire.string(key) + bytes([key_type])))
-                r.int32()
-                err = r.int16()
-                if err == 0 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-            assert err == 0, f"FindCoordinator({key}) error {err}"
-        while True:
-            r = kafka_wire.Reader(conn.call(22, 0, kafka_wire.string(txn_id) + struct.pack(">i", 60_000)))
-            r.int32()
-            err, pid, epoch = r.int16(), r.int64(), r.int16()
-            if err == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert err == 0, f"InitProducerId error {err}"
+        pid, epoch = wire_init_transactions(conn, txn_id, group)
 
         def commit_offset(offset: int) -> int:
             body = (

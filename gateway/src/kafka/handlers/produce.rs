@@ -434,29 +434,8 @@ mod tests {
     #[tokio::test]
     async fn a_transactions_first_batch_is_verified_with_its_coordinator() {
         let dir = tempfile::tempdir().expect("tmp");
-        let broker = crate::broker::testing::temp_broker(dir.path(), Default::default()).await;
-        broker
-            .create_topic(TopicSpec {
-                name: "t".into(),
-                partitions: 2,
-                replication_factor: 1,
-                configs: Default::default(),
-            })
-            .await
-            .expect("topic");
-        let init = txn::init_producer_id(
-            &broker,
-            "tx",
-            &InitProducerIdRequest::default()
-                .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-            4,
-        )
-        .await;
-        assert_eq!(init.error_code, 0);
-        let pid = init.producer_id.0;
+        let broker = temp_broker_with_topic(dir.path()).await;
+        let pid = init(&broker).await;
         let invalid = ResponseError::InvalidTxnState.code();
         assert_eq!(
             produce(&broker, pid, 0, &[0]).await,
