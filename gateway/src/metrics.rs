@@ -46,6 +46,8 @@ pub struct Metrics {
     pub orphan_objects_deleted: AtomicU64,
     /// Sources whose WAL copies this broker dropped (gone for good).
     pub wal_copy_sources_dropped: AtomicU64,
+    /// Produce and Fetch time by stage (`kafka::request_latency`).
+    pub request_latency: crate::kafka::request_latency::RequestLatency,
     /// The last sampled footprint (`None` until sampled, or for a backend without one).
     metadata_footprint: Mutex<Option<MetadataFootprint>>,
 }
@@ -77,6 +79,7 @@ impl Default for Metrics {
             metadata_compaction_failures: AtomicU64::new(0),
             orphan_objects_deleted: AtomicU64::new(0),
             wal_copy_sources_dropped: AtomicU64::new(0),
+            request_latency: Default::default(),
             metadata_footprint: Mutex::new(None),
         }
     }
@@ -649,7 +652,19 @@ pub fn render(broker: &crate::broker::Broker) -> String {
         &lag,
     );
     render_quotas(broker, &mut out);
+    render_latency(broker, &mut out);
     out
+}
+
+/// The latency histograms (request stages, WAL, replicas, seals), through
+/// `prometheus-client`'s encoder.
+fn render_latency(broker: &crate::broker::Broker, out: &mut String) {
+    let mut registry = prometheus_client::registry::Registry::default();
+    broker.metrics.request_latency.register(&mut registry);
+    broker.log.register_latency(&mut registry);
+    if let Err(e) = prometheus_client::encoding::text::encode_registry(out, &registry) {
+        tracing::warn!(error = %e, "cannot render the latency histograms");
+    }
 }
 
 /// Most quota meters shown in `/metrics` (one series each per metric).

@@ -213,6 +213,8 @@ pub struct CommitTracker {
     /// One past the highest sequence whose callback has run: every entry before it is
     /// marked durable in its partition (what the sealer may trim up to).
     applied: std::sync::atomic::AtomicU64,
+    /// Time from an entry's local fsync until it is committed.
+    replica_wait: prometheus_client::metrics::histogram::Histogram,
 }
 
 fn run(released: Vec<(u64, OnDurable)>) {
@@ -227,7 +229,14 @@ impl CommitTracker {
             state: Mutex::new(CommitState::new(local)),
             delivery: Mutex::new(()),
             applied: std::sync::atomic::AtomicU64::new(local),
+            replica_wait: crate::latency::latency_histogram(),
         }
+    }
+
+    /// Time from an entry's local fsync until it is committed (what `acks=all` waits for
+    /// replicas).
+    pub fn replica_wait(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.replica_wait
     }
 
     /// Runs `f` on the state and then the callbacks it released.
@@ -273,6 +282,12 @@ impl CommitTracker {
         let tracker = self.clone();
         Box::new(move |result| match result {
             Ok(seq) => {
+                let local_at = Instant::now();
+                let wait = tracker.replica_wait.clone();
+                let cb: OnDurable = Box::new(move |r| {
+                    crate::latency::observe(&wait, local_at.elapsed());
+                    cb(r)
+                });
                 let mut cb = Some(cb);
                 let done = tracker.with(|s| {
                     let released = match cb.take() {

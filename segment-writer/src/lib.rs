@@ -8,6 +8,8 @@
 //! - [`wal`]: the write-ahead log (group-commit fsync, torn-tail recovery, trimming), on a
 //!   [`wal_disk::WalDisk`] (real files, or the simulation's disk with its failures).
 //! - [`commit`]: the commit point (local fsync + in-sync WAL replicas; pure).
+//! - [`latency`]: histograms of the write path's stages (WAL queue, write, fsync, replica
+//!   wait, seal steps) for `/metrics`.
 //! - [`replicate`]: streaming the WAL to replicas in other zones, the in-sync set.
 //! - [`replica`], [`replica_store`], [`replica_proto`]: the replica side and the internal
 //!   protocol between brokers; [`transport`]: how brokers dial each other (TCP, or the
@@ -52,6 +54,7 @@ pub mod error;
 pub mod faulty_store;
 pub mod internal_auth;
 pub mod key_compact;
+pub mod latency;
 pub mod leadership;
 pub mod log;
 pub mod object;

@@ -101,7 +101,7 @@ pub enum Durability {
     Direct,
 }
 
-/// Counters exported on `/metrics`.
+/// Counters and histograms exported on `/metrics`.
 #[derive(Default)]
 pub struct LogMetrics {
     pub appended_batches: AtomicU64,
@@ -118,6 +118,8 @@ pub struct LogMetrics {
     /// Produce batches refused before the WAL because an earlier write or fsync failed (the
     /// writer counts those it failed itself: [`LogManager::storage_errors`]).
     pub storage_refusals: AtomicU64,
+    /// The sealer's steps.
+    pub seal_latency: crate::latency::SealLatency,
 }
 
 /// The partitions this broker leads, with the WAL, object store and catalog behind them.
@@ -349,6 +351,17 @@ impl LogManager {
         }
         out.extend(self.recovery.not_ready_reasons());
         out
+    }
+
+    /// Registers the write path's latency histograms (WAL stages, replica wait, seal steps)
+    /// in `registry`.
+    pub fn register_latency(&self, registry: &mut prometheus_client::registry::Registry) {
+        crate::latency::register(
+            registry,
+            self.wal.as_ref().map(|w| w.latency()),
+            self.commit.replica_wait(),
+            &self.metrics.seal_latency,
+        );
     }
 
     /// How this broker's internal connections authenticate: give a clone to

@@ -19,6 +19,7 @@
 //! timeout, and a failed attempt rebuilds at most one object's worth in memory.
 
 use crate::error::{Error, Result};
+use crate::latency::observe;
 use crate::log::LogManager;
 use crate::object::{self, Chunk};
 use crate::producer_summary::ProducerBatch;
@@ -129,7 +130,10 @@ impl LogManager {
                             self.settings.broker_id,
                             self.rng.uuid().simple()
                         );
+                        let started = tokio::time::Instant::now();
                         let object = object::build(key, self.settings.broker_id, &chunks);
+                        let built = tokio::time::Instant::now();
+                        observe(&self.metrics.seal_latency.seal_build, built - started);
                         let put = self
                             .objects
                             .put_opts(
@@ -143,6 +147,7 @@ impl LogManager {
                                 },
                             )
                             .await;
+                        observe(&self.metrics.seal_latency.seal_upload, built.elapsed());
                         if let Err(e) = &put {
                             failure = Some(Error::ObjectStore(format!("PUT {}: {e}", object.key)));
                         }
@@ -178,7 +183,10 @@ impl LogManager {
                         };
                         // The broker the catalog key is filed under (0 without a writer fence).
                         filed_under = c.writer.map_or(0, |w| w.broker_id);
-                        let outcome = match self.metadata.commit_catalog(c).await {
+                        let started = tokio::time::Instant::now();
+                        let committed = self.metadata.commit_catalog(c).await;
+                        observe(&self.metrics.seal_latency.seal_commit, started.elapsed());
+                        let outcome = match committed {
                             Ok(_) => CommitOutcome::Landed,
                             Err(e) => {
                                 let outcome = match e.kind() {

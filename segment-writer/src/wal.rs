@@ -29,6 +29,7 @@
 //! disk, beyond any group that may have been streamed but not kept.
 
 use crate::error::{Error, Result};
+use crate::latency::{observe, WalLatency};
 use crate::wal_disk::{FsDisk, WalDisk, WalDiskFile};
 use bytes::{Buf, Bytes};
 use oxbow_metadata::clock::{OsRng, Rng};
@@ -37,6 +38,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
+// tokio's clock: the OS clock in production, the paused one in the simulation.
+use tokio::time::Instant;
 
 const ENTRY_HEADER_BYTES: usize = 8;
 const PAYLOAD_FIXED_BYTES: usize = 8 + 16 + 4 + 4;
@@ -93,6 +96,8 @@ const INCARNATION_FILE: &str = "incarnation";
 struct Append {
     payload: Vec<u8>,
     on_durable: OnDurable,
+    /// When it was queued (its wait is [`WalLatency::queue`]).
+    queued_at: Instant,
     /// Released once the entry is written, freeing room in the queue.
     queued: tokio::sync::OwnedSemaphorePermit,
 }
@@ -119,6 +124,7 @@ struct Shared {
     written_bytes: AtomicU64,
     incarnation: u64,
     new_incarnation: bool,
+    latency: WalLatency,
     /// Unit tests: the next write stores half its bytes, then fails with ENOSPC.
     #[cfg(test)]
     fail_next_write: AtomicBool,
@@ -278,6 +284,7 @@ impl Wal {
             written_bytes: AtomicU64::new(0),
             incarnation,
             new_incarnation,
+            latency: WalLatency::default(),
             #[cfg(test)]
             fail_next_write: AtomicBool::new(false),
         });
@@ -333,6 +340,7 @@ impl Wal {
             .send(Append {
                 payload,
                 on_durable,
+                queued_at: Instant::now(),
                 queued,
             })
             .await
@@ -355,6 +363,11 @@ impl Wal {
     /// Why the WAL stopped accepting writes, or `None` while it is healthy.
     pub fn failure(&self) -> Option<String> {
         self.shared.failure.borrow().clone()
+    }
+
+    /// The writer's latency histograms.
+    pub fn latency(&self) -> &WalLatency {
+        &self.shared.latency
     }
 
     /// Watches [`Self::failure`]: changes once, when the first write or fsync fails.
@@ -566,6 +579,10 @@ impl Writer {
             return;
         }
         let first_sequence = self.next_sequence;
+        let started = Instant::now();
+        for a in &group {
+            observe(&self.shared.latency.queue, started - a.queued_at);
+        }
         let mut buf = Vec::new();
         let mut callbacks = Vec::with_capacity(group.len());
         let mut queued = Vec::with_capacity(group.len());
@@ -636,6 +653,7 @@ impl Writer {
     }
 
     fn write_and_sync(&mut self, first_sequence: u64, buf: &[u8]) -> std::io::Result<()> {
+        let started = Instant::now();
         let roll = {
             let files = self
                 .shared
@@ -673,7 +691,10 @@ impl Writer {
             return Err(std::io::Error::from_raw_os_error(28));
         }
         file.write_all(buf)?;
+        let written = Instant::now();
+        observe(&self.shared.latency.write, written - started);
         file.sync()?;
+        observe(&self.shared.latency.fsync, written.elapsed());
         let mut files = self
             .shared
             .files

@@ -101,6 +101,50 @@ def test_metrics_are_prometheus_text(shared_broker):
         float(value)  # every sample value parses as a number
 
 
+def test_produce_latency_is_split_by_stage(shared_broker):
+    """Every acks=all Produce lands in oxbow_request_stage_seconds, and its stages add up
+    to its total; the WAL's own histograms move with it. Parsed as Prometheus does."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def histograms():
+        text = requests.get(f"{shared_broker.http}/metrics", timeout=T).text
+        out = {}
+        for family in text_string_to_metric_families(text):
+            if family.type != "histogram":
+                continue
+            for s in family.samples:
+                key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "le")))
+                if s.name.endswith("_bucket"):
+                    out.setdefault(key, []).append((float(s.labels["le"]), s.value))
+                else:
+                    out[key] = s.value
+        return out
+
+    def produce_stage(h, suffix, stage):
+        return h[(f"oxbow_request_stage_seconds_{suffix}", (("request", "Produce"), ("stage", stage)))]
+
+    topic = create_topic(shared_broker.bootstrap, unique("stages"), 1)
+    before = histograms()
+    p = producer(shared_broker.bootstrap, acks="all", linger_ms=0)
+    produce_all(p, topic, [{"value": b"x" * 100} for _ in range(20)])
+    after = histograms()
+    stages = ["request_queue", "local", "remote", "response_queue", "response_send"]
+    moved = produce_stage(after, "count", "total") - produce_stage(before, "count", "total")
+    # Other tests share the broker, so at least ours.
+    assert moved >= 1, moved
+    for h in (before, after):
+        total = produce_stage(h, "sum", "total")
+        parts = sum(produce_stage(h, "sum", s) for s in stages)
+        assert abs(total - parts) < 1e-6 * max(1.0, produce_stage(h, "count", "total")), (total, parts)
+        counts = {produce_stage(h, "count", s) for s in stages + ["total"]}
+        assert len(counts) == 1, counts
+        buckets = sorted(produce_stage(h, "bucket", "total"))
+        assert [c for _, c in buckets] == sorted(c for _, c in buckets), buckets
+        assert buckets[-1] == (float("inf"), produce_stage(h, "count", "total"))
+    fsyncs = lambda h: h[("oxbow_wal_fsync_seconds_count", ())]
+    assert fsyncs(after) > fsyncs(before)
+
+
 # -- produce over HTTP, read with Kafka ---------------------------------------------
 
 

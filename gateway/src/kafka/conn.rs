@@ -19,6 +19,7 @@
 
 use super::frame::{self, FrameError};
 use super::handlers::{self, Reply};
+use super::request_latency::Timing;
 use super::request_reader::RequestReader;
 use super::throttle;
 use super::ConnectionLimits;
@@ -44,7 +45,8 @@ const IN_FLIGHT_MAX: usize = 128;
 /// What a finished request puts on the wire, and how long to read nothing afterwards
 /// (a client over its quota, KIP-219).
 enum Outgoing {
-    Send(Bytes, Throttle),
+    /// A response, its throttle, and its stage times if its kind is timed.
+    Send(Bytes, Throttle, Option<Timing>),
     /// Nothing (`acks=0`).
     Nothing(Throttle),
     /// Send this, then close (a failed authentication's answer).
@@ -100,14 +102,18 @@ where
         tokio::select! {
             biased;
             Some(response) = pending.next(), if !pending.is_empty() => match response {
-                Outgoing::Send(bytes, throttle) => {
+                Outgoing::Send(bytes, throttle, timing) => {
                     mute(&mut muted_until, throttle);
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let send_at = Instant::now();
                     if let Err(e) = write_response(&mut write_half, &bytes, limits.idle_max).await {
                         if e.kind() == std::io::ErrorKind::TimedOut {
                             broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
                         }
                         return Err(e.into());
+                    }
+                    if let Some(t) = timing {
+                        broker.metrics.request_latency.finish(&t, send_at, Instant::now());
                     }
                     idle.touch();
                 }
@@ -143,8 +149,9 @@ where
                 }
                 Some(Ok(frame)) => {
                     idle.touch();
+                    let read_at = Instant::now();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-                    match dispatch(&broker, &mut session, &mut auth, frame.freeze()).await {
+                    match dispatch(&broker, &mut session, &mut auth, frame.freeze(), read_at).await {
                         Ok(d) => {
                             // Over quota on arrival (a produce): read nothing more for the
                             // throttle from now, not from when the response goes out, or
@@ -296,6 +303,7 @@ async fn dispatch(
     session: &mut Session,
     auth: &mut Authenticator,
     frame: Bytes,
+    read_at: Instant,
 ) -> Result<Dispatched, FrameError> {
     let frame_bytes = frame.len();
     let p = frame::prelude(&frame)?;
@@ -313,7 +321,7 @@ async fn dispatch(
             }
             let bytes = handlers::api_versions::unsupported_version_response(correlation_id);
             return Ok(Dispatched::of(
-                async move { Outgoing::Send(bytes, Throttle::none()) }.boxed(),
+                async move { Outgoing::Send(bytes, Throttle::none(), None) }.boxed(),
             ));
         }
     };
@@ -332,13 +340,13 @@ async fn dispatch(
             .await)
         }
     }
-    let encode = move |body, throttle| match frame::encode_response(
+    let encode = move |body, throttle, timing| match frame::encode_response(
         key,
         version,
         correlation_id,
         &body,
     ) {
-        Ok(b) => Outgoing::Send(b, throttle),
+        Ok(b) => Outgoing::Send(b, throttle, timing),
         Err(e) => {
             tracing::error!(error = %e, ?key, version, "cannot encode response; closing the connection");
             Outgoing::Close("a response could not be encoded".into())
@@ -356,11 +364,20 @@ async fn dispatch(
         &mut request,
         &mut request_throttle,
     ) {
-        let out = encode(*body, throttle);
+        let out = encode(*body, throttle, None);
         return Ok(Dispatched::of(async move { out }.boxed()));
     }
     let started = std::time::Instant::now();
+    let mut timing = broker
+        .metrics
+        .request_latency
+        .start(key, read_at, Instant::now());
     let reply = handlers::handle(broker, &header, session, request).await;
+    let handled_at = Instant::now();
+    if let Some(t) = &mut timing {
+        t.handled_at = handled_at;
+        t.ready_at = handled_at;
+    }
     request_throttle = request_throttle.max(throttle::handler_time(
         broker,
         &user,
@@ -370,16 +387,19 @@ async fn dispatch(
     let pending = match reply {
         Reply::Now(mut body) => {
             let throttle = throttle::after(broker, &user, &client_id, &mut body, request_throttle);
-            let bytes = encode(*body, throttle);
+            let bytes = encode(*body, throttle, timing);
             async move { bytes }.boxed()
         }
         Reply::Later(fut) => {
             let broker = broker.clone();
             async move {
                 let mut body = fut.await;
+                if let Some(t) = &mut timing {
+                    t.ready_at = Instant::now();
+                }
                 let throttle =
                     throttle::after(&broker, &user, &client_id, &mut body, request_throttle);
-                encode(body, throttle)
+                encode(body, throttle, timing)
             }
             .boxed()
         }
@@ -432,7 +452,7 @@ async fn sasl(
         }
         .boxed()
     } else {
-        async move { Outgoing::Send(bytes, Throttle::none()) }.boxed()
+        async move { Outgoing::Send(bytes, Throttle::none(), None) }.boxed()
     };
     Dispatched {
         pending,

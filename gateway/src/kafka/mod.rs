@@ -19,6 +19,7 @@
 pub mod conn;
 pub mod frame;
 mod handlers;
+pub mod request_latency;
 pub mod request_reader;
 mod throttle;
 pub mod versions;
