@@ -112,6 +112,8 @@ pub struct ServeArgs {
     #[arg(long, env = "OXBOW_FLUSH_BYTES", default_value = "16MiB")]
     pub flush_bytes: ByteSize,
     /// Most bytes the WAL may hold while uploads lag; producers get retriable errors past it.
+    /// Two spare WAL files of an eighth of it (at most 64 MiB each) are kept on top, so new
+    /// files overwrite old blocks instead of growing (no journal commit per fsync).
     #[arg(long, env = "OXBOW_WAL_MAX_BYTES", default_value = "2GiB")]
     pub wal_max_bytes: ByteSize,
     /// Memory for cached object ranges (reads of data no longer in a partition's tail).

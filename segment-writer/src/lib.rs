@@ -79,6 +79,7 @@ pub mod txn_verify;
 pub mod validate;
 pub mod wal;
 pub mod wal_disk;
+pub mod wal_entry;
 
 pub use compact::{run_compactor, CompactSettings, Compactor};
 pub use error::{Error, ErrorKind, Result};

@@ -110,6 +110,8 @@ impl LogManager {
     async fn seal_one_object(&self) -> Result<(u64, bool)> {
         let durable_sequence = self.wal.as_ref().map_or(0, |w| w.durable_sequence());
         let (chunks, fences, more) = self.plan_object()?;
+        // Shared with the blocking pool, where the object is built.
+        let chunks = Arc::new(chunks);
         let mut round = SealRound::new();
         let mut events = VecDeque::from([Event::Planned {
             partitions: chunks.len(),
@@ -131,7 +133,14 @@ impl LogManager {
                             self.rng.uuid().simple()
                         );
                         let started = tokio::time::Instant::now();
-                        let object = object::build(key, self.settings.broker_id, &chunks);
+                        // Copying and checksumming up to OBJECT_BYTES_MAX takes milliseconds:
+                        // not on an async worker, where it would hold up connections.
+                        let (broker_id, of) = (self.settings.broker_id, chunks.clone());
+                        let object = oxbow_metadata::blocking::run_blocking(move || {
+                            object::build(key, broker_id, &of)
+                        })
+                        .await
+                        .map_err(|e| Error::Internal(format!("building a sealed object: {e}")))?;
                         let built = tokio::time::Instant::now();
                         observe(&self.metrics.seal_latency.seal_build, built - started);
                         let put = self
@@ -202,7 +211,7 @@ impl LogManager {
                         events.push_back(Event::Committed(outcome));
                     }
                     Action::MarkSealed => {
-                        for c in &chunks {
+                        for c in chunks.iter() {
                             self.mark_chunk_sealed(c.topic_partition, c.last_offset)?;
                         }
                     }

@@ -31,9 +31,13 @@
 use crate::error::{Error, Result};
 use crate::latency::{observe, WalLatency};
 use crate::wal_disk::{FsDisk, WalDisk, WalDiskFile};
-use bytes::{Buf, Bytes};
+#[cfg(test)]
+pub(crate) use crate::wal_entry::encode_payload_for_test;
+pub(crate) use crate::wal_entry::parse_file;
+pub use crate::wal_entry::WalEntry;
+use crate::wal_entry::{encode_payload, file_name, parse_wal_file, Tail, ENTRY_HEADER_BYTES};
 use oxbow_metadata::clock::{OsRng, Rng};
-use oxbow_metadata::{LeaderEpoch, TopicId, TopicPartition};
+use oxbow_metadata::{LeaderEpoch, TopicPartition};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,10 +45,6 @@ use tokio::sync::mpsc;
 // tokio's clock: the OS clock in production, the paused one in the simulation.
 use tokio::time::Instant;
 
-const ENTRY_HEADER_BYTES: usize = 8;
-const PAYLOAD_FIXED_BYTES: usize = 8 + 16 + 4 + 4;
-/// Largest entry a reader accepts: bounds the allocation a corrupt length can cause.
-const ENTRY_MAX_BYTES: usize = 256 << 20;
 /// Most queued appends; a full queue makes appenders wait (backpressure, not memory growth).
 const QUEUE_DEPTH: usize = 4096;
 /// Most bytes queued for the writer: with `acks=1` nobody waits for the fsync, so without a
@@ -55,6 +55,9 @@ const QUEUE_BYTES_MAX: usize = 64 << 20;
 pub const GROUP_ENTRIES_MAX: u64 = QUEUE_DEPTH as u64;
 /// Most bytes in one write group.
 const GROUP_BYTES_MAX: usize = 8 << 20;
+/// Trimmed files kept for reuse by new ones (see `crate::wal_disk`): the disk beyond the
+/// WAL's budget is at most this many files.
+pub const SPARE_FILES: usize = 2;
 /// Bytes [`Wal::open`] writes and fsyncs to check that the WAL directory takes writes: a
 /// broker started on a full disk says so at once instead of failing its first produce.
 const PROBE_BYTES: usize = 64 << 10;
@@ -69,15 +72,6 @@ pub struct WalSettings {
     /// Appends fail with a retriable error while the WAL holds more than this: the bound on
     /// local disk (and on data at risk) while object storage is slow or down.
     pub budget_bytes: u64,
-}
-
-/// One entry read back from the WAL.
-#[derive(Clone, Debug)]
-pub struct WalEntry {
-    pub sequence: u64,
-    pub topic_partition: TopicPartition,
-    pub leader_epoch: LeaderEpoch,
-    pub batch: Bytes,
 }
 
 /// Called by the writer thread, in sequence order, once an entry is durable — before
@@ -125,6 +119,8 @@ struct Shared {
     incarnation: u64,
     new_incarnation: bool,
     latency: WalLatency,
+    /// A zero-filled spare file is being made (`Writer::preallocate_spare`).
+    preallocating: Arc<AtomicBool>,
     /// Unit tests: the next write stores half its bytes, then fails with ENOSPC.
     #[cfg(test)]
     fail_next_write: AtomicBool,
@@ -137,71 +133,6 @@ pub struct Wal {
     queue_bytes: Arc<tokio::sync::Semaphore>,
     shared: Arc<Shared>,
     settings: Arc<WalSettings>,
-}
-
-fn file_name(first_sequence: u64) -> String {
-    format!("{first_sequence:020}.wal")
-}
-
-fn encode_payload(sequence: u64, tp: TopicPartition, epoch: LeaderEpoch, batch: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + batch.len());
-    p.extend_from_slice(&[0u8; ENTRY_HEADER_BYTES]);
-    p.extend_from_slice(&sequence.to_be_bytes());
-    p.extend_from_slice(tp.topic_id.as_bytes());
-    p.extend_from_slice(&tp.partition.to_be_bytes());
-    p.extend_from_slice(&epoch.to_be_bytes());
-    p.extend_from_slice(batch);
-    let len = (p.len() - ENTRY_HEADER_BYTES) as u32;
-    let crc = crc32c::crc32c(&p[ENTRY_HEADER_BYTES..]);
-    p[0..4].copy_from_slice(&len.to_be_bytes());
-    p[4..8].copy_from_slice(&crc.to_be_bytes());
-    p
-}
-
-#[cfg(test)]
-pub(crate) fn encode_payload_for_test(
-    sequence: u64,
-    tp: TopicPartition,
-    epoch: LeaderEpoch,
-    batch: &[u8],
-) -> Vec<u8> {
-    encode_payload(sequence, tp, epoch, batch)
-}
-
-/// Parses the entries of one file. Returns the entries and the length of the valid prefix;
-/// anything after it is a torn or corrupt tail.
-pub(crate) fn parse_file(data: &[u8]) -> (Vec<WalEntry>, usize) {
-    let mut entries = Vec::new();
-    let mut pos = 0usize;
-    while data.len() - pos >= ENTRY_HEADER_BYTES {
-        let mut h = &data[pos..pos + ENTRY_HEADER_BYTES];
-        let len = h.get_u32() as usize;
-        let crc = h.get_u32();
-        if !(PAYLOAD_FIXED_BYTES..=ENTRY_MAX_BYTES).contains(&len) {
-            break;
-        }
-        let start = pos + ENTRY_HEADER_BYTES;
-        let Some(payload) = data.get(start..start + len) else {
-            break;
-        };
-        if crc32c::crc32c(payload) != crc {
-            break;
-        }
-        let mut p = payload;
-        let sequence = p.get_u64();
-        let mut id = [0u8; 16];
-        p.copy_to_slice(&mut id);
-        let partition = p.get_i32();
-        let leader_epoch = p.get_i32();
-        entries.push(WalEntry {
-            sequence,
-            topic_partition: TopicPartition::new(TopicId(uuid::Uuid::from_bytes(id)), partition),
-            leader_epoch,
-            batch: Bytes::copy_from_slice(p),
-        });
-        pos = start + len;
-    }
-    (entries, pos)
 }
 
 impl Wal {
@@ -241,15 +172,21 @@ impl Wal {
         for (i, first) in firsts.iter().copied().enumerate() {
             let name = file_name(first);
             let data = disk.read(&name)?;
-            let (found, valid) = parse_file(&data);
-            if valid < data.len() {
-                if i + 1 == firsts.len() {
-                    tracing::warn!(file = %name, dropped_bytes = data.len() - valid,
-                        "dropping a torn tail of the WAL (an append that never completed)");
-                    disk.truncate(&name, valid as u64)?;
-                } else {
+            let (found, valid, tail) = parse_wal_file(&data, first);
+            match tail {
+                Tail::None => {}
+                // A recycled file's old bytes, or a torn last write (only the newest file
+                // can have one, but nothing tells them apart in an older file).
+                Tail::Stale => {
+                    if i + 1 == firsts.len() {
+                        tracing::debug!(file = %name, dropped_bytes = data.len() - valid,
+                            "cutting the newest WAL file after its last whole entry");
+                        disk.truncate(&name, valid as u64)?;
+                    }
+                }
+                Tail::Corrupt => {
                     return Err(Error::Internal(format!(
-                        "WAL file {name} in {} is corrupt at byte {valid} and is not the newest file",
+                        "WAL file {name} in {} is corrupt at byte {valid}: entries after it are intact",
                         disk.location()
                     )));
                 }
@@ -269,6 +206,11 @@ impl Wal {
             // Past any group streamed to replicas but lost here (see the module docs).
             next_sequence += GROUP_ENTRIES_MAX;
         }
+        if files.is_empty() || new_incarnation {
+            // Sequences start over: a pooled file's old entries could carry the very
+            // sequences the new files expect, so none is reused.
+            disk.drain_pool()?;
+        }
         let total: u64 = files.iter().map(|f| f.bytes).sum();
         let blocking = disk.blocking();
         let shared = Arc::new(Shared {
@@ -285,6 +227,7 @@ impl Wal {
             incarnation,
             new_incarnation,
             latency: WalLatency::default(),
+            preallocating: Arc::default(),
             #[cfg(test)]
             fail_next_write: AtomicBool::new(false),
         });
@@ -388,8 +331,8 @@ impl Wal {
     /// Every whole entry on disk with a sequence at or after `from` (blocking: reads files).
     pub fn read_from(&self, from: u64) -> Result<Vec<WalEntry>> {
         let mut out = Vec::new();
-        for data in self.read_files()? {
-            let (entries, _) = parse_file(&data);
+        for (first, data) in self.read_files()? {
+            let (entries, _, _) = parse_wal_file(&data, first);
             out.extend(entries.into_iter().filter(|e| e.sequence >= from));
         }
         Ok(out)
@@ -397,19 +340,19 @@ impl Wal {
 
     /// The bytes of every WAL file, oldest first (blocking). A file trimmed meanwhile is
     /// skipped: everything in it was sealed.
-    fn read_files(&self) -> Result<Vec<Vec<u8>>> {
-        let names: Vec<String> = self
+    fn read_files(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        let names: Vec<(u64, String)> = self
             .shared
             .files
             .lock()
             .map_err(|_| Error::Internal("WAL file list lock poisoned".into()))?
             .iter()
-            .map(|f| f.name.clone())
+            .map(|f| (f.first_sequence, f.name.clone()))
             .collect();
         let mut out = Vec::with_capacity(names.len());
-        for name in names {
+        for (first, name) in names {
             match self.shared.disk.read(&name) {
-                Ok(data) => out.push(data),
+                Ok(data) => out.push((first, data)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -422,8 +365,8 @@ impl Wal {
     /// answers for its own WAL when another broker recovers its tail while it is alive.
     pub fn read_raw(&self) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
-        for mut data in self.read_files()? {
-            let (_, valid) = parse_file(&data);
+        for (first, mut data) in self.read_files()? {
+            let (_, valid, _) = parse_wal_file(&data, first);
             data.truncate(valid);
             out.push(data);
         }
@@ -440,7 +383,8 @@ impl Wal {
         self.shared.total_bytes.load(Ordering::Acquire)
     }
 
-    /// Deletes every file all of whose entries have sequence `< keep_from`.
+    /// Deletes every file all of whose entries have sequence `< keep_from` (up to
+    /// [`SPARE_FILES`] of them are kept for reuse instead: see `crate::wal_disk`).
     pub fn trim(&self, keep_from: u64) -> Result<()> {
         let mut files = self
             .shared
@@ -454,7 +398,7 @@ impl Wal {
             remove += 1;
         }
         for f in files.drain(..remove) {
-            self.shared.disk.remove(&f.name)?;
+            self.shared.disk.recycle(&f.name, SPARE_FILES)?;
             self.shared.total_bytes.fetch_sub(f.bytes, Ordering::AcqRel);
             tracing::debug!(file = %f.name, "trimmed WAL file");
         }
@@ -652,6 +596,34 @@ impl Writer {
         }
     }
 
+    /// A new file had no recycled one to reuse (a young WAL: nothing trimmed yet): zero-fill
+    /// one for the next roll, off the write path — on a thread of its own for a real disk.
+    /// Best effort: without it the next file is appended to, as this one is.
+    fn preallocate_spare(&self) {
+        let (disk, bytes) = (self.shared.disk.clone(), self.settings.file_bytes_max);
+        if disk.pooled().unwrap_or(SPARE_FILES) >= SPARE_FILES
+            || self.shared.preallocating.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let busy = self.shared.preallocating.clone();
+        let fill = move || {
+            if let Err(e) = disk.preallocate(bytes) {
+                tracing::warn!(error = %e, "could not zero-fill a spare WAL file; new files are appended to");
+            }
+            busy.store(false, Ordering::Release);
+        };
+        if !self.shared.disk.blocking() {
+            fill();
+        } else if let Err(e) = std::thread::Builder::new()
+            .name("oxbow-wal-spare".into())
+            .spawn(fill)
+        {
+            self.shared.preallocating.store(false, Ordering::Release);
+            tracing::warn!(error = %e, "could not start zero-filling a spare WAL file");
+        }
+    }
+
     fn write_and_sync(&mut self, first_sequence: u64, buf: &[u8]) -> std::io::Result<()> {
         let started = Instant::now();
         let roll = {
@@ -667,8 +639,11 @@ impl Writer {
         };
         if roll {
             let name = file_name(first_sequence);
-            // Durable name included (WalDisk::open_append).
-            let file = self.shared.disk.open_append(&name)?;
+            // Durable name included (WalDisk::open_recycled).
+            let (file, reused) = self.shared.disk.open_recycled(&name)?;
+            if !reused {
+                self.preallocate_spare();
+            }
             self.current = Some(file);
             let mut files = self
                 .shared
@@ -714,216 +689,7 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::sync::oneshot;
-
-    fn settings(dir: &Path) -> WalSettings {
-        WalSettings {
-            dir: dir.to_path_buf(),
-            file_bytes_max: 1 << 20,
-            budget_bytes: 1 << 30,
-        }
-    }
-
-    pub(super) fn tp() -> TopicPartition {
-        TopicPartition::new(TopicId(uuid::Uuid::from_u128(7)), 3)
-    }
-
-    async fn append_wait(wal: &Wal, data: &[u8]) -> u64 {
-        let (tx, rx) = oneshot::channel();
-        wal.append(
-            tp(),
-            1,
-            data,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        )
-        .await
-        .expect("queued");
-        rx.await.expect("answered").expect("durable")
-    }
-
-    #[tokio::test]
-    async fn entries_survive_reopen_in_order() {
-        let dir = tempfile::tempdir().expect("tmp");
-        {
-            let (wal, found) = Wal::open(settings(dir.path())).expect("open");
-            assert!(found.is_empty());
-            for i in 0..10u8 {
-                let seq = append_wait(&wal, &[i; 100]).await;
-                assert_eq!(seq, u64::from(i));
-            }
-        }
-        let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
-        // A restart continues past any group that may have been streamed but not kept.
-        assert_eq!(wal.durable_sequence(), 10 + GROUP_ENTRIES_MAX);
-        assert_eq!(found.len(), 10);
-        assert!(found.iter().enumerate().all(|(i, e)| e.sequence == i as u64
-            && e.batch[0] == i as u8
-            && e.topic_partition == tp()
-            && e.leader_epoch == 1));
-        assert_eq!(append_wait(&wal, b"next").await, 10 + GROUP_ENTRIES_MAX);
-    }
-
-    pub(super) async fn append_result(wal: &Wal, data: &[u8]) -> Result<u64> {
-        let (tx, rx) = oneshot::channel();
-        wal.append(
-            tp(),
-            1,
-            data,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        )
-        .await?;
-        rx.await.expect("answered")
-    }
-
-    #[tokio::test]
-    async fn a_failed_write_fails_everything_after_it_and_leaves_only_what_was_fsynced() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let (wal, _) = Wal::open(settings(dir.path())).expect("open");
-        let mut failure = wal.watch_failure();
-        assert_eq!(append_wait(&wal, &[1; 100]).await, 0);
-        assert_eq!(append_wait(&wal, &[2; 100]).await, 1);
-        assert!(wal.failure().is_none() && wal.check_accepting().is_ok());
-        wal.shared.fail_next_write.store(true, Ordering::Release);
-        let err = append_result(&wal, &[3; 100])
-            .await
-            .expect_err("write fails");
-        assert!(matches!(err, Error::WalFailed(_)), "{err}");
-        failure.changed().await.expect("failure published");
-        let reason = failure.borrow().clone().expect("a reason");
-        assert!(reason.contains("No space left"), "{reason}");
-        // Every later append fails at once, at the queue or in the writer.
-        assert!(matches!(wal.check_accepting(), Err(Error::WalFailed(_))));
-        let err = append_result(&wal, &[4; 100]).await.expect_err("refused");
-        assert!(matches!(err, Error::WalFailed(_)));
-        assert_eq!(wal.durable_sequence(), 2);
-        drop(wal);
-        // The half-written entry was cut off; the restart resumes past the failed group.
-        let len = std::fs::metadata(dir.path().join(file_name(0)))
-            .expect("meta")
-            .len();
-        let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
-        assert_eq!(found.len(), 2);
-        assert_eq!(
-            len as usize,
-            2 * (ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + 100)
-        );
-        assert!(wal.failure().is_none());
-        // Sequence 2 went to the failed group (and maybe to replicas): never reused.
-        assert_eq!(append_wait(&wal, b"after").await, 2 + GROUP_ENTRIES_MAX);
-    }
-
-    #[tokio::test]
-    async fn torn_tail_is_dropped() {
-        let dir = tempfile::tempdir().expect("tmp");
-        {
-            let (wal, _) = Wal::open(settings(dir.path())).expect("open");
-            append_wait(&wal, &[1; 50]).await;
-            append_wait(&wal, &[2; 50]).await;
-        }
-        let path = dir.path().join(file_name(0));
-        let len = std::fs::metadata(&path).expect("meta").len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .expect("open")
-            .set_len(len - 10)
-            .expect("truncate");
-        let (_, found) = Wal::open(settings(dir.path())).expect("reopen");
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].batch[0], 1);
-    }
-
-    #[tokio::test]
-    async fn trim_deletes_only_fully_uploaded_files() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let mut s = settings(dir.path());
-        s.file_bytes_max = 200;
-        let (wal, _) = Wal::open(s.clone()).expect("open");
-        for _ in 0..6 {
-            append_wait(&wal, &[0; 150]).await;
-        }
-        let before = std::fs::read_dir(dir.path()).expect("ls").count();
-        assert!(before >= 3, "rolled into several files: {before}");
-        wal.trim(3).expect("trim");
-        drop(wal);
-        let (_, found) = Wal::open(s).expect("reopen");
-        assert!(
-            found.iter().all(|e| e.sequence >= 2),
-            "kept what is not uploaded"
-        );
-        assert!(found.iter().any(|e| e.sequence == 3));
-        assert!(found.len() < 6);
-    }
-
-    #[tokio::test]
-    async fn budget_refuses_appends() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let mut s = settings(dir.path());
-        s.budget_bytes = 100;
-        let (wal, _) = Wal::open(s).expect("open");
-        append_wait(&wal, &[0; 150]).await;
-        let err = wal.check_accepting().expect_err("full");
-        assert!(matches!(err, Error::WalFull { .. }));
-    }
-}
+mod tests;
 
 #[cfg(test)]
-mod mem_disk_tests {
-    //! The WAL on the simulation's disk: its writer runs as a task, and what a crash or a
-    //! failed fsync leaves is what replay finds.
-    use super::tests::append_result as append;
-    use super::*;
-    use crate::wal_disk::{DiskFaults, MemDisk};
-    use oxbow_metadata::clock::SeededRng;
-
-    fn settings() -> WalSettings {
-        WalSettings {
-            dir: PathBuf::from("/sim/wal"),
-            file_bytes_max: 256,
-            budget_bytes: 1 << 30,
-        }
-    }
-
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn a_crash_keeps_every_acknowledged_entry_and_drops_the_torn_one() {
-        let disk = MemDisk::new("wal");
-        let rng = SeededRng::new(1);
-        let (wal, found) = Wal::open_on(settings(), Arc::new(disk.clone()), &*rng).expect("open");
-        assert!(found.is_empty() && wal.is_new_incarnation());
-        let incarnation = wal.incarnation();
-        let mut acked = Vec::new();
-        for i in 0..20u8 {
-            acked.push(append(&wal, &[i; 40]).await.expect("durable"));
-        }
-        // Several files (256 bytes each): the WAL rolled on the simulated disk too.
-        assert!(disk.list().expect("ls").len() > 3);
-        // An entry written but never fsynced, then a crash that keeps half of it.
-        disk.set_faults(DiskFaults {
-            full: false,
-            sync_fails: true,
-        });
-        assert!(
-            append(&wal, &[99; 40]).await.is_err(),
-            "a failed fsync is no ack"
-        );
-        drop(wal);
-        disk.set_faults(DiskFaults::default());
-        disk.crash(|_, pending| pending / 2);
-        let (wal, found) = Wal::open_on(settings(), Arc::new(disk.clone()), &*rng).expect("reopen");
-        assert_eq!(wal.incarnation(), incarnation);
-        let sequences: Vec<u64> = found.iter().map(|e| e.sequence).collect();
-        assert_eq!(sequences, acked, "every acknowledged entry, nothing else");
-        // A lost disk is a new incarnation with nothing in it.
-        drop(wal);
-        disk.lose();
-        let (wal, found) = Wal::open_on(settings(), Arc::new(disk), &*rng).expect("reopen lost");
-        assert!(found.is_empty());
-        assert_ne!(wal.incarnation(), incarnation);
-    }
-}
+mod mem_disk_tests;
