@@ -156,6 +156,11 @@ impl AbortWalk {
         WalkStep::More
     }
 
+    /// Whether every abort the read needs is known.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
     /// One past the last offset whose markers the walk has seen (`None` before any entry).
     pub fn next(&self) -> Option<Offset> {
         self.next
