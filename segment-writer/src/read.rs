@@ -144,8 +144,10 @@ impl LogManager {
     /// [`Self::read`] at an isolation level. `read_committed` reads stop before the last
     /// stable offset (from memory and from objects, which are catalogued up to `sealed_end`,
     /// possibly past it) and carry the aborted transactions overlapping what they return:
-    /// from the partition's index at or after its `index_floor`, else found by walking the
-    /// batches (and those after them, bounded: past the bound the read is cut before the
+    /// from the partition's index at or after its `index_floor`, below it from the
+    /// catalogue's index ([`Self::indexed_aborts`]), joined by the partition's where the
+    /// catalogue ends at or past the floor, and only where neither answers found by walking
+    /// the batches (and those after them, bounded: past the bound the read is cut before the
     /// first transaction whose outcome is unknown).
     pub async fn read_isolated(
         &self,
@@ -315,9 +317,10 @@ impl LogManager {
     }
 
     /// [`Self::read_catalogued`] at an isolation level. A broker that does not lead the
-    /// partition does not know its open transactions: a `read_committed` read walks the
-    /// batches for their outcomes (as [`Self::read_isolated`] below the index floor) up to
-    /// the catalogue's end, and stops before any transaction whose marker is not
+    /// partition does not know its open transactions: a `read_committed` read is told of
+    /// aborts by the catalogue's index ([`Self::indexed_aborts`]) when it reaches an entry
+    /// whose stop hint passes what it returns; else it walks the batches for their outcomes
+    /// up to the catalogue's end, and stops before any transaction whose marker is not
     /// catalogued yet.
     pub async fn read_catalogued_isolated(
         &self,
