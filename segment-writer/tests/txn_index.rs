@@ -27,7 +27,12 @@ use common::*;
 fn offsets(batches: &[Bytes]) -> Vec<i64> {
     batches
         .iter()
-        .map(|b| batch::peek_header(b).expect("header").expect("whole").base_offset)
+        .map(|b| {
+            batch::peek_header(b)
+                .expect("header")
+                .expect("whole")
+                .base_offset
+        })
         .collect()
 }
 
@@ -120,7 +125,11 @@ async fn aborts_are_read_from_the_catalogue_by_new_leaders_and_other_brokers() {
         .collect();
     assert_eq!(
         spans,
-        vec![(0, 7, Some(6), 1), (8, 10, Some(11), 1), (11, 11, Some(12), 0)],
+        vec![
+            (0, 7, Some(6), 1),
+            (8, 10, Some(11), 1),
+            (11, 11, Some(12), 0)
+        ],
         "902 is open after the first chunk, from 6"
     );
     // A new leader: its index floor is the catalogue's end, everything is below it.
@@ -188,7 +197,10 @@ async fn aborts_are_read_from_the_catalogue_by_new_leaders_and_other_brokers() {
     drop(log);
     std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
     let log = open(dir.path(), metadata.clone()).await;
-    let p = log.partition(&topic, 0).await.expect("reopen after compaction");
+    let p = log
+        .partition(&topic, 0)
+        .await
+        .expect("reopen after compaction");
     log.advance_log_start(&p, 8).await.expect("log start to 8");
     let r = log
         .read_isolated(&p, 8, 1 << 20, true, Isolation::ReadCommitted)
