@@ -328,6 +328,16 @@ pub fn render(broker: &crate::broker::Broker) -> String {
     );
     write_metric(
         &mut out,
+        "oxbow_read_committed_aborts_total",
+        "counter",
+        "read_committed reads below the leader's in-memory aborted index (or on a broker not leading the partition), by how their aborted transactions were found: the catalog's index, or walking batch headers.",
+        &[
+            ("source=\"catalog\"".to_string(), get(&l.aborts_from_catalog)),
+            ("source=\"header_walk\"".to_string(), get(&l.aborts_by_header_walk)),
+        ],
+    );
+    write_metric(
+        &mut out,
         "oxbow_read_cache_hits_total",
         "counter",
         "Object reads served by the read cache.",

@@ -77,6 +77,7 @@ async fn catalog(store: &dyn MetadataStore, run_for: Duration) -> anyhow_free::R
                 crc32c: 0xdead_beef,
                 leader_epoch: 0,
                 layout: oxbow_metadata::EntryLayout::Batches,
+                txn: None,
             })
             .collect();
         let t0 = Instant::now();

@@ -12,6 +12,7 @@
 //! then the chunk they need, each range checked against a CRC-32C — the entry's for the
 //! index, the index row's for the chunk.
 
+use crate::catalog_txn::TxnIndex;
 use crate::error::{Error, Result};
 use crate::types::{LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,11 @@ pub struct CatalogEntry {
     /// What the byte range holds: batches, or a segment's index.
     #[serde(default, skip_serializing_if = "EntryLayout::is_batches")]
     pub layout: EntryLayout,
+    /// The aborted-transaction index of the entry's offsets ([`crate::catalog_txn`]);
+    /// `None` (and absent from entries stored before it existed): not known, readers walk
+    /// batch headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn: Option<TxnIndex>,
 }
 
 impl CatalogEntry {

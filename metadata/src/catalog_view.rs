@@ -93,10 +93,7 @@ pub fn resolve(stored: &[Stored], history: &LeaderEpochHistory) -> Vec<CatalogEn
     if cands.windows(2).all(|w| w[1].0.entry.base_offset > w[0].1) {
         return cands
             .into_iter()
-            .map(|(s, last)| CatalogEntry {
-                last_offset: last,
-                ..s.entry.clone()
-            })
+            .map(|(s, last)| clip(&s.entry, s.entry.base_offset, last))
             .collect();
     }
     let mut out: Vec<CatalogEntry> = Vec::new();
@@ -128,15 +125,24 @@ pub fn resolve(stored: &[Stored], history: &LeaderEpochHistory) -> Vec<CatalogEn
                 last = base - 1;
             }
         }
-        let mut piece = best.entry.clone();
-        piece.base_offset = at;
-        piece.last_offset = last;
-        out.push(piece);
+        out.push(clip(&best.entry, at, last));
         match last.checked_add(1) {
             Some(next) => at = next,
             None => return out,
         }
     }
+}
+
+/// `entry` serving `base..=last` only; its transaction index keeps what lies in the piece
+/// ([`crate::catalog_txn::TxnIndex::clipped`]).
+fn clip(entry: &CatalogEntry, base: Offset, last: Offset) -> CatalogEntry {
+    let mut piece = entry.clone();
+    if base != entry.base_offset || last != entry.last_offset {
+        piece.base_offset = base;
+        piece.last_offset = last;
+        piece.txn = piece.txn.map(|t| t.clipped(base, last, entry.last_offset));
+    }
+    piece
 }
 
 /// Whether `entry`'s offsets are narrower than the stored range it reads (see the module
@@ -166,6 +172,7 @@ mod tests {
             crc32c: 0,
             leader_epoch: epoch,
             layout: EntryLayout::Batches,
+            txn: None,
         }
     }
 
@@ -240,6 +247,33 @@ mod tests {
         // Entirely past it: nothing.
         let got = resolve(&[obj(95, 99, 1, "old-late")], &history(&[(1, 0), (2, 90)]));
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_clipped_entry_keeps_the_aborts_it_serves_and_loses_its_stop_hint() {
+        use crate::catalog_txn::{AbortedTxn, TxnIndex};
+        let abort = |producer_id, first_offset, last_offset| AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset,
+        };
+        let mut late = obj(50, 99, 1, "old-late");
+        late.entry.txn = Some(TxnIndex {
+            stable_end: Some(100),
+            aborts: vec![abort(1, 40, 60), abort(2, 70, 95)],
+        });
+        let got = resolve(&[late.clone()], &history(&[(1, 0), (2, 90)]));
+        assert_eq!(
+            got[0].txn,
+            Some(TxnIndex {
+                stable_end: None,
+                aborts: vec![abort(1, 40, 60)],
+            }),
+            "the marker at 95 is in the deposed leader's tail"
+        );
+        // Unclipped, the index is served as stored.
+        let got = resolve(&[late.clone()], &history(&[(1, 0)]));
+        assert_eq!(got[0].txn, late.entry.txn);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!   with it) and the semantics of altering a topic's configs.
 //! - [`leader_epochs`]: a partition's leader-epoch history (OffsetForLeaderEpoch's answers).
 //! - [`catalog`]: segment catalog entries, the commit of sealed objects and compaction's swap.
+//! - [`catalog_txn`]: the aborted-transaction index catalog entries carry, and its walk.
 //! - [`catalog_view`]: how stored entries and epoch histories resolve into what readers see.
 //! - [`group`]: consumer group offsets and versioned coordinator records.
 //! - [`wal_replicas`]: each broker's WAL replica set (replicas, in-sync replicas).
@@ -50,6 +51,7 @@
 
 pub mod blocking;
 pub mod catalog;
+pub mod catalog_txn;
 pub mod catalog_view;
 pub mod clock;
 pub mod codec;
@@ -77,6 +79,7 @@ pub use catalog::{
     CatalogCommit, CatalogEntry, CatalogFootprint, CatalogReplace, EntryLayout, EpochFence,
     WriterFence, OBJECT_INDEX_BYTES_MAX, OBJECT_PARTITIONS_MAX, REPLACE_NEW_ENTRIES_MAX,
 };
+pub use catalog_txn::{AbortWalk, AbortedTxn, TxnIndex, WalkStep};
 pub use clock::{Clock, OsRng, Rng, SeededRng, SimClock, SystemClock};
 pub use connect::{open_store, MetadataLocation};
 pub use embedded::EmbeddedStore;

@@ -99,6 +99,7 @@ fn entry(tp: TopicPartition, base: i64, last: i64, ts: i64, epoch: i32) -> Catal
         crc32c: 7,
         leader_epoch: epoch,
         layout: oxbow_metadata::EntryLayout::Batches,
+        txn: None,
     }
 }
 

@@ -124,6 +124,7 @@ async fn a_first_layout_file_is_migrated_on_open() {
         crc32c: 1,
         leader_epoch: 0,
         layout: EntryLayout::Batches,
+        txn: None,
     };
     let fence = EpochFence {
         topic_partition: tp0,

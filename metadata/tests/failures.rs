@@ -46,6 +46,7 @@ fn entry(tp: TopicPartition, base: i64, last: i64, epoch: i32) -> CatalogEntry {
         crc32c: 0,
         leader_epoch: epoch,
         layout: oxbow_metadata::EntryLayout::Batches,
+        txn: None,
     }
 }
 

@@ -186,6 +186,7 @@ fn commit(tp: TopicPartition, base: i64, last: i64) -> CatalogCommit {
             crc32c: 7,
             leader_epoch: 0,
             layout: EntryLayout::Batches,
+            txn: None,
         }],
         fences: vec![EpochFence {
             topic_partition: tp,

@@ -637,7 +637,10 @@ impl Compactor {
             first.leader_epoch,
             self.log.rng.uuid(),
         );
-        let built = builder.finish(key)?;
+        let mut built = builder.finish(key)?;
+        // Markers stay at their offsets (key compaction copies transactional and control
+        // batches verbatim), so the segment's aborts are its inputs'.
+        built.entry.txn = oxbow_metadata::catalog_txn::merged(old);
         let size = built.body.len() as u64;
         let path = ObjectPath::from(built.key.as_str());
         let new_ref = ObjectRef {

@@ -120,6 +120,11 @@ pub struct LogMetrics {
     pub storage_refusals: AtomicU64,
     /// The sealer's steps.
     pub seal_latency: crate::latency::SealLatency,
+    /// `read_committed` reads below the leader's in-memory index (or on a broker not leading
+    /// the partition) told of their aborts by the catalogue's index ...
+    pub aborts_from_catalog: AtomicU64,
+    /// ... and those that walked batch headers for them (no index there, or past its bound).
+    pub aborts_by_header_walk: AtomicU64,
 }
 
 /// The partitions this broker leads, with the WAL, object store and catalog behind them.

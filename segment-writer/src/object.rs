@@ -52,6 +52,8 @@ pub struct Chunk {
     /// ([`producer_summary::CARRIED_ROWS_MAX`] at most); first, the partition's open
     /// transactions begun by `last_offset` ([`ProducerBatch::open_txn`]).
     pub carried_producers: Vec<ProducerBatch>,
+    /// The chunk's aborted-transaction index for its catalog entry (`None`: not known).
+    pub txn: Option<oxbow_metadata::TxnIndex>,
 }
 
 /// An object ready to upload and the catalog entries that describe it.
@@ -121,6 +123,7 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
             crc32c: crc32c::crc32c(&body[start..end]),
             leader_epoch: c.leader_epoch,
             layout: EntryLayout::Batches,
+            txn: c.txn.clone(),
         });
     }
     let index_start = body.len();
@@ -359,6 +362,7 @@ fn index_rows(key: &str, index: &[u8], index_crc: u32, len: u64) -> Result<Vec<C
             object_key: key.to_string(),
             leader_epoch: -1,
             layout: EntryLayout::Batches,
+            txn: None,
         });
     }
     Ok(out)
@@ -380,6 +384,7 @@ mod tests {
                 max_timestamp_ms: 99,
                 batches: vec![Bytes::from_static(b"aaaa"), Bytes::from_static(b"bb")],
                 carried_producers: Vec::new(),
+                txn: None,
             },
             Chunk {
                 topic_partition: tp(1),
@@ -389,6 +394,7 @@ mod tests {
                 max_timestamp_ms: 5,
                 batches: vec![Bytes::from_static(b"c")],
                 carried_producers: Vec::new(),
+                txn: None,
             },
         ];
         let obj = build("k".into(), 1, &chunks);
@@ -428,6 +434,7 @@ mod tests {
                 max_timestamp_ms: 1,
                 batches: vec![Bytes::from_static(b"batchbytes")],
                 carried_producers: Vec::new(),
+                txn: None,
             }],
         );
         let store = InMemory::new();
@@ -488,6 +495,7 @@ mod tests {
             max_timestamp_ms: 1,
             batches,
             carried_producers: Vec::new(),
+            txn: None,
         };
         let seven: Vec<Bytes> = (0..7)
             .map(|i| idempotent(2, 40, i * 2, 10 + i64::from(i) * 2))

@@ -164,6 +164,27 @@ impl PartitionLogState {
         self.txns.on_data(producer_id, producer_epoch, first_offset);
     }
 
+    /// The transactions open just after `last` ([`PartitionTxns::open_at`]): what a sealed
+    /// chunk ending there carries as open.
+    pub fn open_txns_at(&self, last: Offset) -> Vec<(i64, i16, Offset)> {
+        self.txns.open_at(last)
+    }
+
+    /// The aborted-transaction index of a sealed chunk `base..=last` ([`PartitionTxns::index_for`]).
+    pub fn txn_index_for(&self, base: Offset, last: Offset) -> Option<oxbow_metadata::TxnIndex> {
+        self.txns.index_for(base, last)
+    }
+
+    /// The transactions open where this log began are exactly `open` ([`PartitionTxns::set_exact`]).
+    pub fn set_txns_exact(&mut self, open: std::collections::BTreeMap<i64, (i16, Offset)>) {
+        self.txns.set_exact(open);
+    }
+
+    /// Whether sealed chunks' entries carry an aborted-transaction index.
+    pub fn txns_exact(&self) -> bool {
+        self.txns.is_exact()
+    }
+
     /// Forgets aborted transactions wholly below the log start.
     pub fn trim_txns_below(&mut self, log_start: Offset) {
         self.txns.trim_below(log_start);
@@ -436,6 +457,7 @@ impl PartitionLogState {
             }
         }
         self.sealed_end = self.sealed_end.max(last_offset + 1);
+        self.txns.sealed_through(last_offset);
         let mut moved = false;
         for base in newly_durable {
             moved |= self.mark_durable(base, None);

@@ -17,7 +17,7 @@ use crate::txn::{self, AbortedTxn, OutcomeScan};
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
-use oxbow_metadata::{CatalogEntry, EntryLayout, Offset, TopicPartition};
+use oxbow_metadata::{AbortWalk, CatalogEntry, EntryLayout, Offset, TopicPartition, WalkStep};
 use std::sync::atomic::Ordering;
 
 /// Catalog entries fetched per lookup when reading from objects.
@@ -30,6 +30,26 @@ const OUTCOME_SCAN_BYTES_MAX: usize = 16 << 20;
 const OUTCOME_SCAN_READS_MAX: usize = 64;
 /// One read-ahead step of that walk.
 const OUTCOME_SCAN_READ_BYTES: usize = 1 << 20;
+
+/// Catalog entries looked up at a time by a walk of the catalogue's aborted-transaction
+/// index ([`oxbow_metadata::AbortWalk`]), and the most one read visits: past it the read
+/// walks headers instead. Usually the entry holding the offset, or the next, ends it.
+const ABORT_WALK_PAGE: usize = 8;
+const ABORT_WALK_ENTRIES_MAX: usize = 64;
+
+/// What the catalogue's aborted-transaction index says for a read.
+#[derive(Debug)]
+enum IndexedAborts {
+    /// Every abort the read must be told of.
+    Complete(Vec<AbortedTxn>),
+    /// Those whose markers are below `next`: the index ends there (or its walk's bound).
+    Through {
+        aborts: Vec<AbortedTxn>,
+        next: Offset,
+    },
+    /// An entry on the way has no index.
+    Unknown,
+}
 
 /// Kafka's fetch `isolation_level`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -124,8 +144,10 @@ impl LogManager {
     /// [`Self::read`] at an isolation level. `read_committed` reads stop before the last
     /// stable offset (from memory and from objects, which are catalogued up to `sealed_end`,
     /// possibly past it) and carry the aborted transactions overlapping what they return:
-    /// from the partition's index at or after its `index_floor`, else found by walking the
-    /// batches (and those after them, bounded: past the bound the read is cut before the
+    /// from the partition's index at or after its `index_floor`, below it from the
+    /// catalogue's index ([`Self::indexed_aborts`]), joined by the partition's where the
+    /// catalogue ends at or past the floor, and only where neither answers found by walking
+    /// the batches (and those after them, bounded: past the bound the read is cut before the
     /// first transaction whose outcome is unknown).
     pub async fn read_isolated(
         &self,
@@ -163,15 +185,82 @@ impl LogManager {
             None => Vec::new(),
             Some(end) if offset >= index_floor => partition.lock()?.aborted_in(offset, end),
             Some(end) => {
-                let hw = r.high_watermark;
-                self.resolve_by_scan(&mut r.batches, end, hw, |next| {
-                    self.read(partition, next, OUTCOME_SCAN_READ_BYTES, true)
-                })
-                .await?
+                // Below the in-memory index: the catalogue's, joined (where it ends at or
+                // past the floor) by the in-memory one for markers since the floor.
+                match self
+                    .indexed_aborts(partition.topic_partition, offset, end)
+                    .await?
+                {
+                    IndexedAborts::Complete(aborted) => aborted,
+                    IndexedAborts::Through { mut aborts, next } if next >= index_floor => {
+                        aborts.extend(partition.lock()?.aborted_in(offset, end));
+                        aborts.sort_by_key(|a| (a.first_offset, a.producer_id));
+                        aborts.dedup();
+                        aborts
+                    }
+                    _ => {
+                        self.metrics
+                            .aborts_by_header_walk
+                            .fetch_add(1, Ordering::Relaxed);
+                        let hw = r.high_watermark;
+                        self.resolve_by_scan(&mut r.batches, end, hw, |next| {
+                            self.read(partition, next, OUTCOME_SCAN_READ_BYTES, true)
+                        })
+                        .await?
+                    }
+                }
             }
         };
         r.aborted = Some(aborted);
         Ok(r)
+    }
+
+    /// The aborts a `read_committed` read of `tp` from `offset` up to `upper` must be told
+    /// of, from the catalogue's index ([`oxbow_metadata::catalog_txn`]): lookups in the
+    /// in-memory catalogue, at most [`ABORT_WALK_ENTRIES_MAX`] entries.
+    async fn indexed_aborts(
+        &self,
+        tp: TopicPartition,
+        offset: Offset,
+        upper: Offset,
+    ) -> Result<IndexedAborts> {
+        let mut walk = AbortWalk::new(offset, upper);
+        let mut from = offset;
+        let mut visited = 0usize;
+        let found = loop {
+            let entries = self
+                .metadata
+                .catalog_entries(tp.topic_id, tp.partition, from, ABORT_WALK_PAGE)
+                .await?;
+            for e in &entries {
+                visited += 1;
+                match walk.feed(e) {
+                    WalkStep::More => {}
+                    WalkStep::Done => break,
+                    WalkStep::Unknown => return Ok(IndexedAborts::Unknown),
+                }
+            }
+            if walk.is_done() {
+                break IndexedAborts::Complete(walk.aborts());
+            }
+            let Some(next) = walk.next() else {
+                return Ok(IndexedAborts::Unknown);
+            };
+            if entries.len() < ABORT_WALK_PAGE || visited >= ABORT_WALK_ENTRIES_MAX || next <= from
+            {
+                break IndexedAborts::Through {
+                    aborts: walk.aborts(),
+                    next,
+                };
+            }
+            from = next;
+        };
+        if matches!(found, IndexedAborts::Complete(_)) {
+            self.metrics
+                .aborts_from_catalog
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(found)
     }
 
     /// Finds the aborted transactions of `batches` (ending at `end`) by walking them and,
@@ -228,9 +317,10 @@ impl LogManager {
     }
 
     /// [`Self::read_catalogued`] at an isolation level. A broker that does not lead the
-    /// partition does not know its open transactions: a `read_committed` read walks the
-    /// batches for their outcomes (as [`Self::read_isolated`] below the index floor) up to
-    /// the catalogue's end, and stops before any transaction whose marker is not
+    /// partition does not know its open transactions: a `read_committed` read is told of
+    /// aborts by the catalogue's index ([`Self::indexed_aborts`]) when it reaches an entry
+    /// whose stop hint passes what it returns; else it walks the batches for their outcomes
+    /// up to the catalogue's end, and stops before any transaction whose marker is not
     /// catalogued yet.
     pub async fn read_catalogued_isolated(
         &self,
@@ -249,13 +339,25 @@ impl LogManager {
         }
         let aborted = match batches_end(&r.batches) {
             None => Vec::new(),
-            Some(end) => {
-                let upper = r.high_watermark;
-                self.resolve_by_scan(&mut r.batches, end, upper, |next| {
-                    self.read_catalogued(tp, log_start_offset, next, OUTCOME_SCAN_READ_BYTES, true)
-                })
-                .await?
-            }
+            Some(end) => match self.indexed_aborts(tp, offset, end).await? {
+                IndexedAborts::Complete(aborted) => aborted,
+                _ => {
+                    self.metrics
+                        .aborts_by_header_walk
+                        .fetch_add(1, Ordering::Relaxed);
+                    let upper = r.high_watermark;
+                    self.resolve_by_scan(&mut r.batches, end, upper, |next| {
+                        self.read_catalogued(
+                            tp,
+                            log_start_offset,
+                            next,
+                            OUTCOME_SCAN_READ_BYTES,
+                            true,
+                        )
+                    })
+                    .await?
+                }
+            },
         };
         // What it could show: everything before the first unknown outcome.
         r.last_stable_offset =

@@ -28,6 +28,7 @@ use crate::seal_state::{
 };
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use oxbow_metadata::catalog_txn::OBJECT_ABORTS_MAX;
 use oxbow_metadata::{CatalogCommit, EpochFence, ErrorKind as MetadataErrorKind, WriterFence};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -275,6 +276,7 @@ impl LogManager {
         let mut plan = ObjectPlan::new(self.settings.flush_bytes.max(OBJECT_BYTES_MAX));
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
+        let mut aborts = 0usize;
         for p in self.open_partitions() {
             let s = p.lock()?;
             let mut batches = s.unsealed();
@@ -291,14 +293,21 @@ impl LogManager {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,
             });
+            // The chunk's aborted-transaction index, within the object's budget of aborts
+            // (past it the entry has none, and its readers walk headers).
+            let txn = s
+                .txn_index_for(first.base_offset, last.last_offset)
+                .filter(|t| aborts + t.aborts.len() <= OBJECT_ABORTS_MAX);
+            aborts += txn.as_ref().map_or(0, |t| t.aborts.len());
             // The partition's other producers, so its next leader knows them however long
             // they have been idle (`producer_summary`, carried rows).
             // Its open transactions first, so its next leader's last stable offset does not
             // run past them (`producer_summary`, open-transaction rows).
+            // Open as of the chunk's end: a marker appended after it (not in this chunk)
+            // does not close its transaction for the chunk's readers.
             let mut carried_producers: Vec<ProducerBatch> = s
-                .open_txns()
+                .open_txns_at(last.last_offset)
                 .into_iter()
-                .filter(|&(_, _, txn_first)| txn_first <= last.last_offset)
                 .map(|(id, epoch, txn_first)| ProducerBatch::open_txn(id, epoch, txn_first))
                 .collect();
             carried_producers.extend(
@@ -316,6 +325,7 @@ impl LogManager {
                     .unwrap_or(-1),
                 batches: batches.into_iter().map(|b| b.bytes).collect(),
                 carried_producers,
+                txn,
             });
         }
         Ok((chunks, fences, plan.more()))

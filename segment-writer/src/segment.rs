@@ -247,6 +247,7 @@ impl SegmentIndex {
             byte_len: u64::from(c.byte_len),
             crc32c: c.crc32c,
             layout: EntryLayout::Batches,
+            txn: None,
             ..segment.clone()
         })
     }
@@ -443,6 +444,7 @@ impl SegmentBuilder {
             crc32c: index_crc,
             leader_epoch: self.header.leader_epoch,
             layout: EntryLayout::SegmentIndex,
+            txn: None,
         };
         Ok(BuiltSegment {
             key,

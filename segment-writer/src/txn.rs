@@ -21,11 +21,16 @@
 //! - a fetch from `offset` up to `upper` is told of every aborted transaction whose range
 //!   overlaps it (`last ≥ offset` and `first < upper`), in first-offset order;
 //! - retention drops what lies wholly below the log start; the index is bounded
-//!   ([`ABORTED_MAX`]): past it the oldest aborts are forgotten and counted, which a later
-//!   step (the index persisted with sealed data) removes.
+//!   ([`ABORTED_MAX`]): past it the oldest aborts are forgotten and counted;
+//! - what a sealed chunk's catalog entry carries ([`PartitionTxns::index_for`],
+//!   [`oxbow_metadata::TxnIndex`]): its aborts and the first offset of the oldest
+//!   transaction open just after it — only while the partition is *exact*: it knows every
+//!   transaction open where this leader's log began ([`PartitionTxns::set_exact`], proved at
+//!   open from the catalogue's own index), and has forgotten no abort of the chunk. Else the
+//!   entry carries no index and its readers walk batch headers.
 
 use crate::batch::{BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD};
-use oxbow_metadata::Offset;
+use oxbow_metadata::{Offset, TxnIndex};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Most aborted transactions remembered per partition (see the module docs).
@@ -125,14 +130,8 @@ pub fn parse_marker(raw: &[u8], h: &BatchHeader) -> Option<Marker> {
     }
 }
 
-/// One aborted transaction, as Fetch reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AbortedTxn {
-    pub producer_id: i64,
-    pub first_offset: Offset,
-    /// The abort marker's offset.
-    pub last_offset: Offset,
-}
+/// One aborted transaction, as Fetch reports it (the catalog's index carries the same).
+pub use oxbow_metadata::AbortedTxn;
 
 /// A partition's open and aborted transactions (see the module docs).
 #[derive(Debug, Default)]
@@ -149,6 +148,14 @@ pub struct PartitionTxns {
     /// What the latest call changed, so an append whose WAL write could not be queued can
     /// be undone ([`Self::undo`]).
     last_change: Option<Change>,
+    /// Every transaction open where this state's log began is known (with its first
+    /// offset): what it tells a sealed chunk's catalog entry is then the truth.
+    exact: bool,
+    /// The marker offset of the newest abort forgotten past [`ABORTED_MAX`].
+    forgotten_through: Option<Offset>,
+    /// Transactions ended by a marker not yet sealed, in marker order: (producer, epoch,
+    /// first offset, marker offset) — open as far as a chunk ending before the marker goes.
+    ended: VecDeque<(i64, i16, Offset, Offset)>,
 }
 
 /// One change [`PartitionTxns::undo`] can take back.
@@ -193,6 +200,7 @@ impl PartitionTxns {
         self.last_change = None;
         let (epoch, first) = self.open.remove(&producer_id)?;
         self.completing.push_back((producer_id, first, offset));
+        self.ended.push_back((producer_id, epoch, first, offset));
         self.last_change = Some(Change::Ended {
             producer_id,
             epoch,
@@ -207,7 +215,9 @@ impl PartitionTxns {
                 last_offset: offset,
             });
             while self.aborted.len() > ABORTED_MAX {
-                self.aborted.pop_front();
+                if let Some(a) = self.aborted.pop_front() {
+                    self.forgotten_through = Some(a.last_offset);
+                }
                 self.forgotten += 1;
             }
         }
@@ -257,6 +267,9 @@ impl PartitionTxns {
                 if self.completing.back().is_some_and(|c| c.2 == at) {
                     self.completing.pop_back();
                 }
+                if self.ended.back().is_some_and(|e| e.3 == at) {
+                    self.ended.pop_back();
+                }
                 if aborted && self.aborted.back().is_some_and(|a| a.last_offset == at) {
                     self.aborted.pop_back();
                 }
@@ -298,6 +311,70 @@ impl PartitionTxns {
         self.open
             .iter()
             .map(|(&id, &(epoch, first))| (id, epoch, first))
+    }
+
+    /// The transactions open just after `last` (begun at or before it, not ended by then):
+    /// those open now and those whose marker, not yet sealed, lies after it. For a chunk
+    /// ending at `last` sealed after later markers were appended.
+    pub fn open_at(&self, last: Offset) -> Vec<(i64, i16, Offset)> {
+        let mut out: Vec<(i64, i16, Offset)> = self
+            .open_producers()
+            .filter(|&(_, _, first)| first <= last)
+            .collect();
+        out.extend(
+            self.ended
+                .iter()
+                .filter(|&&(_, _, first, marker)| first <= last && marker > last)
+                .map(|&(id, epoch, first, _)| (id, epoch, first)),
+        );
+        out
+    }
+
+    /// What the catalog entry of a sealed chunk `base..=last` carries ([`TxnIndex`]); `None`
+    /// unless every abort there and every transaction open after it is surely known (see the
+    /// module docs), or past [`oxbow_metadata::catalog_txn::ENTRY_ABORTS_MAX`].
+    pub fn index_for(&self, base: Offset, last: Offset) -> Option<TxnIndex> {
+        if !self.exact || self.forgotten_through.is_some_and(|f| f >= base) {
+            return None;
+        }
+        // By marker offset, so the chunk's aborts are one run.
+        let from = self.aborted.partition_point(|a| a.last_offset < base);
+        let to = self.aborted.partition_point(|a| a.last_offset <= last);
+        if to.saturating_sub(from) > oxbow_metadata::catalog_txn::ENTRY_ABORTS_MAX {
+            return None;
+        }
+        let aborts = self.aborted.range(from..to.max(from)).copied().collect();
+        let stable_end = self
+            .open_at(last)
+            .into_iter()
+            .map(|(_, _, first)| first)
+            .min()
+            .unwrap_or(last + 1);
+        Some(TxnIndex {
+            stable_end: Some(stable_end),
+            aborts,
+        })
+    }
+
+    /// Everything up to `last` is sealed: ended transactions before it no longer matter to
+    /// [`Self::open_at`].
+    pub fn sealed_through(&mut self, last: Offset) {
+        while self.ended.front().is_some_and(|e| e.3 <= last) {
+            self.ended.pop_front();
+        }
+    }
+
+    /// The transactions open where this state's log began are known to be exactly `open`
+    /// (producer → epoch, first offset), found from the catalogue: they replace what was
+    /// restored, and sealed chunks' entries carry an index from now on.
+    pub fn set_exact(&mut self, open: BTreeMap<i64, (i16, Offset)>) {
+        self.open = open;
+        self.exact = true;
+    }
+
+    /// Whether sealed chunks' entries carry an index ([`Self::set_exact`]).
+    pub fn is_exact(&self) -> bool {
+        self.exact
     }
 }
 
@@ -516,6 +593,49 @@ mod tests {
         assert_eq!(t.forgotten, 3);
         assert_eq!(t.aborted_in(0, 6).len(), 0);
         assert_eq!(t.aborted_in(0, 8).len(), 1);
+    }
+
+    #[test]
+    fn a_sealed_chunk_s_index_needs_an_exact_partition_and_sees_markers_after_it() {
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        let commit = Marker {
+            commit: true,
+            coordinator_epoch: 0,
+        };
+        let mut t = PartitionTxns::default();
+        t.on_data(1, 0, 0);
+        t.on_marker(1, abort, 2);
+        assert_eq!(t.index_for(0, 9), None, "not known to be exact");
+        // Exact, with producer 5's transaction open from before this log began (at 0).
+        t.set_exact(BTreeMap::from([(5, (0, -3))]));
+        assert_eq!(t.open_first_offset(1), None);
+        t.on_data(1, 0, 3);
+        t.on_data(2, 0, 4);
+        t.on_marker(5, commit, 5);
+        t.on_marker(1, abort, 6);
+        t.on_marker(2, abort, 8);
+        let a = |producer_id, first_offset, last_offset| AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset,
+        };
+        // A chunk 0..=6 sealed after 2's marker at 8 was appended: 2 is open after it.
+        let i = t.index_for(0, 6).expect("exact");
+        assert_eq!(i.aborts, vec![a(1, 0, 2), a(1, 3, 6)]);
+        assert_eq!(i.stable_end, Some(4));
+        assert_eq!(t.open_at(6), vec![(2, 0, 4)]);
+        // After 4, 5's transaction from before this log is still open too (its marker is at 5).
+        assert_eq!(t.open_at(4), vec![(5, 0, -3), (1, 0, 3), (2, 0, 4)]);
+        assert_eq!(t.index_for(0, 4).expect("exact").stable_end, Some(-3));
+        t.sealed_through(6);
+        let i = t.index_for(7, 8).expect("exact");
+        assert_eq!((i.aborts, i.stable_end), (vec![a(2, 4, 8)], Some(9)));
+        // Forgetting aborts of a chunk unsettles its index.
+        t.forgotten_through = Some(7);
+        assert_eq!(t.index_for(7, 8), None);
     }
 
     /// A stamped transactional data batch of `producer_id` at `base`.

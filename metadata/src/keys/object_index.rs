@@ -7,9 +7,17 @@
 //! what bounds the partitions one seal can catalogue within etcd's request limit (about
 //! 30 bytes an entry here against about 250 as JSON). It starts with its own version, and a
 //! value of another version, or bytes that do not decode, is [`Error::CorruptValue`].
+//!
+//! The entries' aborted-transaction indexes ([`crate::catalog_txn`]) follow the ranges as a
+//! trailing section, one optional index per range, written only if some entry has one — so
+//! a value without it is byte for byte what builds before the index wrote, and those
+//! builds (postcard ignores trailing bytes) read a value with it as entries without
+//! indexes, which is what such a value means to them: a rolling upgrade needs no new
+//! version. Offsets in it are relative to the range's base: a few bytes per entry.
 
 use super::{escape, segments_after, unescape, Root};
 use crate::catalog::{CatalogEntry, EntryLayout};
+use crate::catalog_txn::{AbortedTxn, TxnIndex};
 use crate::error::{Error, Result};
 use crate::types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId};
 use serde::{Deserialize, Serialize};
@@ -34,6 +42,29 @@ struct Stored {
     object_key: String,
     topics: Vec<TopicId>,
     ranges: Vec<Range>,
+}
+
+/// The trailing section: one optional index per range, in the same order.
+#[derive(Serialize, Deserialize)]
+struct StoredTxns {
+    ranges: Vec<Option<RangeTxn>>,
+}
+
+/// An entry's [`TxnIndex`], offsets relative to its range.
+#[derive(Serialize, Deserialize)]
+struct RangeTxn {
+    /// The entry's next offset minus its stop hint (usually 0), if known.
+    stable_back: Option<u64>,
+    aborts: Vec<RangeAbort>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RangeAbort {
+    producer_id: i64,
+    /// Marker offset minus the transaction's first offset (it may begin in an earlier entry).
+    first_back: u64,
+    /// Marker offset minus the range's base.
+    marker: u64,
 }
 
 /// One entry, its topic an index into `topics`, its last offset as a count past the base.
@@ -80,7 +111,9 @@ fn corrupt(key: &[u8], reason: &str) -> Error {
 pub fn ser_value(index: &ObjectIndex) -> Result<Vec<u8>> {
     let mut topics: Vec<TopicId> = Vec::new();
     let mut ranges = Vec::with_capacity(index.entries.len());
+    let mut txns = Vec::with_capacity(index.entries.len());
     for e in &index.entries {
+        txns.push(e.txn.as_ref().map(|t| range_txn(e, t)).transpose()?);
         if e.object_key != index.object_key || e.layout != EntryLayout::Batches {
             return Err(Error::InvalidRequest(format!(
                 "an entry of object {} names {} ({:?})",
@@ -114,14 +147,74 @@ pub fn ser_value(index: &ObjectIndex) -> Result<Vec<u8>> {
             leader_epoch: e.leader_epoch,
         });
     }
-    postcard::to_stdvec(&Stored {
+    let encode_err = |e: postcard::Error| Error::Storage(format!("encoding an object index: {e}"));
+    let mut out = postcard::to_stdvec(&Stored {
         v: VERSION,
         broker_id: index.broker_id,
         object_key: index.object_key.clone(),
         topics,
         ranges,
     })
-    .map_err(|e| Error::Storage(format!("encoding an object index: {e}")))
+    .map_err(encode_err)?;
+    if txns.iter().any(Option::is_some) {
+        out.extend(postcard::to_stdvec(&StoredTxns { ranges: txns }).map_err(encode_err)?);
+    }
+    Ok(out)
+}
+
+fn range_txn(e: &CatalogEntry, t: &TxnIndex) -> Result<RangeTxn> {
+    let bad = || {
+        Error::InvalidRequest(format!(
+            "the transaction index of entry {}..={} names offsets outside it",
+            e.base_offset, e.last_offset
+        ))
+    };
+    let back = |from: Offset, to: Offset| u64::try_from(from - to).map_err(|_| bad());
+    Ok(RangeTxn {
+        stable_back: t.stable_end.map(|s| back(e.next_offset(), s)).transpose()?,
+        aborts: t
+            .aborts
+            .iter()
+            .map(|a| {
+                if a.last_offset > e.last_offset {
+                    return Err(bad());
+                }
+                Ok(RangeAbort {
+                    producer_id: a.producer_id,
+                    first_back: back(a.last_offset, a.first_offset)?,
+                    marker: back(a.last_offset, e.base_offset)?,
+                })
+            })
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// The [`TxnIndex`] a trailing-section row gives the entry `base..=last`.
+fn txn_index(key: &[u8], base: Offset, last: Offset, r: RangeTxn) -> Result<TxnIndex> {
+    let bad = || corrupt(key, "a transaction index names offsets outside its entry");
+    let minus = |from: Offset, n: u64| -> Result<Offset> {
+        i64::try_from(n)
+            .ok()
+            .and_then(|n| from.checked_sub(n))
+            .ok_or_else(bad)
+    };
+    let mut aborts = Vec::with_capacity(r.aborts.len());
+    for a in r.aborts {
+        let last_offset = i64::try_from(a.marker)
+            .ok()
+            .and_then(|m| base.checked_add(m))
+            .filter(|&m| m <= last)
+            .ok_or_else(bad)?;
+        aborts.push(AbortedTxn {
+            producer_id: a.producer_id,
+            first_offset: minus(last_offset, a.first_back)?,
+            last_offset,
+        });
+    }
+    Ok(TxnIndex {
+        stable_end: r.stable_back.map(|b| minus(last + 1, b)).transpose()?,
+        aborts,
+    })
 }
 
 pub fn deser_value(key: &[u8], value: &[u8]) -> Result<ObjectIndex> {
@@ -131,10 +224,22 @@ pub fn deser_value(key: &[u8], value: &[u8]) -> Result<ObjectIndex> {
     if v != VERSION {
         return Err(corrupt(key, &format!("unknown object index version {v}")));
     }
-    let s: Stored = postcard::from_bytes(value)
+    let (s, rest): (Stored, _) = postcard::take_from_bytes(value)
         .map_err(|e| corrupt(key, &format!("not an object index: {e}")))?;
+    let mut txns: Vec<Option<RangeTxn>> = if rest.is_empty() {
+        Vec::new()
+    } else {
+        postcard::from_bytes::<StoredTxns>(rest)
+            .map_err(|e| corrupt(key, &format!("not an object index's transactions: {e}")))?
+            .ranges
+    };
+    if !txns.is_empty() && txns.len() != s.ranges.len() {
+        return Err(corrupt(key, "transaction indexes do not match the entries"));
+    }
+    txns.reverse();
     let mut entries = Vec::with_capacity(s.ranges.len());
     for r in s.ranges {
+        let txn = txns.pop().flatten();
         let topic_id = *usize::try_from(r.topic)
             .ok()
             .and_then(|i| s.topics.get(i))
@@ -144,6 +249,9 @@ pub fn deser_value(key: &[u8], value: &[u8]) -> Result<ObjectIndex> {
             .and_then(|n| r.base_offset.checked_add(n))
             .filter(|_| r.base_offset >= 0)
             .ok_or_else(|| corrupt(key, "an entry's offsets are out of range"))?;
+        let txn = txn
+            .map(|t| txn_index(key, r.base_offset, last_offset, t))
+            .transpose()?;
         entries.push(CatalogEntry {
             topic_id,
             partition: r.partition,
@@ -156,6 +264,7 @@ pub fn deser_value(key: &[u8], value: &[u8]) -> Result<ObjectIndex> {
             crc32c: r.crc32c,
             leader_epoch: r.leader_epoch,
             layout: EntryLayout::Batches,
+            txn,
         });
     }
     Ok(ObjectIndex {
@@ -182,6 +291,7 @@ mod tests {
             crc32c: 0xdead_beef,
             leader_epoch: 3,
             layout: EntryLayout::Batches,
+            txn: None,
         }
     }
 
@@ -207,6 +317,78 @@ mod tests {
             bytes.len()
         );
         assert_eq!(deser_value(key.as_bytes(), &bytes).expect("decode"), index);
+    }
+
+    #[test]
+    fn transaction_indexes_ride_in_a_section_older_builds_skip() {
+        let root = Root::new("c");
+        let mut entries: Vec<CatalogEntry> = (0..3).map(|p| entry(1, p, 1_000, 1_040)).collect();
+        entries[0].txn = Some(TxnIndex {
+            stable_end: Some(1_041),
+            aborts: vec![],
+        });
+        entries[1].txn = Some(TxnIndex {
+            stable_end: Some(1_030),
+            aborts: vec![
+                AbortedTxn {
+                    producer_id: 9,
+                    first_offset: 990,
+                    last_offset: 1_004,
+                },
+                AbortedTxn {
+                    producer_id: 4_000_000_000,
+                    first_offset: 1_010,
+                    last_offset: 1_040,
+                },
+            ],
+        });
+        let index = ObjectIndex {
+            broker_id: 7,
+            object_key: entries[0].object_key.clone(),
+            entries,
+        };
+        let key = ser_key(&root, 7, &index.object_key);
+        let bytes = ser_value(&index).expect("encode");
+        assert_eq!(deser_value(key.as_bytes(), &bytes).expect("decode"), index);
+        // A build before the index reads the same entries, without it.
+        let old: Stored = postcard::from_bytes(&bytes).expect("old decoder");
+        assert_eq!(old.ranges.len(), 3);
+        // Without any index the value is exactly what it was before the index existed.
+        let plain = ObjectIndex {
+            entries: index
+                .entries
+                .iter()
+                .map(|e| CatalogEntry {
+                    txn: None,
+                    ..e.clone()
+                })
+                .collect(),
+            ..index.clone()
+        };
+        let plain_bytes = ser_value(&plain).expect("encode");
+        assert!(plain_bytes.len() + 10 < bytes.len());
+        assert_eq!(
+            postcard::take_from_bytes::<Stored>(&plain_bytes)
+                .expect("decode")
+                .1
+                .len(),
+            0
+        );
+        assert_eq!(
+            deser_value(key.as_bytes(), &plain_bytes).expect("decode"),
+            plain
+        );
+        // An abort whose marker lies outside its entry is refused.
+        let mut bad = index.clone();
+        bad.entries[0].txn = Some(TxnIndex {
+            stable_end: None,
+            aborts: vec![AbortedTxn {
+                producer_id: 1,
+                first_offset: 1_000,
+                last_offset: 1_041,
+            }],
+        });
+        assert!(ser_value(&bad).is_err());
     }
 
     #[test]

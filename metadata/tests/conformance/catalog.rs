@@ -343,6 +343,7 @@ fn segment_entry(tp: TopicPartition, base: i64, last: i64, ts: i64) -> CatalogEn
         byte_len: 80,
         crc32c: 9,
         layout: oxbow_metadata::EntryLayout::SegmentIndex,
+        txn: None,
         ..entry(tp, base, last, ts, 0)
     }
 }

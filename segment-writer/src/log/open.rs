@@ -187,6 +187,7 @@ impl LogManager {
                 return Err(e);
             }
         }
+        self.establish_txn_index(&opened).await;
         step("producer state restored");
         if let (Some(from_seq), Some(wal)) = (held_from, &self.wal) {
             // This broker forgot the partition with unsealed data (fenced, or a lost lease)
@@ -536,6 +537,82 @@ impl LogManager {
         Ok(())
     }
 }
+
+impl LogManager {
+    /// Makes `partition`'s transaction state exact ([`crate::txn::PartitionTxns::set_exact`])
+    /// if the catalogue proves which transactions are open at its end: nothing catalogued, or
+    /// the last entry's index says where the oldest open transaction began — none (its stop
+    /// hint is its end), or one at `S`, and the batches from `S` to the end (at most
+    /// [`TXN_OPEN_SCAN_BYTES_MAX`]) name them all. Otherwise (data sealed before the index,
+    /// a leader that was not exact, a failed read) the partition stays as restored, and its
+    /// sealed chunks' entries carry no index: readers walk headers there, as before.
+    async fn establish_txn_index(&self, partition: &Partition) {
+        let tp = partition.topic_partition;
+        let open = match self.open_txns_at_catalogue_end(partition).await {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e, "could not prove the open transactions; no aborted index for this leadership");
+                None
+            }
+        };
+        if let Some(open) = open {
+            if let Ok(mut s) = partition.lock() {
+                s.set_txns_exact(open);
+            }
+        }
+    }
+
+    async fn open_txns_at_catalogue_end(
+        &self,
+        partition: &Partition,
+    ) -> Result<Option<BTreeMap<i64, (i16, Offset)>>> {
+        let tp = partition.topic_partition;
+        let (log_start, _, log_end) = partition.offsets()?;
+        let Some(last) = self
+            .metadata
+            .catalog_last(tp.topic_id, tp.partition)
+            .await?
+        else {
+            return Ok(Some(BTreeMap::new()));
+        };
+        if last.next_offset() != log_end {
+            return Ok(None);
+        }
+        let Some(stable_end) = last.txn.as_ref().and_then(|t| t.stable_end) else {
+            return Ok(None);
+        };
+        let mut open = BTreeMap::new();
+        // A transaction begun below the log start is seen from its first batch after it:
+        // nothing below the log start is ever read.
+        let mut next = stable_end.max(log_start);
+        let mut bytes = 0usize;
+        while next < log_end {
+            if bytes >= TXN_OPEN_SCAN_BYTES_MAX {
+                return Ok(None);
+            }
+            let r = self.read(partition, next, 1 << 20, true).await?;
+            let read_from = next;
+            for b in &r.batches {
+                let Some(h) = batch::peek_header(b)? else {
+                    continue;
+                };
+                bytes += b.len();
+                next = h.last_offset() + 1;
+                if h.last_offset() >= read_from {
+                    note_txn(&mut open, &h, b);
+                }
+            }
+            if next <= read_from {
+                return Ok(None);
+            }
+        }
+        Ok(Some(open))
+    }
+}
+
+/// Most bytes [`LogManager::establish_txn_index`] reads to find the transactions open at the
+/// catalogue's end (from the oldest one's first batch).
+const TXN_OPEN_SCAN_BYTES_MAX: usize = 16 << 20;
 
 /// A batch read back while rebuilding: transactional data opens its producer's
 /// transaction (or joins it), a marker ends it.

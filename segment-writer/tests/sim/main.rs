@@ -121,6 +121,7 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>, transactions: bool) -
             consumer_stop.clone(),
             txn_drained.clone(),
         ));
+        tokio::spawn(txn::late_reader(c.clone(), consumer_stop.clone()));
         (0..txn::TXN_PRODUCERS)
             .map(|i| {
                 let rng: Arc<dyn Rng> =
@@ -500,7 +501,7 @@ fn txn_seeds() {
     let mut kinds = std::collections::BTreeSet::new();
     let mut failing = Vec::new();
     println!(
-        "{:>5} {:>9} {:>7} {:>6} {:>13} {:>12} {:>7} {:>6}  fault kinds",
+        "{:>5} {:>9} {:>7} {:>6} {:>13} {:>12} {:>7} {:>9} {:>6} {:>6} {:>6}  fault kinds",
         "seed",
         "committed",
         "aborted",
@@ -508,19 +509,25 @@ fn txn_seeds() {
         "zombie-refused",
         "zombie-acked",
         "read",
+        "late-read",
+        "index",
+        "walk",
         "faults"
     );
     for seed in first..first + count {
         let o = run_seed_txn(seed);
         let t = o.txn.unwrap_or_default();
         println!(
-            "{seed:>5} {:>9} {:>7} {:>6} {:>13} {:>12} {:>7} {:>6}  {}",
+            "{seed:>5} {:>9} {:>7} {:>6} {:>13} {:>12} {:>7} {:>9} {:>6} {:>6} {:>6}  {}",
             t.committed,
             t.aborted,
             t.fenced,
             t.zombie_refusals,
             t.zombie_acks,
             t.records_read,
+            t.late_records_read,
+            t.index_reads,
+            t.walk_reads,
             o.faults,
             o.fault_kinds.join(",")
         );
@@ -540,6 +547,9 @@ fn txn_seeds() {
         total.zombie_refusals += t.zombie_refusals;
         total.zombie_acks += t.zombie_acks;
         total.records_read += t.records_read;
+        total.late_records_read += t.late_records_read;
+        total.index_reads += t.index_reads;
+        total.walk_reads += t.walk_reads;
         kinds.extend(o.fault_kinds.iter().copied());
     }
     assert!(
@@ -549,7 +559,7 @@ fn txn_seeds() {
         failing.join("\n  ")
     );
     println!(
-        "simulation with transactions: {count} seeds in {:.1} s real ({:.1} s simulated), {faults} faults, {} of {} fault kinds, {} committed, {} aborted, {} fenced transactions, {} zombie writes refused, {} records read at read_committed, 0 violations",
+        "simulation with transactions: {count} seeds in {:.1} s real ({:.1} s simulated), {faults} faults, {} of {} fault kinds, {} committed, {} aborted, {} fenced transactions, {} zombie writes refused, {} records read at read_committed ({} transactional again by the late reader; aborts from the catalogue's index {} times, by header walk {}), 0 violations",
         started.elapsed().as_secs_f64(),
         sim_ms as f64 / 1000.0,
         kinds.len(),
@@ -558,7 +568,10 @@ fn txn_seeds() {
         total.aborted,
         total.fenced,
         total.zombie_refusals,
-        total.records_read
+        total.records_read,
+        total.late_records_read,
+        total.index_reads,
+        total.walk_reads
     );
 }
 

@@ -24,6 +24,14 @@
 //! stable offset, dropping, as Kafka's client does (`CompletedFetch`), control batches and
 //! the batches of a producer from an aborted transaction's first offset until its ABORT
 //! marker; it records each record it keeps, and judges rule 15 on every answer.
+//!
+//! A late reader ([`late_reader`]) reads the partitions again and again from their log start
+//! at `read_committed` on a broker that does not lead them (`read_catalogued_isolated`, as the
+//! HTTP API serves any partition anywhere): far behind every leader's index floor, across
+//! compaction and retention, it is told of aborts by the catalogue's aborted-transaction
+//! index, or by the header walk where an entry has none; what it keeps is judged like the
+//! consumer's (G1a, rule 12), and the table counts which way its reads (and the consumer's)
+//! were answered.
 
 use crate::cluster::{Cluster, PARTITIONS, TOPIC};
 use crate::history::Ack;
@@ -529,6 +537,151 @@ pub async fn consumer(cluster: Cluster, stop: CancellationToken, drained: Cancel
     }
 }
 
+/// Reads every partition from its log start at `read_committed` on a broker that does not
+/// lead it, over and over, until `stop` (see the module docs).
+pub async fn late_reader(cluster: Cluster, stop: CancellationToken) {
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut turn = 0i32;
+    while !stop.is_cancelled() {
+        for partition in 0..PARTITIONS {
+            turn = turn.wrapping_add(1);
+            let at = next.entry(partition).or_insert(0);
+            match late_read_once(&cluster, partition, *at, turn).await {
+                Ok(Some(n)) => *at = n,
+                // At the end of what is catalogued: from the start again.
+                Ok(None) => *at = 0,
+                Err(_) => {}
+            }
+        }
+        cluster.clock.sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// One catalogued `read_committed` read of `partition` from `from` on a broker other than its
+/// leader; the next position, or `None` at the end.
+async fn late_read_once(
+    cluster: &Cluster,
+    partition: i32,
+    from: i64,
+    turn: i32,
+) -> Result<Option<i64>, Fail> {
+    let topic = cluster
+        .topic()
+        .await
+        .ok_or_else(|| Fail::Retry("no topic metadata".into()))?;
+    let state = topic
+        .partition(partition)
+        .ok_or_else(|| Fail::Fatal(format!("p{partition} missing")))?;
+    let id = (1..=crate::cluster::BROKERS)
+        .map(|i| 1 + (i + turn) % crate::cluster::BROKERS)
+        .find(|&id| id != state.leader && cluster.broker(id).is_some())
+        .ok_or_else(|| Fail::Retry("no other broker up".into()))?;
+    let b = cluster
+        .broker(id)
+        .ok_or_else(|| Fail::Retry(format!("b{id} is down")))?;
+    let tp = oxbow_metadata::TopicPartition::new(topic.topic_id, partition);
+    let from = from.max(state.log_start_offset);
+    let before = paths_of(&b.log);
+    let r = match b
+        .log
+        .read_catalogued_isolated(
+            tp,
+            state.log_start_offset,
+            from,
+            READ_BYTES,
+            true,
+            Isolation::ReadCommitted,
+        )
+        .await
+    {
+        Ok(r) => r,
+        Err(e) if e.kind() == ErrorKind::OffsetOutOfRange => return Ok(None),
+        Err(e) => return Err(classify(e)),
+    };
+    count_paths(cluster, before, paths_of(&b.log));
+    let Some(aborted) = r.aborted.clone() else {
+        cluster.violation(format!(
+            "late reader p{partition}: a read_committed read on b{id} carried no aborted transactions list"
+        ));
+        return Err(Fail::Retry("no aborted list".into()));
+    };
+    let mut pending: Vec<_> = aborted.iter().collect();
+    pending.sort_by_key(|a| std::cmp::Reverse((a.first_offset, a.producer_id)));
+    let mut skipping: BTreeSet<i64> = BTreeSet::new();
+    let mut kept = Vec::new();
+    let mut next = from;
+    let t_ms = cluster.now_ms();
+    for raw in &r.batches {
+        let Ok(Some(h)) = batch::peek_header(raw) else {
+            cluster.violation(format!(
+                "late reader p{partition}: an unreadable batch from b{id}"
+            ));
+            break;
+        };
+        if h.last_offset() < next {
+            continue;
+        }
+        let at = next;
+        while pending
+            .last()
+            .is_some_and(|a| a.first_offset <= h.last_offset())
+        {
+            if let Some(a) = pending.pop() {
+                skipping.insert(a.producer_id);
+            }
+        }
+        next = h.last_offset() + 1;
+        if h.is_control() {
+            if parse_marker(raw, &h).is_some_and(|m| !m.commit) {
+                skipping.remove(&h.producer_id);
+            }
+            continue;
+        }
+        if !h.is_transactional() || skipping.contains(&h.producer_id) {
+            continue;
+        }
+        let offsets = record_offsets(raw, &h).map_err(Fail::Fatal)?;
+        for offset in offsets.into_iter().filter(|&o| o >= at) {
+            kept.push(TxnRead {
+                offset,
+                producer_id: h.producer_id,
+                producer_epoch: h.producer_epoch,
+                sequence: h.base_sequence + (offset - h.base_offset) as i32,
+                transactional: true,
+                t_ms,
+            });
+        }
+    }
+    if !kept.is_empty() {
+        cluster
+            .history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .txn
+            .late_read
+            .entry(partition)
+            .or_default()
+            .extend(kept);
+    }
+    Ok((next > from).then_some(next))
+}
+
+/// A broker's (index, header walk) answers to `read_committed` reads so far.
+fn paths_of(log: &oxbow_segment_writer::LogManager) -> (u64, u64) {
+    use std::sync::atomic::Ordering;
+    (
+        log.metrics.aborts_from_catalog.load(Ordering::Relaxed),
+        log.metrics.aborts_by_header_walk.load(Ordering::Relaxed),
+    )
+}
+
+/// Adds the answers between two readings of [`paths_of`] to the run's counts.
+fn count_paths(cluster: &Cluster, before: (u64, u64), after: (u64, u64)) {
+    let mut h = cluster.history.lock().unwrap_or_else(|e| e.into_inner());
+    h.txn.index_reads += after.0.saturating_sub(before.0);
+    h.txn.walk_reads += after.1.saturating_sub(before.1);
+}
+
 /// One `read_committed` fetch of one partition; `Ok(true)` when the position is at the high
 /// watermark.
 async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> Result<bool, Fail> {
@@ -552,11 +705,15 @@ async fn consume_once(cluster: &Cluster, partition: i32, pos: &mut Position) -> 
         }
         pos.served_by = Some((leader, epoch));
     }
+    let before = paths_of(&log);
     let r = match log
         .read_isolated(&p, pos.next, READ_BYTES, true, Isolation::ReadCommitted)
         .await
     {
-        Ok(r) => r,
+        Ok(r) => {
+            count_paths(cluster, before, paths_of(&log));
+            r
+        }
         Err(e) if e.kind() == ErrorKind::OffsetOutOfRange => {
             let (start, _, _) = p.offsets().map_err(classify)?;
             if pos.next < start {

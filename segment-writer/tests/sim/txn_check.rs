@@ -119,6 +119,12 @@ pub struct TxnHistory {
     pub markers: Vec<MarkerAck>,
     /// What the `read_committed` consumer kept, per partition, in reading order.
     pub read: BTreeMap<i32, Vec<TxnRead>>,
+    /// What the late reader (catalogued reads on other brokers, from the log start) kept.
+    pub late_read: BTreeMap<i32, Vec<TxnRead>>,
+    /// `read_committed` reads told of their aborts by the catalogue's index, and by walking
+    /// batch headers (the consumer's below a leader's index floor, and the late reader's).
+    pub index_reads: u64,
+    pub walk_reads: u64,
     /// The highest log start the `read_committed` consumer reset to (auto.offset.reset).
     pub resets: BTreeMap<i32, i64>,
     /// The last stable offset last served per (partition, leader epoch) (rule 15).
@@ -138,6 +144,9 @@ pub struct TxnCounts {
     pub zombie_refusals: u64,
     pub zombie_acks: u64,
     pub records_read: u64,
+    pub late_records_read: u64,
+    pub index_reads: u64,
+    pub walk_reads: u64,
 }
 
 impl TxnHistory {
@@ -178,6 +187,9 @@ impl TxnHistory {
             zombie_refusals: self.zombie_refusals,
             zombie_acks: self.zombie_acks,
             records_read: self.read.values().map(|r| r.len() as u64).sum(),
+            late_records_read: self.late_read.values().map(|r| r.len() as u64).sum(),
+            index_reads: self.index_reads,
+            walk_reads: self.walk_reads,
         }
     }
 }
@@ -362,12 +374,17 @@ pub fn check(
 
     // Rule 12: what the read_committed consumer kept.
     let mut times: BTreeMap<(i32, i64, i16, i32), u32> = BTreeMap::new();
-    for (&p, reads) in &t.read {
+    // The late reader's reads are judged alike, but not counted (it reads everything again
+    // and again).
+    let late = t.late_read.iter().map(|(p, r)| (p, r, true));
+    for (&p, reads, is_late) in t.read.iter().map(|(p, r)| (p, r, false)).chain(late) {
         let stored = records.get(&p).unwrap_or(&none);
         for r in reads {
-            *times
-                .entry((p, r.producer_id, r.producer_epoch, r.sequence))
-                .or_default() += 1;
+            if !is_late {
+                *times
+                    .entry((p, r.producer_id, r.producer_epoch, r.sequence))
+                    .or_default() += 1;
+            }
             if r.offset >= start_of(p)
                 && stored.get(&r.offset) != Some(&(r.producer_id, r.producer_epoch, r.sequence))
             {
@@ -390,7 +407,8 @@ pub fn check(
                 continue;
             };
             let what = format!(
-                "p{p}: read_committed read {}'s record at {} (producer {} epoch {} sequence {}{}) at {} ms",
+                "p{p}: {}read_committed read {}'s record at {} (producer {} epoch {} sequence {}{}) at {} ms",
+                if is_late { "the late reader's " } else { "" },
                 txn.name(),
                 r.offset,
                 r.producer_id,
