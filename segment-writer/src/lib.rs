@@ -38,7 +38,8 @@
 //!   [`compact_state`]: its pure planning and deletion ledger; [`key_compact`]: the pure
 //!   core of `cleanup.policy=compact` (latest record per key), with [`compress`].
 //! - [`read`]: reads from memory or from objects through the cache.
-//! - [`objects`]: building the object store from a URL; [`faulty_store`]: one that fails
+//! - [`objects`]: building the object store from a URL ([`local_store`]: the embedded
+//!   default's directory, written out a step at a time); [`faulty_store`]: one that fails
 //!   as S3 does (the simulation's and tests').
 
 // Tests may wait on the real clock; production code of this crate may not (clippy.toml).
@@ -56,6 +57,7 @@ pub mod internal_auth;
 pub mod key_compact;
 pub mod latency;
 pub mod leadership;
+pub mod local_store;
 pub mod log;
 pub mod object;
 pub mod objects;

@@ -2,7 +2,8 @@
 //!
 //! - `local` (the embedded default): a directory `{data-dir}/objects` (`object_store::local`)
 //!   with fsync on every write, so a sealed object is as durable as the catalog entry that
-//!   points at it. `file:///abs/dir` names another directory.
+//!   points at it, written out a step at a time (`crate::local_store`). `file:///abs/dir`
+//!   names another directory.
 //! - `s3://bucket[/prefix]`: S3 or any S3-compatible server through `object_store::aws`,
 //!   configured from the standard AWS environment variables (`AWS_ACCESS_KEY_ID`,
 //!   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`/`AWS_DEFAULT_REGION`,
@@ -131,7 +132,7 @@ pub fn local(dir: &Path) -> Result<Arc<dyn ObjectStore>> {
     let store = LocalFileSystem::new_with_prefix(dir)
         .map_err(|e| Error::ObjectStore(format!("opening {}: {e}", dir.display())))?
         .with_fsync(true);
-    Ok(Arc::new(store))
+    Ok(Arc::new(crate::local_store::PacedLocalStore::new(store)))
 }
 
 #[cfg(test)]

@@ -1,0 +1,285 @@
+//! The embedded default's object store: a local directory (`object_store::local`, fsync on)
+//! whose PUTs are written out a few MiB at a time (issue 17).
+//!
+//! `LocalFileSystem` writes a whole payload into the page cache and fsyncs it once: a
+//! 512 MiB compacted segment (or a 64 MiB sealed object after a backlog) reaches the disk in
+//! one burst, and every WAL fsync behind it on the same device waits for it — the latency
+//! spikes of a broker that has been up long enough to compact. Here a PUT's staging file is
+//! written [`STEP`] bytes at a time, each step fdatasynced (and, for large payloads,
+//! followed by a short pause), so at most one step is ever queued ahead of a WAL fsync.
+//! Publishing is `LocalFileSystem`'s: the staged file is hard-linked to its key for
+//! create-only PUTs (`AlreadyExists` if the key exists) or renamed for overwrites, then the
+//! directory is fsynced. Everything else (GET, LIST, DELETE, multipart, …) is the inner
+//! store's.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+};
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Bytes written between fdatasyncs.
+pub const STEP: usize = 4 << 20;
+/// Payloads at least this large pause [`PAUSE`] after each step: a compaction's segment, not
+/// a seal's object (whose upload the WAL's trimming and `--durability direct` wait for).
+const PACED_FROM: usize = 32 << 20;
+const PAUSE: Duration = Duration::from_millis(5);
+
+/// A local directory store with paced PUTs (see the module docs).
+pub struct PacedLocalStore {
+    inner: LocalFileSystem,
+}
+
+impl fmt::Debug for PacedLocalStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PacedLocalStore({})", self.inner)
+    }
+}
+
+impl fmt::Display for PacedLocalStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PacedLocalStore({})", self.inner)
+    }
+}
+
+impl PacedLocalStore {
+    /// `inner` must have fsync on (`LocalFileSystem::with_fsync`): its publishing steps are
+    /// the ones used here.
+    pub fn new(inner: LocalFileSystem) -> Self {
+        PacedLocalStore { inner }
+    }
+}
+
+fn generic(e: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "PacedLocalStore",
+        source: Box::new(e),
+    }
+}
+
+/// Writes `payload` to a new staging file beside `path`, a step at a time, and publishes it
+/// there: hard link (create-only) or rename (overwrite), then the directory's fsync.
+fn write_paced(path: PathBuf, payload: PutPayload, create_only: bool) -> Result<PutResult> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| generic(std::io::Error::other("an object key with no directory")))?
+        .to_path_buf();
+    std::fs::create_dir_all(&dir).map_err(generic)?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| generic(std::io::Error::other("an object key that is not UTF-8")))?;
+    // `#` marks a staging file for LocalFileSystem too: never listed as an object.
+    let staging = dir.join(format!("{name}#paced-{}", std::process::id()));
+    let mut file = File::create(&staging).map_err(generic)?;
+    let paced = payload.content_length() >= PACED_FROM;
+    let written = (|| -> std::io::Result<()> {
+        let mut pending = 0usize;
+        for part in payload.iter() {
+            let mut rest: &[u8] = part;
+            while !rest.is_empty() {
+                let n = rest.len().min(STEP - pending);
+                file.write_all(&rest[..n])?;
+                rest = &rest[n..];
+                pending += n;
+                if pending == STEP {
+                    file.sync_data()?;
+                    pending = 0;
+                    if paced {
+                        std::thread::sleep(PAUSE);
+                    }
+                }
+            }
+        }
+        file.sync_all()
+    })();
+    let published = written.and_then(|()| {
+        if create_only {
+            std::fs::hard_link(&staging, &path)
+        } else {
+            std::fs::rename(&staging, &path)
+        }
+    });
+    let _ = std::fs::remove_file(&staging);
+    match published {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(object_store::Error::AlreadyExists {
+                path: path.display().to_string(),
+                source: Box::new(e),
+            })
+        }
+        Err(e) => return Err(generic(e)),
+    }
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(generic)?;
+    Ok(PutResult {
+        e_tag: None,
+        version: None,
+        extensions: Default::default(),
+    })
+}
+
+#[async_trait]
+impl ObjectStore for PacedLocalStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let create_only = match opts.mode {
+            PutMode::Create => true,
+            PutMode::Overwrite => false,
+            // Conditional updates and attributes: whatever the inner store does with them.
+            PutMode::Update(_) => return self.inner.put_opts(location, payload, opts).await,
+        };
+        if !opts.attributes.is_empty() || payload.content_length() <= STEP {
+            return self.inner.put_opts(location, payload, opts).await;
+        }
+        let path = self.inner.path_to_filesystem(location)?;
+        tokio::task::spawn_blocking(move || write_paced(path, payload, create_only))
+            .await
+            .map_err(|e| generic(std::io::Error::other(e)))?
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+
+    fn store(dir: &std::path::Path) -> PacedLocalStore {
+        PacedLocalStore::new(
+            LocalFileSystem::new_with_prefix(dir)
+                .expect("store")
+                .with_fsync(true),
+        )
+    }
+
+    #[tokio::test]
+    async fn large_puts_are_paced_create_only_and_read_back_whole() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = store(dir.path());
+        // Several steps, in parts that do not line up with them.
+        let parts: Vec<Bytes> = (0..5u8)
+            .map(|i| Bytes::from(vec![i; STEP / 2 + 1000]))
+            .collect();
+        let want: Vec<u8> = parts.iter().flat_map(|p| p.to_vec()).collect();
+        let key = Path::from("segments/t/0/00000000000000000000-1-x.oxs");
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        s.put_opts(&key, PutPayload::from_iter(parts.clone()), create.clone())
+            .await
+            .expect("put");
+        let got = s.get(&key).await.expect("get").bytes().await.expect("body");
+        assert_eq!(got.as_ref(), want.as_slice());
+        // Create-only: a second PUT of the key is refused and changes nothing.
+        let again = s
+            .put_opts(&key, PutPayload::from(vec![9u8; STEP + 1]), create)
+            .await
+            .expect_err("exists");
+        assert!(
+            matches!(again, object_store::Error::AlreadyExists { .. }),
+            "{again}"
+        );
+        let got = s.get(&key).await.expect("get").bytes().await.expect("body");
+        assert_eq!(got.len(), want.len());
+        // No staging file is left, and none is listed.
+        let listed: Vec<ObjectMeta> = s.list(None).try_collect().await.expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("segments/t/0"))
+            .expect("ls")
+            .map(|e| {
+                e.expect("dirent")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // Overwrite replaces.
+        s.put_opts(
+            &key,
+            PutPayload::from(vec![7u8; STEP + 3]),
+            PutOptions::default(),
+        )
+        .await
+        .expect("overwrite");
+        let got = s.get(&key).await.expect("get").bytes().await.expect("body");
+        assert_eq!(got.as_ref(), vec![7u8; STEP + 3].as_slice());
+    }
+
+    #[tokio::test]
+    async fn small_puts_are_the_inner_stores() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let s = store(dir.path());
+        let key = Path::from("data/b1/x.oxb");
+        s.put(&key, PutPayload::from_static(b"small"))
+            .await
+            .expect("put");
+        let got = s.get(&key).await.expect("get").bytes().await.expect("body");
+        assert_eq!(got.as_ref(), b"small");
+    }
+}
