@@ -357,10 +357,32 @@ struct CompareCmd {
     restart_cmd_a: Option<String>,
     #[arg(long)]
     restart_cmd_b: Option<String>,
+    /// Shell command run before every run of every scenario, on either target, e.g. `sync`:
+    /// a broker that does not fsync (Kafka's default) leaves its writes in the page cache,
+    /// and the kernel writing them back during the other broker's run slows every fsync
+    /// that one makes.
+    #[arg(long)]
+    before_each: Option<String>,
     #[command(flatten)]
     output: OutputArgs,
     #[command(subcommand)]
     what: CompareWhat,
+}
+
+/// Runs `compare --before-each`'s command, if any; its failure stops the comparison.
+fn before_each(cmd: Option<&str>) -> anyhow::Result<()> {
+    let Some(cmd) = cmd else {
+        return Ok(());
+    };
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .with_context(|| format!("running --before-each {cmd:?}"))?;
+    if !status.success() {
+        bail!("--before-each {cmd:?} failed: {status}");
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -576,7 +598,9 @@ fn compare(c: CompareCmd) -> anyhow::Result<()> {
     let mut pairs: Vec<Vec<(RunResult, RunResult)>> = vec![Vec::new(); scenarios.len()];
     for round in 1..=c.rounds {
         for (i, sc) in scenarios.iter().enumerate() {
+            before_each(c.before_each.as_deref())?;
             let ra = run_one(&rt, &a, sc, Some(round));
+            before_each(c.before_each.as_deref())?;
             let rb = run_one(&rt, &b, sc, Some(round));
             pairs[i].push((ra, rb));
         }
