@@ -219,3 +219,104 @@ async fn producer_state_survives_compactions_across_leaders() {
     let p = log.partition(&topic, 0).await.expect("reopen");
     retries_are_duplicates(&log, &p).await;
 }
+
+/// A compacted topic's policies: key compaction whenever anything is dirty.
+struct KeyCompacted;
+
+impl oxbow_segment_writer::RetentionPolicies for KeyCompacted {
+    fn retention(&self, _: oxbow_metadata::TopicId) -> Option<oxbow_segment_writer::Retention> {
+        Some(oxbow_segment_writer::Retention { ms: -1, bytes: -1 })
+    }
+
+    fn key_compaction(
+        &self,
+        _: oxbow_metadata::TopicId,
+    ) -> Option<oxbow_segment_writer::key_compact::KeyCompaction> {
+        Some(oxbow_segment_writer::key_compact::KeyCompaction {
+            delete_retention_ms: 0,
+            min_lag_ms: 0,
+            max_lag_ms: i64::MAX,
+            min_dirty_ratio: 0.0,
+        })
+    }
+}
+
+/// A batch of `count` records all of key `key`, from an idempotent producer.
+fn keyed_idempotent(key: &[u8], count: usize, pid: i64, sequence: i32) -> Vec<u8> {
+    use oxbow_segment_writer::key_compact::testing::{keyed_batch, KeyValue};
+    let records: Vec<KeyValue> = (0..count).map(|_| (Some(key), Some(&b"v"[..]))).collect();
+    let mut b = keyed_batch(
+        0,
+        1000,
+        &records,
+        oxbow_segment_writer::decompress::Codec::None,
+    )
+    .to_vec();
+    // producerId at 43, producerEpoch at 51, baseSequence at 53; the CRC (at 17) covers
+    // everything from the attributes (at 21) on.
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// Key compaction removes a producer's only batch (a later record has its key), yet the
+/// segment it writes still names the producer: its retry after a takeover is answered as a
+/// duplicate, as Kafka keeps producer state apart from the cleaned log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_compaction_keeps_the_producers_of_the_batches_it_removes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
+    let topic = one_partition_topic(&metadata).await;
+    let policy = policy();
+    let idle = keyed_idempotent(b"k", 1, 501, 0);
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        log.append(&p, &idle, &policy, Acks::All)
+            .await
+            .expect("idle producer");
+        log.seal_once().await.expect("seal");
+        for i in 0..BUSY_RECORDS / 50 {
+            let b = keyed_idempotent(b"k", 50, 502, i * 50);
+            log.append(&p, &b, &policy, Acks::All).await.expect("busy");
+            if i % 10 == 9 {
+                log.seal_once().await.expect("seal");
+            }
+        }
+        log.seal_once().await.expect("seal");
+        let mut compactor = Compactor::new(log.clone(), compact_settings(Duration::ZERO))
+            .with_retention(Arc::new(KeyCompacted));
+        compactor
+            .run_once(&CancellationToken::new())
+            .await
+            .expect("round");
+        assert!(
+            compactor
+                .metrics
+                .key_records_removed
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "key compaction ran"
+        );
+        let last = metadata
+            .catalog_last(topic.topic_id, 0)
+            .await
+            .expect("catalog")
+            .expect("an entry");
+        assert_eq!(last.layout, EntryLayout::SegmentIndex);
+    }
+    let log = take_over(dir.path(), &metadata).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    let end = p.offsets().expect("offsets").2;
+    let retry = log
+        .append(&p, &idle, &policy, Acks::All)
+        .await
+        .expect("retry");
+    assert!(retry.duplicate, "the retry is recognised");
+    assert_eq!(retry.base_offset, 0);
+    assert_eq!(p.offsets().expect("offsets").2, end, "nothing stored twice");
+}
