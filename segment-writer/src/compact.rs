@@ -47,6 +47,7 @@ use crate::error::{Error, Result};
 use crate::key_compact::{self, CleanableEntry, KeyCompaction, OffsetMap, RunParams};
 use crate::log::{LogManager, Partition};
 use crate::object;
+use crate::producer_summary::{self, RunProducers};
 use crate::retention::{Retention, RetentionPolicies};
 use crate::segment::{self, SegmentBuilder, SegmentIndex, INDEX_INTERVAL_BYTES};
 use bytes::Bytes;
@@ -578,16 +579,20 @@ impl Compactor {
         if old.iter().any(|e| e.layout == EntryLayout::SegmentIndex) {
             builder = builder.with_gaps_from(first.base_offset);
         }
+        let mut run = RunProducers::default();
         for e in old {
             let pushed = self
-                .visit_entry(e, stats, |_, b| builder.push(&b).map(|()| true))
+                .visit_entry(e, stats, |h, b| {
+                    run.observe(h);
+                    builder.push(&b).map(|()| true)
+                })
                 .await;
             if let Err(err) = pushed {
                 self.freeze_if_corrupt(tp, e, &err);
                 return Err(err);
             }
         }
-        self.put_segment(tp, leader_epoch, old, builder).await
+        self.put_segment(tp, leader_epoch, old, builder, run).await
     }
 
     /// Never copy (or keep retrying) data that fails its checks: the entry is left where it
@@ -612,13 +617,16 @@ impl Compactor {
         tracing::error!(partition = %tp, base_offset = e.base_offset, key = %e.object_key, error = %err, "catalogued data failed its checks; not compacting it");
     }
 
-    /// Finishes `builder` (the rewrite of `old`) and PUTs it; its swap is committed later.
+    /// Finishes `builder` (the rewrite of `old`, whose batches' producers are `run`) with
+    /// its producers section ([`Self::producers_at_end`]) and PUTs it; its swap is
+    /// committed later.
     async fn put_segment(
         &mut self,
         tp: TopicPartition,
         leader_epoch: LeaderEpoch,
         old: &[CatalogEntry],
-        builder: SegmentBuilder,
+        mut builder: SegmentBuilder,
+        run: RunProducers,
     ) -> Result<Option<Swap>> {
         let (Some(first), Some(last)) = (old.first(), old.last()) else {
             return Ok(None);
@@ -631,6 +639,7 @@ impl Compactor {
                 builder.next_offset()
             )));
         }
+        builder.set_producers(self.producers_at_end(tp, last, run).await);
         let key = segment::segment_key(
             tp,
             first.base_offset,
@@ -680,6 +689,60 @@ impl Compactor {
             written_at: tokio::time::Instant::now(),
             keyed: false,
         }))
+    }
+
+    /// The producers a segment replacing a run that ends with `last` carries (issue 16):
+    /// what a new leader would have learned from `last` (its own, carried and
+    /// open-transaction rows, a sealed chunk's or a segment's), the run's own batches
+    /// (`run`), and every producer this leader remembers whose newest batch lies within the
+    /// run, with the transactions open at its end — merged by
+    /// [`producer_summary::segment_rows`]. A source that cannot be had (a section that
+    /// cannot be fetched, a partition no longer open) is left out: the others still hold
+    /// what the catalogue's entries did.
+    async fn producers_at_end(
+        &self,
+        tp: TopicPartition,
+        last: &CatalogEntry,
+        run: RunProducers,
+    ) -> Vec<producer_summary::ProducerBatch> {
+        let mut rows: Vec<producer_summary::ProducerBatch> = Vec::new();
+        match self
+            .log
+            .producer_summaries
+            .of(&self.log.objects, last)
+            .await
+        {
+            Ok(summary) => {
+                rows.extend(summary.of(&tp).iter().filter(|b| {
+                    b.base_offset >= last.base_offset && b.base_offset <= last.last_offset
+                }));
+                rows.extend(
+                    summary
+                        .carried_of(&tp)
+                        .iter()
+                        .filter(|b| b.base_offset < last.base_offset),
+                );
+                rows.extend(summary.open_txns_of(&tp));
+            }
+            Err(e) => {
+                tracing::debug!(partition = %tp, object = %last.object_key, error = %e, "no producer rows of the run's last entry");
+            }
+        }
+        rows.extend(run.into_rows());
+        if let Some(p) = self.log.get(&tp) {
+            if let Ok(s) = p.lock() {
+                rows.extend(s.carried_producers(
+                    last.last_offset + 1,
+                    producer_summary::SEGMENT_PRODUCERS_MAX * producer_summary::RECENT_PER_PRODUCER,
+                ));
+                rows.extend(s.open_txns_at(last.last_offset).into_iter().map(
+                    |(id, epoch, first)| {
+                        producer_summary::ProducerBatch::open_txn(id, epoch, first)
+                    },
+                ));
+            }
+        }
+        producer_summary::segment_rows(rows, last.last_offset)
     }
 
     /// Hands the batches of one old entry to `f`, a chunk at a time, checking that they are

@@ -174,7 +174,7 @@ pub struct LogManager {
     /// Objects whose catalog commit failed, deleted once sure never to be catalogued.
     pub(crate) uncatalogued: crate::seal::Uncatalogued,
     /// Sealed objects' producer sections, shared by the opens of a takeover (`open.rs`).
-    producer_summaries: crate::producer_summary::ProducerSummaries,
+    pub(crate) producer_summaries: crate::producer_summary::ProducerSummaries,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rng: Arc<dyn Rng>,
 }

@@ -44,7 +44,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::FutureExt;
 use object_store::ObjectStore;
 use oxbow_metadata::clock::Clock;
-use oxbow_metadata::{Offset, TopicPartition};
+use oxbow_metadata::{CatalogEntry, EntryLayout, Offset, TopicPartition};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,6 +183,110 @@ pub fn recent_of(batches: &[Bytes]) -> Vec<ProducerBatch> {
         .collect()
 }
 
+/// Most producers a segment carries rows for: as many as a partition remembers
+/// ([`crate::producer_state::PRODUCERS_MAX`]), each with up to [`RECENT_PER_PRODUCER`] rows
+/// (3.2 MB at most). Sealed chunks carry at most [`CARRIED_ROWS_MAX`] rows of idle producers
+/// because one is written every 250 ms per partition; a segment is written about once a
+/// compaction interval, so it carries them all (ARCHITECTURE decision 16).
+pub const SEGMENT_PRODUCERS_MAX: usize = crate::producer_state::PRODUCERS_MAX;
+
+/// The last [`RECENT_PER_PRODUCER`] rows of each producer among the batches of a run being
+/// compacted, seen in offset order. Bounded: past twice [`SEGMENT_PRODUCERS_MAX`] producers,
+/// those whose newest row lies furthest back are dropped down to it (a run of invented
+/// producer ids cannot grow the compactor's memory).
+#[derive(Debug, Default)]
+pub struct RunProducers {
+    by_producer: HashMap<i64, std::collections::VecDeque<ProducerBatch>>,
+}
+
+impl RunProducers {
+    /// Notes one batch of the run (offset order).
+    pub fn observe(&mut self, h: &BatchHeader) {
+        let Some(b) = ProducerBatch::of(h) else {
+            return;
+        };
+        let recent = self.by_producer.entry(b.producer_id).or_default();
+        recent.push_back(b);
+        while recent.len() > RECENT_PER_PRODUCER {
+            recent.pop_front();
+        }
+        if self.by_producer.len() > 2 * SEGMENT_PRODUCERS_MAX {
+            let mut by_age: Vec<(Offset, i64)> = self
+                .by_producer
+                .iter()
+                .map(|(id, r)| (r.back().map_or(-1, |b| b.base_offset), *id))
+                .collect();
+            by_age.sort_unstable();
+            let drop = by_age.len() - SEGMENT_PRODUCERS_MAX;
+            for (_, id) in by_age.into_iter().take(drop) {
+                self.by_producer.remove(&id);
+            }
+        }
+    }
+
+    /// The rows noted, in no particular order.
+    pub fn into_rows(self) -> impl Iterator<Item = ProducerBatch> {
+        self.by_producer.into_values().flatten()
+    }
+}
+
+/// The producer rows of a segment ending at `last_offset` (issue 16): what a partition's
+/// next leader must learn from it. `rows` come from several sources (the last input's
+/// rows, the run's own batches, the leader's memory) and may overlap; rows after
+/// `last_offset` are left out. Per producer the newest row by offset decides its epoch,
+/// and its last [`RECENT_PER_PRODUCER`] rows at that epoch are kept (what
+/// [`crate::producer_state`] would remember after applying them all in offset order); at
+/// most [`SEGMENT_PRODUCERS_MAX`] producers, those whose newest row lies furthest back going
+/// first. An open transaction is kept once per producer, from its earliest first offset.
+/// Open transactions come first, then the rest in offset order.
+pub fn segment_rows(
+    rows: impl IntoIterator<Item = ProducerBatch>,
+    last_offset: Offset,
+) -> Vec<ProducerBatch> {
+    let mut open: std::collections::BTreeMap<i64, ProducerBatch> = Default::default();
+    let mut by_producer: HashMap<i64, std::collections::BTreeMap<Offset, ProducerBatch>> =
+        HashMap::new();
+    for b in rows {
+        if b.base_offset > last_offset {
+            continue;
+        }
+        if b.is_open_txn() {
+            let o = open.entry(b.producer_id).or_insert(b);
+            if b.base_offset < o.base_offset {
+                *o = b;
+            }
+            continue;
+        }
+        by_producer
+            .entry(b.producer_id)
+            .or_default()
+            .insert(b.base_offset, b);
+    }
+    let mut producers: Vec<(Offset, i64, Vec<ProducerBatch>)> = by_producer
+        .into_iter()
+        .filter_map(|(id, rows)| {
+            let (&newest, last) = rows.last_key_value()?;
+            let epoch = last.producer_epoch;
+            let mut kept: Vec<ProducerBatch> = rows
+                .values()
+                .rev()
+                .take_while(|b| b.producer_epoch == epoch)
+                .take(RECENT_PER_PRODUCER)
+                .copied()
+                .collect();
+            kept.reverse();
+            Some((newest, id, kept))
+        })
+        .collect();
+    producers.sort_unstable_by_key(|(newest, id, _)| (std::cmp::Reverse(*newest), *id));
+    producers.truncate(SEGMENT_PRODUCERS_MAX);
+    let mut out: Vec<ProducerBatch> = open.into_values().collect();
+    let mut rest: Vec<ProducerBatch> = producers.into_iter().flat_map(|(_, _, r)| r).collect();
+    rest.sort_unstable_by_key(|b| (b.base_offset, b.producer_id));
+    out.extend(rest);
+    out
+}
+
 /// Appends the rows to an object body.
 pub fn encode(rows: &[Row], out: &mut BytesMut) {
     for (chunk, b, carried) in rows {
@@ -297,7 +401,7 @@ pub struct ProducerSummaries {
     slots: Mutex<HashMap<String, (tokio::time::Instant, Slot)>>,
 }
 
-/// Why no summary could be had for an object: it has none (format version 1), it is gone,
+/// Why no summary could be had for an object or segment: it has none (format version 1), it is gone,
 /// or it could not be read or checked. Callers read the partition's batches instead.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
@@ -315,19 +419,29 @@ impl ProducerSummaries {
         }
     }
 
-    /// The producers section of `key`, fetched once for all callers asking meanwhile.
+    /// The producers section of the object or segment `entry` names (a sealed object's,
+    /// [`object::fetch_producers`], or a segment's, [`crate::segment::fetch_producers`]),
+    /// fetched once for all callers asking meanwhile.
     pub async fn of(
         &self,
         store: &Arc<dyn ObjectStore>,
-        key: &str,
+        entry: &CatalogEntry,
     ) -> std::result::Result<Arc<ObjectProducers>, SummaryError> {
-        let slot = self.slot(key)?;
+        let slot = self.slot(&entry.object_key)?;
         let fetched = slot
             .get_or_try_init(|| {
                 let store = store.clone();
-                let key = key.to_string();
+                let entry = entry.clone();
                 async move {
-                    match object::fetch_producers(store.as_ref(), &key).await {
+                    let fetched = match entry.layout {
+                        EntryLayout::Batches => {
+                            object::fetch_producers(store.as_ref(), &entry.object_key).await
+                        }
+                        EntryLayout::SegmentIndex => {
+                            crate::segment::fetch_producers(store.as_ref(), &entry).await
+                        }
+                    };
+                    match fetched {
                         Ok(Some(p)) => Ok(Arc::new(p)),
                         Ok(None) => Err(SummaryError::Absent),
                         Err(e) => Err(SummaryError::Fetch(e)),
@@ -570,6 +684,120 @@ mod tests {
         let mut sequenced = out.to_vec();
         sequenced[16..20].copy_from_slice(&0i32.to_be_bytes());
         assert_eq!(decode(&sequenced, 2), None);
+    }
+
+    fn row(pid: i64, epoch: i16, seq: i32, base: Offset) -> ProducerBatch {
+        ProducerBatch {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            last_sequence: seq,
+            base_offset: base,
+            kind: RowKind::Batch,
+        }
+    }
+
+    #[test]
+    fn segment_rows_keep_each_producers_latest_rows_at_its_newest_epoch() {
+        let rows = vec![
+            // Producer 1: seven batches from two sources, overlapping; the last five win.
+            row(1, 0, 0, 0),
+            row(1, 0, 1, 1),
+            row(1, 0, 2, 2),
+            row(1, 0, 3, 3),
+            row(1, 0, 4, 4),
+            row(1, 0, 2, 2),
+            row(1, 0, 5, 5),
+            row(1, 0, 6, 6),
+            // Producer 2: fenced by a marker at epoch 1 after its batches at epoch 0.
+            row(2, 0, 0, 7),
+            ProducerBatch::marker(2, 1, 8),
+            // Producer 3: its newer epoch starts over; the older epoch's rows go.
+            row(3, 0, 9, 9),
+            row(3, 1, 0, 10),
+            // Producer 4: a batch after the segment's end is not the segment's.
+            row(4, 0, 0, 11),
+            row(4, 0, 1, 99),
+        ];
+        let got = segment_rows(rows, 20);
+        let of = |pid: i64| -> Vec<(i16, i32, Offset, RowKind)> {
+            got.iter()
+                .filter(|b| b.producer_id == pid)
+                .map(|b| (b.producer_epoch, b.base_sequence, b.base_offset, b.kind))
+                .collect()
+        };
+        let batch = RowKind::Batch;
+        assert_eq!(
+            of(1),
+            (2..=6)
+                .map(|i| (0, i, i64::from(i), batch))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(of(2), vec![(1, -1, 8, RowKind::Marker)]);
+        assert_eq!(of(3), vec![(1, 0, 10, batch)]);
+        assert_eq!(of(4), vec![(0, 0, 11, batch)]);
+        assert!(got.windows(2).all(|w| w[0].base_offset < w[1].base_offset));
+    }
+
+    #[test]
+    fn segment_rows_put_open_transactions_first_once_each_from_their_first_offset() {
+        let rows = vec![
+            row(5, 0, 0, 30),
+            ProducerBatch::open_txn(5, 0, 30),
+            ProducerBatch::open_txn(5, 0, 12),
+            ProducerBatch::open_txn(6, 2, 40),
+            // Begun after the segment's end: not open in it.
+            ProducerBatch::open_txn(7, 0, 51),
+        ];
+        let got = segment_rows(rows, 50);
+        assert_eq!(
+            got,
+            vec![
+                ProducerBatch::open_txn(5, 0, 12),
+                ProducerBatch::open_txn(6, 2, 40),
+                row(5, 0, 0, 30),
+            ]
+        );
+    }
+
+    #[test]
+    fn segment_rows_keep_the_newest_producers_within_the_bound() {
+        let n = SEGMENT_PRODUCERS_MAX as i64 + 10;
+        let got = segment_rows((0..n).map(|i| row(i, 0, 0, i)), n);
+        assert_eq!(got.len(), SEGMENT_PRODUCERS_MAX);
+        assert_eq!(
+            got.first().map(|b| b.producer_id),
+            Some(10),
+            "the oldest go"
+        );
+        let mut run = RunProducers::default();
+        for i in 0..(2 * SEGMENT_PRODUCERS_MAX as i64 + 1) {
+            let b = batch(i, 0, 0, 1, i);
+            run.observe(&crate::batch::peek_header(&b).expect("ok").expect("whole"));
+        }
+        let kept: Vec<ProducerBatch> = run.into_rows().collect();
+        assert_eq!(kept.len(), SEGMENT_PRODUCERS_MAX);
+        assert!(kept
+            .iter()
+            .all(|b| b.producer_id > SEGMENT_PRODUCERS_MAX as i64));
+    }
+
+    #[test]
+    fn run_producers_keep_the_last_five_batches_of_each() {
+        let mut run = RunProducers::default();
+        for i in 0..8 {
+            let b = batch(3, 0, i, 1, i64::from(i));
+            run.observe(&crate::batch::peek_header(&b).expect("ok").expect("whole"));
+        }
+        let plain = crate::batch::stamp(&crate::batch::testing::make_batch(1, 0), 9, 0, None);
+        run.observe(
+            &crate::batch::peek_header(&plain)
+                .expect("ok")
+                .expect("whole"),
+        );
+        let mut seqs: Vec<i32> = run.into_rows().map(|b| b.base_sequence).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, vec![3, 4, 5, 6, 7]);
     }
 
     #[test]

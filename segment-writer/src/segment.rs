@@ -1,7 +1,7 @@
 //! The per-partition segment format: one partition's record batches in offset order, with a
 //! sparse offset index and a time index, written by compaction ([`crate::compact`]).
 //!
-//! Layout (format version 1, big-endian):
+//! Layout (format version 2, big-endian):
 //! ```text
 //! header : magic "OXBOWSEG" [8] | format version u16 | reserved u16 | topic id [16] |
 //!          partition i32 | leader epoch i32                                     (36 bytes)
@@ -14,12 +14,15 @@
 //!            max timestamp i64 | byte start u64 | byte length u32 | crc32c(chunk) u32
 //!          time rows, one per chunk whose max timestamp is larger than every earlier
 //!            chunk's (12 bytes): max timestamp i64 | chunk number u32
+//! producers: 32-byte producer rows (chunk index 0; the format of a sealed object's,
+//!            crate::producer_summary) | row count u32 | crc32c(rows and count) u32
 //! footer : index start u64 | index length u32 | crc32c(index) u32 | crc32c(header) u32 |
 //!          format version u16 | reserved u16 | magic "OXBOWSGE" [8]            (32 bytes)
 //! ```
 //! Every byte is covered by a check: the header and the index by the CRCs in the footer,
 //! each chunk by its index row's CRC, the footer by its magic, version, reserved zeros and
-//! bounds. The time index holds running maxima, so "the first chunk holding a timestamp at
+//! bounds, the producers section by its own CRC. Format version 1 (still read) has no
+//! producers section: its index ends where the footer begins. The time index holds running maxima, so "the first chunk holding a timestamp at
 //! or after T" is a binary search even though Kafka timestamps (`CreateTime`) are not
 //! monotonic.
 //!
@@ -35,17 +38,33 @@
 //! key; the leader epoch is the one every batch inside was written under (compaction never
 //! mixes epochs, so the catalog keeps the epoch history).
 //!
-//! Pure: encode and decode only; I/O is the compactor's and the reader's.
+//! Producers (issue 16): the section holds what the partition's next leader must know of
+//! its idempotent and transactional producers at the segment's end — every producer the
+//! partition remembered then ([`crate::producer_summary::segment_rows`], at most
+//! [`crate::producer_summary::SEGMENT_PRODUCERS_MAX`]), its rows flagged *carried* when they
+//! lie before the segment's base offset, and the transactions open at its end. A new
+//! leader fetches it with one ranged GET from the index's end ([`fetch_producers`]) instead
+//! of reading the segment's batches back. Readers of data never touch it, so brokers
+//! predating it read version 2 segments as before.
+//!
+//! Pure, but for [`fetch_producers`]: encode and decode; I/O is the compactor's and the
+//! reader's.
 
 use crate::batch;
 use crate::error::{Error, Result};
+use crate::object::FetchIndexError;
+use crate::producer_summary::{self, ObjectProducers, ProducerBatch};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use oxbow_metadata::{CatalogEntry, EntryLayout, LeaderEpoch, Offset, TopicId, TopicPartition};
 
 const MAGIC_HEAD: &[u8; 8] = b"OXBOWSEG";
 const MAGIC_FOOT: &[u8; 8] = b"OXBOWSGE";
 /// The format version written into header and footer.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// The first format version (no producers section), still read.
+const FORMAT_VERSION_V1: u16 = 1;
+/// Row count and CRC after a producers section's rows.
+const PRODUCERS_TRAILER_BYTES: usize = 8;
 /// Bytes before the first batch.
 pub const HEADER_BYTES: u64 = 36;
 const FOOTER_BYTES: usize = 32;
@@ -288,6 +307,8 @@ pub struct SegmentBuilder {
     next_offset: Option<Offset>,
     /// Whether batches may skip offsets (key-compacted data, [`Self::with_gaps_from`]).
     gaps: bool,
+    /// The producers section's rows ([`Self::set_producers`]).
+    producers: Vec<ProducerBatch>,
 }
 
 impl SegmentBuilder {
@@ -313,6 +334,7 @@ impl SegmentBuilder {
             open: None,
             next_offset: None,
             gaps: false,
+            producers: Vec::new(),
         }
     }
 
@@ -326,6 +348,12 @@ impl SegmentBuilder {
         self.gaps = true;
         self.next_offset = Some(first_offset);
         self
+    }
+
+    /// The rows of the producers section: the producers at the segment's end
+    /// ([`producer_summary::segment_rows`]).
+    pub fn set_producers(&mut self, rows: Vec<ProducerBatch>) {
+        self.producers = rows;
     }
 
     /// Bytes of batches pushed so far.
@@ -424,6 +452,16 @@ impl SegmentBuilder {
         let index_crc = crc32c::crc32c(&index_bytes);
         let header_crc = crc32c::crc32c(&self.body[..HEADER_BYTES as usize]);
         self.body.put_slice(&index_bytes);
+        let producers_start = self.body.len();
+        let rows: Vec<producer_summary::Row> = self
+            .producers
+            .iter()
+            .map(|b| (0, *b, b.is_open_txn() || b.base_offset < base_offset))
+            .collect();
+        producer_summary::encode(&rows, &mut self.body);
+        self.body.put_u32(rows.len() as u32);
+        let producers_crc = crc32c::crc32c(&self.body[producers_start..]);
+        self.body.put_u32(producers_crc);
         self.body.put_u64(index_start);
         self.body.put_u32(index_bytes.len() as u32);
         self.body.put_u32(index_crc);
@@ -486,7 +524,7 @@ pub fn verify(key: &str, body: &[u8]) -> Result<(SegmentHeader, SegmentIndex)> {
     if foot != MAGIC_FOOT || reserved != 0 {
         return Err(bad("bad footer (truncated?)"));
     }
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_V1 {
         return Err(bad(&format!("unknown format version {version}")));
     }
     let header = &body[..HEADER_BYTES as usize];
@@ -498,17 +536,25 @@ pub fn verify(key: &str, body: &[u8]) -> Result<(SegmentHeader, SegmentIndex)> {
     h.copy_to_slice(&mut magic);
     let header_version = h.get_u16();
     let header_reserved = h.get_u16();
-    if &magic != MAGIC_HEAD || header_version != FORMAT_VERSION || header_reserved != 0 {
+    if &magic != MAGIC_HEAD || header_version != version || header_reserved != 0 {
         return Err(bad("bad header"));
     }
     let mut id = [0u8; 16];
     h.copy_to_slice(&mut id);
     let topic_partition = TopicPartition::new(TopicId(uuid::Uuid::from_bytes(id)), h.get_i32());
     let leader_epoch = h.get_i32();
-    let index_end = index_start.checked_add(index_len);
-    if index_end != Some(len - FOOTER_BYTES as u64) || index_start < HEADER_BYTES {
+    // The index ends where the producers section (version 2) or the footer begins.
+    let index_end = index_start
+        .checked_add(index_len)
+        .filter(|&end| end <= len - FOOTER_BYTES as u64);
+    let Some(index_end) = index_end.filter(|_| index_start >= HEADER_BYTES) else {
         return Err(bad("index out of bounds"));
-    }
+    };
+    decode_tail(
+        key,
+        &body[index_end as usize..],
+        (index_start, index_len, index_crc),
+    )?;
     let index_bytes = &body[index_start as usize..(index_start + index_len) as usize];
     if crc32c::crc32c(index_bytes) != index_crc {
         return Err(corrupt(
@@ -549,6 +595,76 @@ pub fn verify(key: &str, body: &[u8]) -> Result<(SegmentHeader, SegmentIndex)> {
         },
         index,
     ))
+}
+
+/// The producers section of a segment, from `tail` — its bytes from the index's end to the
+/// object's — checked: the footer's magic and version, that it names the index the catalog
+/// entry does (`index`: its start, length and CRC), the section's CRC and rows. Rows
+/// are (row, carried: before the segment's base offset or an open transaction). `None` for
+/// format version 1 (no section).
+pub fn decode_tail(
+    key: &str,
+    tail: &[u8],
+    index: (u64, u64, u32),
+) -> Result<Option<Vec<(ProducerBatch, bool)>>> {
+    let len = tail.len() as u64;
+    let bad = |what: &str| corrupt(key, format!("producers: {what}"), 0, len);
+    let Some(section_len) = tail.len().checked_sub(FOOTER_BYTES) else {
+        return Err(bad("shorter than a footer"));
+    };
+    let (section, mut foot) = tail.split_at(section_len);
+    let names_index = (foot.get_u64(), u64::from(foot.get_u32()), foot.get_u32()) == index;
+    // The header's CRC is checked by whoever reads the header (`verify`).
+    let _header_crc = foot.get_u32();
+    let version = foot.get_u16();
+    let reserved = foot.get_u16();
+    if foot != MAGIC_FOOT || reserved != 0 || !names_index {
+        return Err(bad("bad footer"));
+    }
+    match version {
+        FORMAT_VERSION_V1 if section.is_empty() => return Ok(None),
+        FORMAT_VERSION => {}
+        _ => return Err(bad("unknown format version or trailing bytes")),
+    }
+    let Some(rows_len) = section.len().checked_sub(PRODUCERS_TRAILER_BYTES) else {
+        return Err(bad("no row count"));
+    };
+    let (rows, mut trailer) = section.split_at(rows_len);
+    let count = trailer.get_u32() as usize;
+    let crc = trailer.get_u32();
+    if crc32c::crc32c(&section[..rows_len + 4]) != crc {
+        return Err(bad("checksum"));
+    }
+    if count.checked_mul(producer_summary::ROW_BYTES) != Some(rows_len) {
+        return Err(bad("row count does not match its length"));
+    }
+    let rows = producer_summary::decode(rows, 1).ok_or_else(|| bad("rows"))?;
+    Ok(Some(rows.into_iter().map(|(_, b, c)| (b, c)).collect()))
+}
+
+/// Fetches and checks the producers section of the segment a catalog entry names (one
+/// ranged GET from its index's end); `None` for a segment of format version 1.
+pub async fn fetch_producers(
+    store: &dyn object_store::ObjectStore,
+    entry: &CatalogEntry,
+) -> std::result::Result<Option<ObjectProducers>, FetchIndexError> {
+    use object_store::{GetOptions, GetRange};
+    let key = entry.object_key.as_str();
+    let path = object_store::path::Path::from(key);
+    let got = store
+        .get_opts(
+            &path,
+            GetOptions {
+                range: Some(GetRange::Offset(entry.byte_start + entry.byte_len)),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let tail = got.bytes().await?;
+    let index = (entry.byte_start, entry.byte_len, entry.crc32c);
+    let rows = decode_tail(key, &tail, index)?;
+    let tp = entry.topic_partition();
+    Ok(rows.map(|rows| ObjectProducers::new(rows.into_iter().map(|(b, c)| (tp, b, c)))))
 }
 
 #[cfg(test)]
@@ -749,6 +865,109 @@ mod tests {
         assert_eq!((seg.entry.base_offset, seg.entry.last_offset), (0, 14));
         let (_, index) = verify("k", &seg.body).expect("verifies");
         assert_eq!(index.chunk_for_offset(6), 1);
+    }
+
+    fn rows() -> Vec<ProducerBatch> {
+        vec![
+            ProducerBatch::open_txn(4, 1, 90),
+            ProducerBatch {
+                producer_id: 3,
+                producer_epoch: 2,
+                base_sequence: 10,
+                last_sequence: 14,
+                base_offset: 50,
+                kind: producer_summary::RowKind::Batch,
+            },
+            ProducerBatch::marker(9, 5, 120),
+        ]
+    }
+
+    fn idx(seg: &BuiltSegment) -> (u64, u64, u32) {
+        (seg.entry.byte_start, seg.entry.byte_len, seg.entry.crc32c)
+    }
+
+    fn tail_of(seg: &BuiltSegment) -> Option<Vec<(ProducerBatch, bool)>> {
+        let end = (seg.entry.byte_start + seg.entry.byte_len) as usize;
+        decode_tail("k", &seg.body[end..], idx(seg)).expect("tail")
+    }
+
+    #[test]
+    fn the_producers_section_round_trips_and_flags_rows_before_the_segment_as_carried() {
+        let mut rng = Rng(11);
+        let all = batches(&mut rng, 100, 6);
+        let mut b = SegmentBuilder::new(tp(), 2, 400, 0);
+        for raw in &all {
+            b.push(raw).expect("push");
+        }
+        b.set_producers(rows());
+        let seg = b.finish("k".into()).expect("finish");
+        let (_, index) = verify("k", &seg.body).expect("verifies");
+        assert_eq!(index, seg.index);
+        let flags: Vec<bool> = rows()
+            .iter()
+            .map(|r| r.is_open_txn() || r.base_offset < 100)
+            .collect();
+        let want: Vec<(ProducerBatch, bool)> = rows().into_iter().zip(flags).collect();
+        assert_eq!(tail_of(&seg), Some(want));
+        // Every flipped bit of the section is detected.
+        let end = (seg.entry.byte_start + seg.entry.byte_len) as usize;
+        for byte in end..seg.body.len() {
+            for bit in 0..8 {
+                let mut body = seg.body.to_vec();
+                body[byte] ^= 1 << bit;
+                assert!(verify("k", &body).is_err(), "byte {byte} bit {bit}");
+                // The header's CRC is checked with the header (by `verify`).
+                let header_crc = body.len() - FOOTER_BYTES + 16..body.len() - FOOTER_BYTES + 20;
+                assert!(
+                    header_crc.contains(&byte)
+                        || decode_tail("k", &body[end..], idx(&seg)).is_err(),
+                    "byte {byte} bit {bit}"
+                );
+            }
+        }
+        // A tail that names another index is not this entry's.
+        assert!(decode_tail(
+            "k",
+            &seg.body[end..],
+            (
+                seg.entry.byte_start + 1,
+                seg.entry.byte_len,
+                seg.entry.crc32c
+            )
+        )
+        .is_err());
+    }
+
+    /// A segment as format version 1 wrote it: no producers section.
+    fn as_version_1(seg: &BuiltSegment) -> Vec<u8> {
+        let end = (seg.entry.byte_start + seg.entry.byte_len) as usize;
+        let mut body = seg.body[..end].to_vec();
+        body.extend_from_slice(&seg.body[seg.body.len() - FOOTER_BYTES..]);
+        body[8..10].copy_from_slice(&FORMAT_VERSION_V1.to_be_bytes());
+        let header_crc = crc32c::crc32c(&body[..HEADER_BYTES as usize]);
+        let foot = body.len() - FOOTER_BYTES;
+        body[foot + 16..foot + 20].copy_from_slice(&header_crc.to_be_bytes());
+        body[foot + 20..foot + 22].copy_from_slice(&FORMAT_VERSION_V1.to_be_bytes());
+        body
+    }
+
+    #[test]
+    fn version_1_segments_still_read_without_producers() {
+        let mut rng = Rng(5);
+        let seg = build(&batches(&mut rng, 0, 8), 500);
+        let v1 = as_version_1(&seg);
+        let (header, index) = verify("k", &v1).expect("a version 1 segment verifies");
+        assert_eq!((header.topic_partition, index), (tp(), seg.index.clone()));
+        let end = (seg.entry.byte_start + seg.entry.byte_len) as usize;
+        assert_eq!(decode_tail("k", &v1[end..], idx(&seg)).expect("tail"), None);
+        // Version 2 without its section, or version 1 with one: refused.
+        let mut mixed = v1.clone();
+        let foot = mixed.len() - FOOTER_BYTES;
+        mixed[foot + 20..foot + 22].copy_from_slice(&FORMAT_VERSION.to_be_bytes());
+        assert!(verify("k", &mixed).is_err());
+        assert!(decode_tail("k", &mixed[end..], idx(&seg)).is_err());
+        // An empty section is a version 2 segment's with no producers.
+        assert_eq!(tail_of(&seg), Some(vec![]));
     }
 
     #[test]

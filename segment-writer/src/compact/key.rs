@@ -162,6 +162,14 @@ impl Compactor {
                 return Err(err);
             }
         };
+        // The producers of the batches as written, whatever cleaning keeps of them (the
+        // segment's producers section, issue 16).
+        let mut run = crate::producer_summary::RunProducers::default();
+        for b in &batches {
+            if let Some(h) = crate::batch::peek_header(b)? {
+                run.observe(&h);
+            }
+        }
         drop(batches);
         if !cleaned.changed && old.len() == 1 && first.layout == EntryLayout::SegmentIndex {
             return Ok(None);
@@ -188,7 +196,9 @@ impl Compactor {
                 builder.next_offset()
             )));
         }
-        let swap = self.put_segment(tp, leader_epoch, old, builder).await?;
+        let swap = self
+            .put_segment(tp, leader_epoch, old, builder, run)
+            .await?;
         Ok(swap.map(|s| Swap { keyed: true, ..s }))
     }
 }

@@ -7,7 +7,7 @@
 //! off (`recovery.rs`); checked against the partition's state as the metadata service
 //! holds it now (this broker leads it; the partition opens at the stored leader epoch, at
 //! the catalog's end); idempotent-producer state rebuilt from the end of the stored log
-//! (from sealed objects' producer sections); then every tail it is owed appended to this
+//! (from sealed objects' and segments' producer sections); then every tail it is owed appended to this
 //! broker's WAL and committed — the entries its own WAL held while the partition was
 //! forgotten, this broker's own lost tail, and the `recover_from` broker's tail. The
 //! partition enters the log's map before `recover_from` is cleared and its epoch recorded,
@@ -25,7 +25,7 @@ use crate::leadership::recovery_state::RecoveryKey;
 use crate::partition::PartitionLogState;
 use crate::producer_summary::{ObjectProducers, ProducerBatch, SummaryError};
 use oxbow_metadata::{
-    EntryLayout, ErrorKind as MetadataErrorKind, Offset, PartitionId, PartitionState, TopicId,
+    CatalogEntry, ErrorKind as MetadataErrorKind, Offset, PartitionId, PartitionState, TopicId,
     TopicMetadata, TopicPartition,
 };
 use std::collections::{BTreeMap, HashMap};
@@ -392,11 +392,15 @@ impl LogManager {
     /// Rebuilds idempotent-producer state from the end of the stored log (the entries
     /// holding its last [`PRODUCER_STATE_WINDOW_RECORDS`] records), so a producer retrying a
     /// batch the previous leader stored gets the original offset instead of a duplicate.
-    /// A sealed object's entry is taken from the object's producers section, fetched once
-    /// for every partition opened meanwhile ([`crate::producer_summary`]); its carried rows
-    /// bring the producers idle for longer than the window. An entry without a section (a
-    /// segment, an object of format version 1, or one whose section cannot be read) has its
-    /// batches read, at most [`PRODUCER_STATE_WINDOW_BYTES`] of them in all. What is found
+    /// A sealed object's or a segment's entry is taken from its producers section, fetched
+    /// once for every partition opened meanwhile ([`crate::producer_summary`]); its carried
+    /// rows bring the producers idle for longer than the window — at most
+    /// [`crate::producer_summary::CARRIED_ROWS_MAX`] of them for a sealed chunk, every one
+    /// the partition remembered for a segment (issue 16; the catalogue's last entry is
+    /// always in the window, so a partition compacted to its end is rebuilt from its last
+    /// segment's rows). An entry without a section (an object or segment of format version
+    /// 1, or one whose section cannot be read) has its batches read, at most
+    /// [`PRODUCER_STATE_WINDOW_BYTES`] of them in all. What is found
     /// is applied per producer in offset order, each batch once however many rows name it.
     ///
     /// Open transactions likewise (issue 16): the open set at the end of the catalogue is the
@@ -450,22 +454,21 @@ impl LogManager {
                 .await?;
             let before = next;
             // This page's objects' sections, fetched side by side (each once for all).
-            let mut keys: Vec<String> = entries
-                .iter()
-                .filter(|e| e.last_offset >= next && e.layout == EntryLayout::Batches)
-                .map(|e| e.object_key.clone())
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
+            // A segment's (issue 16) names the producers at its end.
+            let mut keyed: Vec<&CatalogEntry> =
+                entries.iter().filter(|e| e.last_offset >= next).collect();
+            keyed.sort_unstable_by(|a, b| a.object_key.cmp(&b.object_key));
+            keyed.dedup_by(|a, b| a.object_key == b.object_key);
             let mut summaries: HashMap<String, Arc<ObjectProducers>> = HashMap::new();
-            for chunk in keys.chunks(SUMMARY_FETCHES_AT_ONCE) {
+            for chunk in keyed.chunks(SUMMARY_FETCHES_AT_ONCE) {
                 let fetched = futures::future::join_all(
                     chunk
                         .iter()
-                        .map(|key| self.producer_summaries.of(&self.objects, key)),
+                        .map(|e| self.producer_summaries.of(&self.objects, e)),
                 )
                 .await;
-                for (key, fetched) in chunk.iter().zip(fetched) {
+                for (e, fetched) in chunk.iter().zip(fetched) {
+                    let key = &e.object_key;
                     match fetched {
                         Ok(s) => {
                             summaries.insert(key.clone(), s);
