@@ -121,6 +121,9 @@ struct Shared {
     latency: WalLatency,
     /// A zero-filled spare file is being made (`Writer::preallocate_spare`).
     preallocating: Arc<AtomicBool>,
+    /// A trimmed file went to the pool: from then on trimming feeds it, and zero-filling
+    /// (a second write of every byte) would only compete with the WAL under load.
+    recycling: AtomicBool,
     /// Unit tests: the next write stores half its bytes, then fails with ENOSPC.
     #[cfg(test)]
     fail_next_write: AtomicBool,
@@ -228,6 +231,7 @@ impl Wal {
             new_incarnation,
             latency: WalLatency::default(),
             preallocating: Arc::default(),
+            recycling: AtomicBool::new(false),
             #[cfg(test)]
             fail_next_write: AtomicBool::new(false),
         });
@@ -399,6 +403,7 @@ impl Wal {
         }
         for f in files.drain(..remove) {
             self.shared.disk.recycle(&f.name, SPARE_FILES)?;
+            self.shared.recycling.store(true, Ordering::Release);
             self.shared.total_bytes.fetch_sub(f.bytes, Ordering::AcqRel);
             tracing::debug!(file = %f.name, "trimmed WAL file");
         }
@@ -598,10 +603,13 @@ impl Writer {
 
     /// A new file had no recycled one to reuse (a young WAL: nothing trimmed yet): zero-fill
     /// one for the next roll, off the write path — on a thread of its own for a real disk.
+    /// Once trimming feeds the pool, never again: a roll that finds it empty then is one
+    /// that outran the sealer, and zero-filling would double the disk's writes just then.
     /// Best effort: without it the next file is appended to, as this one is.
     fn preallocate_spare(&self) {
         let (disk, bytes) = (self.shared.disk.clone(), self.settings.file_bytes_max);
-        if disk.pooled().unwrap_or(SPARE_FILES) >= SPARE_FILES
+        if self.shared.recycling.load(Ordering::Acquire)
+            || disk.pooled().unwrap_or(SPARE_FILES) >= SPARE_FILES
             || self.shared.preallocating.swap(true, Ordering::AcqRel)
         {
             return;
