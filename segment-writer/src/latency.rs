@@ -83,50 +83,47 @@ pub fn register(
     replica_wait: &Histogram,
     seal: &SealLatency,
 ) {
+    let mut series: Vec<(&str, &str, &Histogram)> = Vec::new();
     if let Some(w) = wal {
-        registry.register_with_unit(
-            "oxbow_wal_queue",
-            "Time an append waits in the WAL queue before its group is written",
-            Unit::Seconds,
-            w.queue.clone(),
-        );
-        registry.register_with_unit(
-            "oxbow_wal_write",
-            "Time to write one WAL group into its file (before the fsync)",
-            Unit::Seconds,
-            w.write.clone(),
-        );
-        registry.register_with_unit(
-            "oxbow_wal_fsync",
-            "Time of one WAL group's fsync",
-            Unit::Seconds,
-            w.fsync.clone(),
-        );
+        series.extend([
+            (
+                "oxbow_wal_queue",
+                "Time an append waits in the WAL queue before its group is written",
+                &w.queue,
+            ),
+            (
+                "oxbow_wal_write",
+                "Time to write one WAL group into its file (before the fsync)",
+                &w.write,
+            ),
+            ("oxbow_wal_fsync", "Time of one WAL group's fsync", &w.fsync),
+        ]);
     }
-    registry.register_with_unit(
-        "oxbow_replica_wait",
-        "Time from an entry's local fsync until every in-sync WAL replica has it",
-        Unit::Seconds,
-        replica_wait.clone(),
-    );
-    registry.register_with_unit(
-        "oxbow_seal_build",
-        "Time to build one sealed object from the partitions' batches",
-        Unit::Seconds,
-        seal.seal_build.clone(),
-    );
-    registry.register_with_unit(
-        "oxbow_seal_upload",
-        "Time of one sealed object's PUT",
-        Unit::Seconds,
-        seal.seal_upload.clone(),
-    );
-    registry.register_with_unit(
-        "oxbow_seal_commit",
-        "Time of one sealed object's catalog commit",
-        Unit::Seconds,
-        seal.seal_commit.clone(),
-    );
+    series.extend([
+        (
+            "oxbow_replica_wait",
+            "Time from an entry's local fsync until every in-sync WAL replica has it",
+            replica_wait,
+        ),
+        (
+            "oxbow_seal_build",
+            "Time to build one sealed object from the partitions' batches",
+            &seal.seal_build,
+        ),
+        (
+            "oxbow_seal_upload",
+            "Time of one sealed object's PUT",
+            &seal.seal_upload,
+        ),
+        (
+            "oxbow_seal_commit",
+            "Time of one sealed object's catalog commit",
+            &seal.seal_commit,
+        ),
+    ]);
+    for (name, help, h) in series {
+        registry.register_with_unit(name, help, Unit::Seconds, h.clone());
+    }
 }
 
 #[cfg(test)]

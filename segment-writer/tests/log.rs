@@ -4,7 +4,6 @@
 // Real servers and real time in this test (clippy.toml bans these in simulated code).
 #![allow(clippy::disallowed_methods)]
 
-use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EmbeddedStore, MetadataStore, TopicSpec};
 use oxbow_segment_writer::batch::{self, testing::make_batch};
@@ -13,6 +12,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
 
 fn settings(dir: &Path) -> LogSettings {
     LogSettings {
@@ -39,18 +40,6 @@ async fn open(dir: &Path, metadata: Arc<dyn MetadataStore>) -> Arc<LogManager> {
     LogManager::open(settings(dir), metadata, store, ReadCache::new(1 << 20))
         .await
         .expect("open log")
-}
-
-fn offsets(batches: &[Bytes]) -> Vec<i64> {
-    batches
-        .iter()
-        .map(|b| {
-            batch::peek_header(b)
-                .expect("header")
-                .expect("whole")
-                .base_offset
-        })
-        .collect()
 }
 
 fn embedded(dir: &Path) -> Arc<dyn MetadataStore> {
@@ -103,7 +92,7 @@ async fn append_seal_read_and_recover() {
         // Sealed into an object; with no tail kept in memory, reads go to the object.
         assert!(log.seal_once().await.expect("seal") > 0);
         let r = log.read(&p0, 3, 1 << 20, true).await.expect("read");
-        assert_eq!(offsets(&r.batches), vec![2, 4, 6, 8]);
+        assert_eq!(common::offsets(&r.batches), vec![2, 4, 6, 8]);
         assert_eq!(r.high_watermark, 10);
         // Two more, left in the WAL only (the "crash" comes before the next seal).
         for _ in 0..2 {
@@ -117,20 +106,20 @@ async fn append_seal_read_and_recover() {
             .expect("append");
         }
         let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
-        assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
+        assert_eq!(common::offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
         let by_ts = log
             .find_batch_by_timestamp(&p0, 4999)
             .await
             .expect("ts")
             .expect("found");
-        assert_eq!(offsets(&[by_ts]), vec![10]);
+        assert_eq!(common::offsets(&[by_ts]), vec![10]);
     }
     // Restart: the catalog has offsets 0..=9, the WAL replays 10 and 11.
     let log = open(dir.path(), metadata.clone()).await;
     let p0 = log.partition(&topic, 0).await.expect("p0");
     assert_eq!(p0.offsets().expect("offsets"), (0, 12, 12));
     let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
-    assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
+    assert_eq!(common::offsets(&r.batches), vec![0, 2, 4, 6, 8, 10, 11]);
     let next = log
         .append(
             &p0,
@@ -375,7 +364,7 @@ async fn a_forgotten_partition_keeps_its_unsealed_data_in_the_wal_until_reopened
     log.release_holds().await.expect("release");
     let p = log.partition(&topic, 0).await.expect("reopen");
     let r = log.read(&p, 0, 1 << 20, true).await.expect("read");
-    assert_eq!(offsets(&r.batches), vec![0, 2, 4, 6]);
+    assert_eq!(common::offsets(&r.batches), vec![0, 2, 4, 6]);
     assert!(log.seal_once().await.expect("seal") > 0);
 }
 
@@ -708,7 +697,7 @@ async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() 
             .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadUncommitted)
             .await
             .expect("read");
-        assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5]);
+        assert_eq!(common::offsets(&r.batches), vec![0, 2, 3, 5]);
         assert!(r.aborted.is_none());
 
         assert_eq!(
@@ -722,9 +711,9 @@ async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() 
             .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadCommitted)
             .await
             .expect("read");
-        assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5, 6]);
+        assert_eq!(common::offsets(&r.batches), vec![0, 2, 3, 5, 6]);
         assert_eq!(aborts(&r), vec![(901, 3)]);
-        assert_eq!(offsets(&r.committed_batches()), vec![0, 2]);
+        assert_eq!(common::offsets(&r.committed_batches()), vec![0, 2]);
         log.seal_once().await.expect("seal");
         // A transaction left open in sealed data.
         log.append(&p, &txn(2, 1000, 902, 0, 0), &policy, Acks::All)
@@ -747,7 +736,7 @@ async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() 
         .read_isolated(&p, 0, 1 << 20, true, Isolation::ReadCommitted)
         .await
         .expect("read");
-    assert_eq!(offsets(&r.batches), vec![0, 2, 3, 5, 6]);
+    assert_eq!(common::offsets(&r.batches), vec![0, 2, 3, 5, 6]);
     assert_eq!(aborts(&r), vec![(901, 3)]);
     // The new leader ends it, at a bumped epoch; the old epoch is fenced from then on.
     assert_eq!(
@@ -761,7 +750,7 @@ async fn transactions_survive_a_takeover_and_read_committed_is_told_of_aborts() 
         .read_isolated(&p, 7, 1 << 20, true, Isolation::ReadCommitted)
         .await
         .expect("read");
-    assert_eq!(offsets(&r.batches), vec![7, 9]);
+    assert_eq!(common::offsets(&r.batches), vec![7, 9]);
     assert_eq!(aborts(&r), vec![(902, 7)]);
     assert!(matches!(
         log.write_marker(&p, 902, 0, true, 4, &policy).await,

@@ -7,10 +7,9 @@
 // Real servers and real time in this test (clippy.toml bans these in simulated code).
 #![allow(clippy::disallowed_methods)]
 
-use bytes::Bytes;
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{EntryLayout, MetadataStore};
-use oxbow_segment_writer::batch::{self, testing::make_batch, testing::make_txn_batch};
+use oxbow_segment_writer::batch::{testing::make_batch, testing::make_txn_batch};
 use oxbow_segment_writer::{
     objects, Acks, AppendPolicy, Compactor, Isolation, LogManager, ReadResult,
 };
@@ -23,18 +22,6 @@ use tokio_util::sync::CancellationToken;
 mod common;
 
 use common::*;
-
-fn offsets(batches: &[Bytes]) -> Vec<i64> {
-    batches
-        .iter()
-        .map(|b| {
-            batch::peek_header(b)
-                .expect("header")
-                .expect("whole")
-                .base_offset
-        })
-        .collect()
-}
 
 fn aborts(r: &ReadResult) -> Vec<(i64, i64, i64)> {
     r.aborted

@@ -18,18 +18,7 @@ pub(super) fn tp() -> TopicPartition {
 }
 
 async fn append_wait(wal: &Wal, data: &[u8]) -> u64 {
-    let (tx, rx) = oneshot::channel();
-    wal.append(
-        tp(),
-        1,
-        data,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    )
-    .await
-    .expect("queued");
-    rx.await.expect("answered").expect("durable")
+    append_result(wal, data).await.expect("durable")
 }
 
 #[tokio::test]

@@ -135,6 +135,11 @@ pub fn header(b: &Bytes) -> batch::BatchHeader {
     batch::peek_header(b).expect("header").expect("whole")
 }
 
+/// The base offsets of `batches`.
+pub fn offsets(batches: &[Bytes]) -> Vec<i64> {
+    batches.iter().map(|b| header(b).base_offset).collect()
+}
+
 /// Reads every offset alone and by timestamp, checking against `expected`.
 pub async fn check_reads(log: &LogManager, topic: &TopicMetadata, expected: &[Vec<Bytes>]) {
     for (p, batches) in expected.iter().enumerate() {
