@@ -261,7 +261,7 @@ impl LogManager {
             transport.clone(),
             internal_auth.clone(),
             clock.clone(),
-            durable_sequence,
+            (durable_sequence, wal.as_ref().map_or(0..0, Wal::skipped)),
             // Raised by the first seal; until then no replica counts as covering the
             // replayed, unsealed entries.
             0,

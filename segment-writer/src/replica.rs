@@ -94,6 +94,7 @@ async fn connection(
             source,
             incarnation,
             start_sequence,
+            skipped,
         }) => {
             // A broker may stream (and trim) only its own WAL's copy: closed unanswered
             // otherwise, like any other failed authentication.
@@ -116,7 +117,15 @@ async fn connection(
                 start_sequence,
                 "WAL replication stream started"
             );
-            stream(rd, wr, source, incarnation, start_sequence, store).await
+            stream(
+                rd,
+                wr,
+                source,
+                incarnation,
+                (start_sequence, skipped),
+                store,
+            )
+            .await
         }
         Some(Frame::FetchTail { source }) => {
             let held = oxbow_metadata::blocking::run_blocking(move || {
@@ -159,13 +168,13 @@ async fn stream(
     mut wr: WriteHalf<BoxConn>,
     source: BrokerId,
     incarnation: u64,
-    start_sequence: u64,
+    (start_sequence, skipped): (u64, std::ops::Range<u64>),
     store: Arc<ReplicaStore>,
 ) -> Result<()> {
     let log = store.log(source, incarnation)?;
     log.lock()
         .map_err(|_| Error::Internal("replica log lock poisoned".into()))?
-        .stream_begins(start_sequence);
+        .stream_begins(start_sequence, skipped);
     let (tx, mut rx) = mpsc::channel::<Frame>(STREAM_QUEUE_FRAMES);
     let reader = async move {
         while let Some(f) = read_frame(&mut rd).await? {

@@ -20,10 +20,15 @@ pub const FRAME_BYTES_MAX: usize = 256 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
     /// Starts a replication stream of `source`'s WAL of `incarnation` at `start_sequence`.
+    /// `skipped`: sequences the source's WAL never holds — those its restart skipped past
+    /// what it kept on disk (`crate::wal`'s module docs) — so a copy that ends inside them
+    /// lacks nothing; empty when the source did not restart with entries. Sent after the
+    /// other fields; a Hello without it (an older source) skips nothing.
     Hello {
         source: BrokerId,
         incarnation: u64,
         start_sequence: u64,
+        skipped: std::ops::Range<u64>,
     },
     /// Whole WAL entries with contiguous sequences starting at `first_sequence`.
     Entries { first_sequence: u64, bytes: Bytes },
@@ -59,11 +64,14 @@ impl Frame {
                 source,
                 incarnation,
                 start_sequence,
+                skipped,
             } => {
                 b.put_u8(HELLO);
                 b.put_i32(*source);
                 b.put_u64(*incarnation);
                 b.put_u64(*start_sequence);
+                b.put_u64(skipped.start);
+                b.put_u64(skipped.end);
             }
             Frame::Entries {
                 first_sequence,
@@ -118,10 +126,18 @@ impl Frame {
         Ok(match kind {
             HELLO => {
                 need(&body, 20, "Hello")?;
+                let (source, incarnation, start_sequence) =
+                    (body.get_i32(), body.get_u64(), body.get_u64());
+                let skipped = if body.len() >= 16 {
+                    body.get_u64()..body.get_u64()
+                } else {
+                    0..0
+                };
                 Frame::Hello {
-                    source: body.get_i32(),
-                    incarnation: body.get_u64(),
-                    start_sequence: body.get_u64(),
+                    source,
+                    incarnation,
+                    start_sequence,
+                    skipped,
                 }
             }
             ENTRIES => {
@@ -200,7 +216,8 @@ mod tests {
             Frame::Hello {
                 source: 3,
                 incarnation: 7,
-                start_sequence: 42,
+                start_sequence: 42 + 4096,
+                skipped: 43..42 + 4096,
             },
             Frame::Entries {
                 first_sequence: 9,
@@ -230,10 +247,21 @@ mod tests {
             source: 1,
             incarnation: 1,
             start_sequence: 1,
+            skipped: 0..0,
         }
         .encode()
         .freeze();
         assert!(Frame::decode(enc.slice(4..10)).is_err());
+        // An older source's Hello, without `skipped`: it skips nothing.
+        assert_eq!(
+            Frame::decode(enc.slice(4..25)).expect("decodes"),
+            Frame::Hello {
+                source: 1,
+                incarnation: 1,
+                start_sequence: 1,
+                skipped: 0..0,
+            }
+        );
         assert!(Frame::decode(Bytes::from_static(&[99])).is_err());
         assert!(Frame::decode(Bytes::new()).is_err());
     }

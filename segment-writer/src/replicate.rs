@@ -122,6 +122,8 @@ pub fn choose_replicas(
 pub struct Replicator {
     me: BrokerId,
     incarnation: u64,
+    /// Sequences this run of the WAL never holds (`Wal::skipped`), told in every `Hello`.
+    skipped: std::ops::Range<u64>,
     settings: ReplicationSettings,
     metadata: Arc<dyn MetadataStore>,
     pub(crate) commit: Arc<CommitTracker>,
@@ -154,12 +156,13 @@ impl Replicator {
         transport: Arc<dyn ReplicaTransport>,
         auth: InternalAuth,
         clock: Arc<dyn Clock>,
-        next_sequence: u64,
+        (next_sequence, skipped): (u64, std::ops::Range<u64>),
         sealed_floor: u64,
     ) -> Replicator {
         Replicator {
             me,
             incarnation,
+            skipped,
             settings,
             metadata,
             commit,
@@ -546,6 +549,7 @@ impl Replicator {
                 source: self.me,
                 incarnation: self.incarnation,
                 start_sequence,
+                skipped: self.skipped.clone(),
             },
         )
         .await?;

@@ -119,6 +119,8 @@ struct Shared {
     incarnation: u64,
     new_incarnation: bool,
     latency: WalLatency,
+    /// The sequences this run skipped past what the WAL kept on disk (see the module docs).
+    skipped: std::ops::Range<u64>,
     /// A zero-filled spare file is being made (`Writer::preallocate_spare`).
     preallocating: Arc<AtomicBool>,
     /// A trimmed file went to the pool: from then on trimming feeds it, and zero-filling
@@ -205,6 +207,8 @@ impl Wal {
                 bytes: valid as u64,
             });
         }
+        // What this WAL kept ends here; the sequences up to `next_sequence` are skipped.
+        let kept_end = next_sequence;
         if !files.is_empty() {
             // Past any group streamed to replicas but lost here (see the module docs).
             next_sequence += GROUP_ENTRIES_MAX;
@@ -230,6 +234,7 @@ impl Wal {
             incarnation,
             new_incarnation,
             latency: WalLatency::default(),
+            skipped: kept_end..next_sequence,
             preallocating: Arc::default(),
             recycling: AtomicBool::new(false),
             #[cfg(test)]
@@ -310,6 +315,13 @@ impl Wal {
     /// Why the WAL stopped accepting writes, or `None` while it is healthy.
     pub fn failure(&self) -> Option<String> {
         self.shared.failure.borrow().clone()
+    }
+
+    /// The sequences this run of the WAL skipped past the entries it found on disk: it
+    /// never holds them (empty if it found none). Replicas are told, so a copy that ends
+    /// inside them knows it lacks nothing.
+    pub fn skipped(&self) -> std::ops::Range<u64> {
+        self.shared.skipped.clone()
     }
 
     /// The writer's latency histograms.

@@ -77,7 +77,7 @@ impl Replica {
         {
             let copy = store.log(SOURCE, INCARNATION).expect("copy");
             let mut copy = copy.lock().expect("lock");
-            copy.stream_begins(0);
+            copy.stream_begins(0, 0..0);
             for first in (0..50).step_by(5) {
                 copy.append(&entries(first, 5)).expect("append");
             }
@@ -141,6 +141,7 @@ async fn hostile_frames(conn: &mut TcpStream) {
             source: SOURCE,
             incarnation: INCARNATION,
             start_sequence: 50,
+            skipped: 0..0,
         },
         Frame::Trim { keep_from: 1 << 40 },
         Frame::Entries {
@@ -235,6 +236,7 @@ async fn peers_without_the_right_proof_learn_nothing_and_change_nothing() {
             source: SOURCE,
             incarnation: INCARNATION,
             start_sequence: 50,
+            skipped: 0..0,
         },
     )
     .await

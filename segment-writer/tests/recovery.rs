@@ -136,7 +136,7 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
     {
         let copy = store.log(1, 42).expect("broker 1's copy");
         let mut copy = copy.lock().expect("lock");
-        copy.stream_begins(7);
+        copy.stream_begins(7, 0..0);
         assert!(!copy.complete(), "no floor known yet");
         copy.trim(5).expect("trim");
         assert!(!copy.complete(), "began above the floor");
