@@ -35,7 +35,10 @@ use crate::wal_disk::{FsDisk, WalDisk, WalDiskFile};
 pub(crate) use crate::wal_entry::encode_payload_for_test;
 pub(crate) use crate::wal_entry::parse_file;
 pub use crate::wal_entry::WalEntry;
-use crate::wal_entry::{encode_payload, file_name, parse_wal_file, Tail, ENTRY_HEADER_BYTES};
+use crate::wal_entry::{
+    entry_prefix, file_name, parse_wal_file, seal_prefix, Tail, ENTRY_PREFIX_BYTES,
+};
+use bytes::Bytes;
 use oxbow_metadata::clock::{OsRng, Rng};
 use oxbow_metadata::{LeaderEpoch, TopicPartition};
 use std::path::{Path, PathBuf};
@@ -88,12 +91,22 @@ pub type GroupSink = Arc<dyn Fn(u64, u64, &[u8]) + Send + Sync>;
 const INCARNATION_FILE: &str = "incarnation";
 
 struct Append {
-    payload: Vec<u8>,
+    /// The entry's bytes before its batch (sequence and CRC set by the writer).
+    prefix: [u8; ENTRY_PREFIX_BYTES],
+    /// The batch itself, not copied until the writer gathers its group.
+    batch: Bytes,
     on_durable: OnDurable,
     /// When it was queued (its wait is [`WalLatency::queue`]).
     queued_at: Instant,
     /// Released once the entry is written, freeing room in the queue.
-    queued: tokio::sync::OwnedSemaphorePermit,
+    queued: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Append {
+    /// The entry's size in the WAL.
+    fn len(&self) -> usize {
+        ENTRY_PREFIX_BYTES + self.batch.len()
+    }
 }
 
 struct WalFile {
@@ -274,14 +287,20 @@ impl Wal {
         &self,
         tp: TopicPartition,
         leader_epoch: LeaderEpoch,
-        batch: &[u8],
+        batch: Bytes,
         on_durable: OnDurable,
     ) -> Result<()> {
         self.check_accepting()?;
-        // The sequence is filled in by the writer, which alone knows the write order.
-        let payload = encode_payload(0, tp, leader_epoch, batch);
+        // The sequence and CRC are filled in by the writer, which alone knows the order.
+        let append = Append {
+            prefix: entry_prefix(tp, leader_epoch, batch.len()),
+            batch,
+            on_durable,
+            queued_at: Instant::now(),
+            queued: None,
+        };
         // An entry larger than the whole budget still goes through, alone.
-        let want = u32::try_from(payload.len().min(QUEUE_BYTES_MAX)).unwrap_or(u32::MAX);
+        let want = u32::try_from(append.len().min(QUEUE_BYTES_MAX)).unwrap_or(u32::MAX);
         let queued = self
             .queue_bytes
             .clone()
@@ -290,10 +309,8 @@ impl Wal {
             .map_err(|_| Error::ShuttingDown)?;
         self.tx
             .send(Append {
-                payload,
-                on_durable,
-                queued_at: Instant::now(),
-                queued,
+                queued: Some(queued),
+                ..append
             })
             .await
             .map_err(|_| Error::ShuttingDown)
@@ -514,12 +531,12 @@ impl Writer {
 
     /// `first` and whatever else is queued now, within the group bounds.
     fn gather(first: Append, rx: &mut mpsc::Receiver<Append>) -> Vec<Append> {
-        let mut group_bytes = first.payload.len();
+        let mut group_bytes = first.len();
         let mut group = vec![first];
         while group_bytes < GROUP_BYTES_MAX && (group.len() as u64) < GROUP_ENTRIES_MAX {
             match rx.try_recv() {
                 Ok(a) => {
-                    group_bytes += a.payload.len();
+                    group_bytes += a.len();
                     group.push(a);
                 }
                 Err(_) => break,
@@ -544,17 +561,15 @@ impl Writer {
         for a in &group {
             observe(&self.shared.latency.queue, started - a.queued_at);
         }
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(group.iter().map(Append::len).sum());
         let mut callbacks = Vec::with_capacity(group.len());
         let mut queued = Vec::with_capacity(group.len());
         for mut a in group {
             let sequence = self.next_sequence;
             self.next_sequence += 1;
-            a.payload[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + 8]
-                .copy_from_slice(&sequence.to_be_bytes());
-            let crc = crc32c::crc32c(&a.payload[ENTRY_HEADER_BYTES..]);
-            a.payload[4..8].copy_from_slice(&crc.to_be_bytes());
-            buf.extend_from_slice(&a.payload);
+            seal_prefix(&mut a.prefix, sequence, &a.batch);
+            buf.extend_from_slice(&a.prefix);
+            buf.extend_from_slice(&a.batch);
             callbacks.push((sequence, a.on_durable));
             queued.push(a.queued);
         }

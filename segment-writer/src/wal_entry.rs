@@ -29,26 +29,33 @@ pub(crate) fn file_name(first_sequence: u64) -> String {
     format!("{first_sequence:020}.wal")
 }
 
-pub(crate) fn encode_payload(
-    sequence: u64,
+/// Bytes of an entry before its batch: the framing and the payload's fixed fields.
+pub(crate) const ENTRY_PREFIX_BYTES: usize = ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES;
+
+/// An entry's bytes before its batch, for a batch of `batch_len` bytes: its length, then a
+/// zero CRC and sequence ([`seal_prefix`] fills them in), the partition and the epoch.
+pub(crate) fn entry_prefix(
     tp: TopicPartition,
     epoch: LeaderEpoch,
-    batch: &[u8],
-) -> Vec<u8> {
-    let mut p = Vec::with_capacity(ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + batch.len());
-    p.extend_from_slice(&[0u8; ENTRY_HEADER_BYTES]);
-    p.extend_from_slice(&sequence.to_be_bytes());
-    p.extend_from_slice(tp.topic_id.as_bytes());
-    p.extend_from_slice(&tp.partition.to_be_bytes());
-    p.extend_from_slice(&epoch.to_be_bytes());
-    p.extend_from_slice(batch);
-    let len = (p.len() - ENTRY_HEADER_BYTES) as u32;
-    let crc = crc32c::crc32c(&p[ENTRY_HEADER_BYTES..]);
+    batch_len: usize,
+) -> [u8; ENTRY_PREFIX_BYTES] {
+    let mut p = [0u8; ENTRY_PREFIX_BYTES];
+    let len = (PAYLOAD_FIXED_BYTES + batch_len) as u32;
     p[0..4].copy_from_slice(&len.to_be_bytes());
-    p[4..8].copy_from_slice(&crc.to_be_bytes());
+    p[16..32].copy_from_slice(tp.topic_id.as_bytes());
+    p[32..36].copy_from_slice(&tp.partition.to_be_bytes());
+    p[36..40].copy_from_slice(&epoch.to_be_bytes());
     p
 }
 
+/// Sets an entry prefix's sequence and the CRC of the payload it begins (`batch` after it).
+pub(crate) fn seal_prefix(prefix: &mut [u8; ENTRY_PREFIX_BYTES], sequence: u64, batch: &[u8]) {
+    prefix[8..16].copy_from_slice(&sequence.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&prefix[ENTRY_HEADER_BYTES..]), batch);
+    prefix[4..8].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// A whole entry (tests write WAL files with it).
 #[cfg(test)]
 pub(crate) fn encode_payload_for_test(
     sequence: u64,
@@ -56,7 +63,12 @@ pub(crate) fn encode_payload_for_test(
     epoch: LeaderEpoch,
     batch: &[u8],
 ) -> Vec<u8> {
-    encode_payload(sequence, tp, epoch, batch)
+    let mut prefix = entry_prefix(tp, epoch, batch.len());
+    seal_prefix(&mut prefix, sequence, batch);
+    let mut p = Vec::with_capacity(ENTRY_PREFIX_BYTES + batch.len());
+    p.extend_from_slice(&prefix);
+    p.extend_from_slice(batch);
+    p
 }
 
 /// Parses the entries of one file. Returns the entries and the length of the valid prefix;
@@ -173,7 +185,7 @@ mod tests {
     use super::*;
 
     fn entry(sequence: u64) -> Vec<u8> {
-        encode_payload(
+        encode_payload_for_test(
             sequence,
             TopicPartition::new(TopicId(uuid::Uuid::nil()), 0),
             1,

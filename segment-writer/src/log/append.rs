@@ -477,7 +477,7 @@ impl LogManager {
                         .append(
                             partition.topic_partition,
                             epoch,
-                            &stamped,
+                            stamped.clone(),
                             self.durability_callback(partition.clone(), base_offset, tx),
                         )
                         .await;
@@ -564,7 +564,7 @@ impl LogManager {
                     .append(
                         partition.topic_partition,
                         h.partition_leader_epoch,
-                        b,
+                        b.clone(),
                         self.durability_callback(p, base, tx),
                     )
                     .await?;

@@ -1,7 +1,7 @@
 //! The WAL on a real directory.
 use super::*;
 use crate::wal_disk::WalDisk;
-use crate::wal_entry::PAYLOAD_FIXED_BYTES;
+use crate::wal_entry::ENTRY_PREFIX_BYTES;
 use oxbow_metadata::TopicId;
 use tokio::sync::oneshot;
 
@@ -48,7 +48,7 @@ pub(super) async fn append_result(wal: &Wal, data: &[u8]) -> Result<u64> {
     wal.append(
         tp(),
         1,
-        data,
+        Bytes::copy_from_slice(data),
         Box::new(move |r| {
             let _ = tx.send(r);
         }),
@@ -85,10 +85,7 @@ async fn a_failed_write_fails_everything_after_it_and_leaves_only_what_was_fsync
         .len();
     let (wal, found) = Wal::open(settings(dir.path())).expect("reopen");
     assert_eq!(found.len(), 2);
-    assert_eq!(
-        len as usize,
-        2 * (ENTRY_HEADER_BYTES + PAYLOAD_FIXED_BYTES + 100)
-    );
+    assert_eq!(len as usize, 2 * (ENTRY_PREFIX_BYTES + 100));
     assert!(wal.failure().is_none());
     // Sequence 2 went to the failed group (and maybe to replicas): never reused.
     assert_eq!(append_wait(&wal, b"after").await, 2 + GROUP_ENTRIES_MAX);
