@@ -263,6 +263,20 @@ impl LogManager {
         Ok(found)
     }
 
+    /// A catalog entry's byte range, by a ranged GET (unchecked: callers verify its CRC).
+    pub(crate) async fn get_entry_range(&self, entry: &CatalogEntry) -> Result<Bytes> {
+        let path = ObjectPath::from(entry.object_key.as_str());
+        self.objects
+            .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
+            .await
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => {
+                    Error::ObjectNotFound(entry.object_key.clone())
+                }
+                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
+            })
+    }
+
     /// Finds the aborted transactions of `batches` (ending at `end`) by walking them and,
     /// while some transaction's marker is missing, the batches after them up to `upper`
     /// (`read_ahead(next)` reads from `next`), within the scan bounds; cuts `batches` before
@@ -480,17 +494,7 @@ impl LogManager {
             return Ok(b);
         }
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
-        let path = ObjectPath::from(entry.object_key.as_str());
-        let bytes = self
-            .objects
-            .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
-            .await
-            .map_err(|e| match e {
-                object_store::Error::NotFound { .. } => {
-                    Error::ObjectNotFound(entry.object_key.clone())
-                }
-                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
-            })?;
+        let bytes = self.get_entry_range(entry).await?;
         if let Err(e) = object::verify_range(entry, &bytes) {
             self.metrics
                 .checksum_failures

@@ -278,18 +278,7 @@ impl Compactor {
         {
             return Ok(b);
         }
-        let path = ObjectPath::from(entry.object_key.as_str());
-        let bytes = self
-            .log
-            .objects
-            .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
-            .await
-            .map_err(|e| match e {
-                object_store::Error::NotFound { .. } => {
-                    Error::ObjectNotFound(entry.object_key.clone())
-                }
-                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
-            })?;
+        let bytes = self.log.get_entry_range(entry).await?;
         object::verify_range(entry, &bytes)?;
         Ok(bytes)
     }
