@@ -260,6 +260,7 @@ impl Wal {
             settings: settings.clone(),
             next_sequence,
             current: None,
+            wants_spare: false,
         };
         if blocking {
             std::thread::Builder::new()
@@ -507,6 +508,9 @@ struct Writer {
     settings: Arc<WalSettings>,
     next_sequence: u64,
     current: Option<Box<dyn WalDiskFile>>,
+    /// The current file was not a reused one and has not yet asked for a spare
+    /// (`Writer::preallocate_spare`, once it is half full).
+    wants_spare: bool,
 }
 
 impl Writer {
@@ -628,8 +632,10 @@ impl Writer {
         }
     }
 
-    /// A new file had no recycled one to reuse (a young WAL: nothing trimmed yet): zero-fill
-    /// one for the next roll, off the write path — on a thread of its own for a real disk.
+    /// A file that had no recycled one to reuse (a young WAL: nothing trimmed yet) is half
+    /// full: zero-fill one for the next roll, off the write path — on a thread of its own
+    /// for a real disk. Not at the roll itself: an idle broker (and every short-lived one a
+    /// test suite starts) would hold a file of zeros it never writes.
     /// Once trimming feeds the pool, never again: a roll that finds it empty then is one
     /// that outran the sealer, and zero-filling would double the disk's writes just then.
     /// Best effort: without it the next file is appended to, as this one is.
@@ -676,9 +682,7 @@ impl Writer {
             let name = file_name(first_sequence);
             // Durable name included (WalDisk::open_recycled).
             let (file, reused) = self.shared.disk.open_recycled(&name)?;
-            if !reused {
-                self.preallocate_spare();
-            }
+            self.wants_spare = !reused;
             self.current = Some(file);
             let mut files = self
                 .shared
@@ -710,8 +714,14 @@ impl Writer {
             .files
             .lock()
             .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
+        let mut half_full = false;
         if let Some(last) = files.last_mut() {
             last.bytes += buf.len() as u64;
+            half_full = last.bytes >= self.settings.file_bytes_max / 2;
+        }
+        drop(files);
+        if half_full && std::mem::take(&mut self.wants_spare) {
+            self.preallocate_spare();
         }
         self.shared
             .total_bytes

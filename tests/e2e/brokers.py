@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -198,6 +199,14 @@ class Broker:
             self.kill9(missing_ok=True)
             if self in LIVE:
                 LIVE.remove(self)
+            self.discard_data()
+
+    def discard_data(self) -> None:
+        """Deletes the data directory of a stopped broker, keeping its log: a suite run
+        starts hundreds of brokers (each with WAL files and objects) and pytest keeps its
+        last three runs' directories, which filled the CI machine's disk."""
+        if self.proc is None or self.proc.poll() is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -395,6 +395,7 @@ class Cluster:
                 b.kill9(missing_ok=True)
                 if b in LIVE:
                     LIVE.remove(b)
+                b.discard_data()
 
         in_parallel(stop, self.brokers)
 

@@ -60,7 +60,7 @@ async fn a_crash_in_a_reused_file_keeps_what_was_fsynced_and_none_of_its_old_ent
         acked.push(append(&wal, &[i; 40]).await.expect("durable"));
     }
     // Everything before the newest file is uploaded: trimmed files go to the pool, and the
-    // WAL's first roll (nothing to reuse then) zero-filled one too.
+    // WAL's first file (nothing to reuse then) zero-filled one once half full.
     let keep_from = *acked.last().expect("acked");
     wal.trim(keep_from).expect("trim");
     assert!(disk.pooled().expect("pool") > 0);

@@ -3,6 +3,7 @@ use super::*;
 use crate::wal_disk::WalDisk;
 use crate::wal_entry::ENTRY_PREFIX_BYTES;
 use oxbow_metadata::TopicId;
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 fn settings(dir: &Path) -> WalSettings {
@@ -186,4 +187,29 @@ async fn trimmed_files_are_reused_and_their_old_entries_never_replayed() {
         3,
         "reads see no old entry either"
     );
+}
+
+#[tokio::test]
+async fn a_spare_file_is_zero_filled_only_once_the_first_file_is_half_full() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut s = settings(dir.path());
+    s.file_bytes_max = 1000;
+    let (wal, _) = Wal::open(s).expect("open");
+    let disk = FsDisk::new(dir.path());
+    append_wait(&wal, &[1; 100]).await;
+    // The zero-fill runs on a thread of its own: give it the time it would need.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        disk.pooled().expect("pool"),
+        0,
+        "an idle WAL holds no spare"
+    );
+    for _ in 0..4 {
+        append_wait(&wal, &[2; 100]).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while disk.pooled().expect("pool") == 0 {
+        assert!(Instant::now() < deadline, "no spare made past half full");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
