@@ -48,10 +48,12 @@ pub struct Chunk {
     pub max_timestamp_ms: i64,
     pub batches: Vec<Bytes>,
     /// Producers of the partition with no batch here: their remembered batches before
-    /// `base_offset`, carried in the producers section
-    /// ([`producer_summary::CARRIED_ROWS_MAX`] at most); first, the partition's open
-    /// transactions begun by `last_offset` ([`ProducerBatch::open_txn`]).
+    /// `base_offset`, carried in the producers section (all of them, or
+    /// [`producer_summary::CARRIED_ROWS_MAX`] and a checkpoint row); first, the partition's
+    /// open transactions begun by `last_offset` ([`ProducerBatch::open_txn`]).
     pub carried_producers: Vec<ProducerBatch>,
+    /// `carried_producers` names every producer the leader remembers (a checkpoint).
+    pub producers_complete: bool,
     /// The chunk's aborted-transaction index for its catalog entry (`None`: not known).
     pub txn: Option<oxbow_metadata::TxnIndex>,
 }
@@ -88,7 +90,6 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
                         b.base_offset < c.base_offset
                     }
                 })
-                .take(producer_summary::CARRIED_ROWS_MAX)
                 .map(move |b| (i as u32, *b, true));
             own.chain(carried)
         })
@@ -384,6 +385,7 @@ mod tests {
                 max_timestamp_ms: 99,
                 batches: vec![Bytes::from_static(b"aaaa"), Bytes::from_static(b"bb")],
                 carried_producers: Vec::new(),
+                producers_complete: false,
                 txn: None,
             },
             Chunk {
@@ -394,6 +396,7 @@ mod tests {
                 max_timestamp_ms: 5,
                 batches: vec![Bytes::from_static(b"c")],
                 carried_producers: Vec::new(),
+                producers_complete: false,
                 txn: None,
             },
         ];
@@ -434,6 +437,7 @@ mod tests {
                 max_timestamp_ms: 1,
                 batches: vec![Bytes::from_static(b"batchbytes")],
                 carried_producers: Vec::new(),
+                producers_complete: false,
                 txn: None,
             }],
         );
@@ -495,6 +499,7 @@ mod tests {
             max_timestamp_ms: 1,
             batches,
             carried_producers: Vec::new(),
+            producers_complete: false,
             txn: None,
         };
         let seven: Vec<Bytes> = (0..7)

@@ -234,7 +234,7 @@ impl ProducerStates {
         match b.kind {
             RowKind::Batch => self.batch(b),
             RowKind::Marker => self.marker_epoch(b.producer_id, b.producer_epoch, b.base_offset),
-            RowKind::OpenTxn => return,
+            RowKind::OpenTxn | RowKind::Checkpoint => return,
         }
         if timestamp_ms >= 0 {
             if let Some(e) = self.producers.get_mut(&b.producer_id) {

@@ -31,8 +31,17 @@
 //! its offset in `base offset`), own or carried like a batch, so the epoch a fencing abort
 //! bumped survives a takeover and a zombie's batch at the old epoch is still refused.
 //!
+//! Complete rows and checkpoints (issue 16): a chunk whose carried rows name every
+//! producer the leader remembers is *complete*: its rows plus those of the entries after it
+//! are the partition's whole producer state. Chunks carry every row while there are at most
+//! [`CARRIED_ROWS_MAX`]; past that, one chunk in a while is complete
+//! ([`checkpoint_due`]) and the chunks between carry a *checkpoint* row (flagged so,
+//! producer id and sequences -1) with the base offset of the last complete one, so a new
+//! leader reads back to it however many records came after (`log/open.rs`). A broker
+//! predating checkpoints refuses a section with one (producer id -1) and reads batches.
+//!
 //! Row (32 bytes, big-endian): chunk index u32 | producer id i64 | producer epoch i16 |
-//! flags u16 (bit 0: carried; bit 1: open transaction; bit 2: marker; other bits ignored) | base sequence
+//! flags u16 (bit 0: carried; bit 1: open transaction; bit 2: marker; bit 3: checkpoint; other bits ignored) | base sequence
 //! i32 | last sequence i32 | base offset i64. Decoding trusts nothing: the row count comes from the section's length,
 //! every chunk index is checked against the object's index. Brokers that predate carried
 //! rows skip them (they lie before the entry's range).
@@ -75,6 +84,43 @@ const ROWS_MAX: usize = 1 << 20;
 const FLAG_CARRIED: u16 = 1;
 const FLAG_OPEN_TXN: u16 = 2;
 const FLAG_MARKER: u16 = 4;
+const FLAG_CHECKPOINT: u16 = 8;
+
+/// Most carried rows in one object over all its chunks (4 MiB): a complete chunk that
+/// does not fit in what is left waits for a later object. Chunks of at most
+/// [`CARRIED_ROWS_MAX`] rows are never held back.
+pub const OBJECT_CARRIED_ROWS_MAX: usize = 1 << 17;
+
+/// A complete chunk ([`checkpoint_due`]) is due at the latest after this many chunks of a
+/// partition: a new leader reads at most this many entries' sections beyond its window.
+pub const CHECKPOINT_EVERY_CHUNKS: u32 = 256;
+
+/// Records between complete chunks, at least: inside the rebuild window
+/// (`log/open.rs`, 4096 records) a new leader finds the last complete chunk anyway.
+pub const CHECKPOINT_RECORDS_MIN: i64 = 2048;
+
+/// Records between complete chunks per carried row, at least: a complete chunk's rows cost
+/// at most 8 bytes per record written between them.
+pub const CHECKPOINT_RECORDS_PER_ROW: i64 = 4;
+
+/// Whether a partition's next chunk (ending at `last_offset`, with `rows` rows to carry)
+/// must be complete, given its last complete chunk began at `checkpoint` (`None`: none
+/// since this broker took the partition) and `chunks_since` chunks were sealed after it.
+pub fn checkpoint_due(
+    checkpoint: Option<Offset>,
+    chunks_since: u32,
+    last_offset: Offset,
+    rows: usize,
+) -> bool {
+    let Some(at) = checkpoint else {
+        return true;
+    };
+    let spacing =
+        CHECKPOINT_RECORDS_MIN.max(CHECKPOINT_RECORDS_PER_ROW.saturating_mul(rows as i64));
+    rows <= CARRIED_ROWS_MAX
+        || chunks_since >= CHECKPOINT_EVERY_CHUNKS
+        || last_offset.saturating_sub(at) >= spacing
+}
 
 /// What a [`ProducerBatch`] row stands for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,6 +133,9 @@ pub enum RowKind {
     /// A transaction marker at `base_offset` (sequences -1, [`ProducerBatch::marker`]): the
     /// producer is known at its epoch, which a fencing abort has bumped.
     Marker,
+    /// Not a producer (id and sequences -1): the last complete chunk of the partition began
+    /// at `base_offset` ([`ProducerBatch::checkpoint`]).
+    Checkpoint,
 }
 
 /// One stored batch of an idempotent producer, or (sequences -1) a transaction open from
@@ -123,6 +172,18 @@ impl ProducerBatch {
             last_sequence: -1,
             base_offset: offset,
             kind: RowKind::Marker,
+        }
+    }
+
+    /// The carried row saying the partition's last complete chunk began at `offset`.
+    pub fn checkpoint(offset: Offset) -> Self {
+        ProducerBatch {
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            last_sequence: -1,
+            base_offset: offset,
+            kind: RowKind::Checkpoint,
         }
     }
 
@@ -297,6 +358,7 @@ pub fn encode(rows: &[Row], out: &mut BytesMut) {
             RowKind::Batch => 0,
             RowKind::OpenTxn => FLAG_OPEN_TXN,
             RowKind::Marker => FLAG_MARKER,
+            RowKind::Checkpoint => FLAG_CHECKPOINT,
         };
         let carried = if *carried { FLAG_CARRIED } else { 0 };
         out.put_u16(carried | kind);
@@ -318,11 +380,16 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
         let producer_epoch = section.get_i16();
         let flags = section.get_u16();
         let carried = flags & FLAG_CARRIED != 0;
-        let kind = match (flags & FLAG_OPEN_TXN != 0, flags & FLAG_MARKER != 0) {
-            (false, false) => RowKind::Batch,
-            (true, false) => RowKind::OpenTxn,
-            (false, true) => RowKind::Marker,
-            (true, true) => return None,
+        let kind = match (
+            flags & FLAG_OPEN_TXN != 0,
+            flags & FLAG_MARKER != 0,
+            flags & FLAG_CHECKPOINT != 0,
+        ) {
+            (false, false, false) => RowKind::Batch,
+            (true, false, false) => RowKind::OpenTxn,
+            (false, true, false) => RowKind::Marker,
+            (false, false, true) => RowKind::Checkpoint,
+            _ => return None,
         };
         let b = ProducerBatch {
             producer_id,
@@ -335,12 +402,15 @@ pub fn decode(mut section: &[u8], chunks: usize) -> Option<Vec<Row>> {
         // Sequences -1 are an open transaction's or a marker's, and only allowed for them;
         // an open transaction is always carried.
         let no_sequences = b.base_sequence == -1 && b.last_sequence == -1;
-        let sequences_fit = match kind {
-            RowKind::Batch => b.base_sequence >= 0,
-            RowKind::OpenTxn => no_sequences && carried,
-            RowKind::Marker => no_sequences,
+        let fits = match kind {
+            RowKind::Batch => b.base_sequence >= 0 && b.producer_id >= 0,
+            RowKind::OpenTxn => no_sequences && carried && b.producer_id >= 0,
+            RowKind::Marker => no_sequences && b.producer_id >= 0,
+            RowKind::Checkpoint => {
+                no_sequences && carried && b.producer_id == -1 && b.base_offset >= 0
+            }
         };
-        if chunk as usize >= chunks || b.producer_id < 0 || !sequences_fit {
+        if chunk as usize >= chunks || !fits {
             return None;
         }
         rows.push((chunk, b, carried));
@@ -354,6 +424,7 @@ pub struct ObjectProducers {
     by_partition: HashMap<TopicPartition, Vec<ProducerBatch>>,
     carried: HashMap<TopicPartition, Vec<ProducerBatch>>,
     open_txns: HashMap<TopicPartition, Vec<ProducerBatch>>,
+    checkpoints: HashMap<TopicPartition, Offset>,
     rows: usize,
 }
 
@@ -362,6 +433,10 @@ impl ObjectProducers {
     pub fn new(rows: impl IntoIterator<Item = (TopicPartition, ProducerBatch, bool)>) -> Self {
         let mut out = ObjectProducers::default();
         for (tp, b, carried) in rows {
+            if b.kind == RowKind::Checkpoint {
+                out.checkpoints.insert(tp, b.base_offset);
+                continue;
+            }
             let map = if b.is_open_txn() {
                 &mut out.open_txns
             } else if carried {
@@ -383,6 +458,11 @@ impl ObjectProducers {
     /// The batches carried for `tp`: other producers' remembered batches before its chunk.
     pub fn carried_of(&self, tp: &TopicPartition) -> &[ProducerBatch] {
         self.carried.get(tp).map_or(&[], Vec::as_slice)
+    }
+
+    /// Where `tp`'s last complete chunk began, if its chunk here is not one and says so.
+    pub fn checkpoint_of(&self, tp: &TopicPartition) -> Option<Offset> {
+        self.checkpoints.get(tp).copied()
     }
 
     /// The transactions open in `tp` when its chunk was sealed (rows flagged so).

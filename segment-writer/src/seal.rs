@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::latency::observe;
 use crate::log::LogManager;
 use crate::object::{self, Chunk};
-use crate::producer_summary::ProducerBatch;
+use crate::producer_summary::OBJECT_CARRIED_ROWS_MAX;
 use crate::seal_state::{
     catalogued_up_to, Action, CatalogueEnd, CommitOutcome, Event, ObjectPlan, SealRound, Take,
 };
@@ -214,6 +214,10 @@ impl LogManager {
                     Action::MarkSealed => {
                         for c in chunks.iter() {
                             self.mark_chunk_sealed(c.topic_partition, c.last_offset)?;
+                            if let Some(p) = self.get(&c.topic_partition) {
+                                p.lock()?
+                                    .note_chunk_sealed(c.base_offset, c.producers_complete);
+                            }
                         }
                     }
                     Action::CountUploaded => {
@@ -277,6 +281,7 @@ impl LogManager {
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
         let mut aborts = 0usize;
+        let mut carried_rows = 0usize;
         for p in self.open_partitions() {
             let s = p.lock()?;
             let mut batches = s.unsealed();
@@ -300,19 +305,17 @@ impl LogManager {
                 .filter(|t| aborts + t.aborts.len() <= OBJECT_ABORTS_MAX);
             aborts += txn.as_ref().map_or(0, |t| t.aborts.len());
             // The partition's other producers, so its next leader knows them however long
-            // they have been idle (`producer_summary`, carried rows).
-            // Its open transactions first, so its next leader's last stable offset does not
-            // run past them (`producer_summary`, open-transaction rows).
-            // Open as of the chunk's end: a marker appended after it (not in this chunk)
-            // does not close its transaction for the chunk's readers.
-            let mut carried_producers: Vec<ProducerBatch> = s
-                .open_txns_at(last.last_offset)
-                .into_iter()
-                .map(|(id, epoch, txn_first)| ProducerBatch::open_txn(id, epoch, txn_first))
-                .collect();
-            carried_producers.extend(
-                s.carried_producers(first.base_offset, crate::producer_summary::CARRIED_ROWS_MAX),
+            // they have been idle (`producer_summary`: carried rows, checkpoints), within
+            // the object's budget. Its open transactions first, so its next leader's last
+            // stable offset does not run past them (open-transaction rows). Open as of the
+            // chunk's end: a marker appended after it (not in this chunk) does not close
+            // its transaction for the chunk's readers.
+            let carried = s.carried_rows(
+                first.base_offset,
+                last.last_offset,
+                OBJECT_CARRIED_ROWS_MAX.saturating_sub(carried_rows),
             );
+            carried_rows += carried.rows.len();
             chunks.push(Chunk {
                 topic_partition: p.topic_partition,
                 leader_epoch: s.leader_epoch,
@@ -324,7 +327,8 @@ impl LogManager {
                     .max()
                     .unwrap_or(-1),
                 batches: batches.into_iter().map(|b| b.bytes).collect(),
-                carried_producers,
+                carried_producers: carried.rows,
+                producers_complete: carried.complete,
                 txn,
             });
         }

@@ -51,8 +51,19 @@ fn idle_batch(i: i64) -> Vec<u8> {
 /// `BUSY_RECORDS` records of producer `pid` from sequence `first_sequence`, sealed in many
 /// small objects.
 async fn busy(log: &LogManager, p: &Arc<Partition>, pid: i64, first_sequence: i32) {
+    busy_for(log, p, pid, first_sequence, BUSY_RECORDS).await
+}
+
+/// [`busy`] for `records` records.
+async fn busy_for(
+    log: &LogManager,
+    p: &Arc<Partition>,
+    pid: i64,
+    first_sequence: i32,
+    records: i32,
+) {
     let policy = policy();
-    for i in 0..BUSY_RECORDS / 50 {
+    for i in 0..records / 50 {
         let b = make_idempotent_batch(50, 1000, pid, 0, first_sequence + i * 50);
         log.append(p, &b, &policy, Acks::All).await.expect("busy");
         if i % 2 == 1 {
@@ -86,9 +97,14 @@ async fn take_over(dir: &Path, metadata: &Arc<dyn MetadataStore>) -> Arc<LogMana
 
 /// Every idle producer's retry is answered with its original offset and stores nothing.
 async fn retries_are_duplicates(log: &LogManager, p: &Arc<Partition>) {
+    retries_of_are_duplicates(log, p, IDLE_PRODUCERS).await
+}
+
+/// [`retries_are_duplicates`] for the first `idle` producers.
+async fn retries_of_are_duplicates(log: &LogManager, p: &Arc<Partition>, idle: i64) {
     let policy = policy();
     let end = p.offsets().expect("offsets").2;
-    for i in 0..IDLE_PRODUCERS {
+    for i in 0..idle {
         let retry = log
             .append(p, &idle_batch(i), &policy, Acks::All)
             .await
@@ -319,4 +335,46 @@ async fn key_compaction_keeps_the_producers_of_the_batches_it_removes() {
     assert!(retry.duplicate, "the retry is recognised");
     assert_eq!(retry.base_offset, 0);
     assert_eq!(p.offsets().expect("offsets").2, end, "nothing stored twice");
+}
+
+/// Idle producers behind sealed chunks only (no compaction), too many for the rows a chunk
+/// carries and idle for longer than the records between two complete chunks reach back
+/// into the rebuild window: the last chunk's checkpoint row leads the next leader to the
+/// last complete chunk, and every retry is still a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_producers_behind_many_sealed_chunks_are_found_through_the_checkpoint() {
+    // 2,000 producers carry 2,000 rows: complete chunks 8,000 records apart, so the last
+    // one lies before the window of a partition that ends 14,000 records in.
+    const IDLE: i64 = 2_000;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
+    let topic = one_partition_topic(&metadata).await;
+    let policy = policy();
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        for i in 0..IDLE {
+            let at = log
+                .append(&p, &idle_batch(i), &policy, Acks::All)
+                .await
+                .expect("idle producer");
+            assert_eq!(at.base_offset, 2 * i);
+        }
+        log.seal_once().await.expect("seal");
+        busy_for(&log, &p, 9, 0, 10_000).await;
+        let end = p.offsets().expect("offsets").2;
+        assert_eq!(end, 2 * IDLE + 10_000);
+    }
+    let log = take_over(dir.path(), &metadata).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    retries_of_are_duplicates(&log, &p, IDLE).await;
+    // And the busy producer goes on where it was.
+    let next = make_idempotent_batch(50, 1000, 9, 0, 10_000);
+    let at = log
+        .append(&p, &next, &policy, Acks::All)
+        .await
+        .expect("busy goes on");
+    assert!(!at.duplicate);
+    assert_eq!(at.base_offset, 2 * IDLE + 10_000);
 }

@@ -39,6 +39,10 @@ const PRODUCER_STATE_WINDOW_RECORDS: i64 = 4096;
 const PRODUCER_STATE_WINDOW_BYTES: usize = 8 << 20;
 /// Catalog entries looked up at a time while rebuilding producer state (from memory).
 const PRODUCER_STATE_ENTRIES_PER_READ: usize = 64;
+/// Most catalog entries a rebuild reads before its window: a checkpoint is never further
+/// back than [`crate::producer_summary::CHECKPOINT_EVERY_CHUNKS`] chunks, and one that says
+/// otherwise (a damaged or hostile section) costs no more than this.
+const PRODUCER_STATE_ENTRIES_BEFORE_WINDOW: usize = 2 * 256;
 /// Objects' producer sections one open fetches at once.
 const SUMMARY_FETCHES_AT_ONCE: usize = 16;
 /// How long an open waits for a recovered tail to be sealed when no WAL replica is in
@@ -394,11 +398,11 @@ impl LogManager {
     /// batch the previous leader stored gets the original offset instead of a duplicate.
     /// A sealed object's or a segment's entry is taken from its producers section, fetched
     /// once for every partition opened meanwhile ([`crate::producer_summary`]); its carried
-    /// rows bring the producers idle for longer than the window — at most
-    /// [`crate::producer_summary::CARRIED_ROWS_MAX`] of them for a sealed chunk, every one
-    /// the partition remembered for a segment (issue 16; the catalogue's last entry is
+    /// rows bring the producers idle for longer than the window — every one the partition
+    /// remembered for a segment or a complete chunk (issue 16; the catalogue's last entry is
     /// always in the window, so a partition compacted to its end is rebuilt from its last
-    /// segment's rows). An entry without a section (an object or segment of format version
+    /// segment's rows). A last chunk that is not complete names the last one that was
+    /// (its checkpoint row), and the rebuild starts there if that is before the window. An entry without a section (an object or segment of format version
     /// 1, or one whose section cannot be read) has its batches read, at most
     /// [`PRODUCER_STATE_WINDOW_BYTES`] of them in all. What is found
     /// is applied per producer in offset order, each batch once however many rows name it.
@@ -440,9 +444,19 @@ impl LogManager {
         };
         let tp = partition.topic_partition;
         let (log_start, _, log_end) = partition.offsets()?;
-        let mut next = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
+        let window = (log_end - PRODUCER_STATE_WINDOW_RECORDS).max(log_start);
+        let mut next = match self.producer_checkpoint(&tp).await {
+            Some(at) => at.clamp(log_start, window),
+            None => window,
+        };
         let mut bytes = 0usize;
+        let mut entries_before_window = 0usize;
         while next < log_end {
+            if next < window && entries_before_window > PRODUCER_STATE_ENTRIES_BEFORE_WINDOW {
+                tracing::warn!(partition = %tp, from = next, window,
+                    "the producer checkpoint is further back than any leader leaves it; rebuilding from the window");
+                next = window;
+            }
             let entries = self
                 .metadata
                 .catalog_entries(
@@ -482,6 +496,9 @@ impl LogManager {
             for entry in &entries {
                 if entry.last_offset < next {
                     continue;
+                }
+                if entry.last_offset < window {
+                    entries_before_window += 1;
                 }
                 let summary = summaries.get(entry.object_key.as_str());
                 if let Some(summary) = summary {
@@ -542,6 +559,25 @@ impl LogManager {
 }
 
 impl LogManager {
+    /// Where the partition's last complete chunk began, as its last catalog entry says
+    /// (`producer_summary`, checkpoints); `None` if the entry is complete itself, predates
+    /// checkpoints or cannot be read.
+    async fn producer_checkpoint(&self, tp: &oxbow_metadata::TopicPartition) -> Option<Offset> {
+        let last = match self.metadata.catalog_last(tp.topic_id, tp.partition).await {
+            Ok(last) => last?,
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e, "no catalogue end for the producer checkpoint");
+                return None;
+            }
+        };
+        let summary = self
+            .producer_summaries
+            .of(&self.objects, &last)
+            .await
+            .ok()?;
+        summary.checkpoint_of(tp)
+    }
+
     /// Makes `partition`'s transaction state exact ([`crate::txn::PartitionTxns::set_exact`])
     /// if the catalogue proves which transactions are open at its end: nothing catalogued, or
     /// the last entry's index says where the oldest open transaction began — none (its stop

@@ -307,3 +307,82 @@ fn a_marker_is_a_row_of_its_producer() {
     );
     assert_eq!(recent_of(&[Bytes::from(marker)]).len(), 1);
 }
+
+#[test]
+fn checkpoint_rows_round_trip_carried_only_and_never_as_producers() {
+    let checkpoint = ProducerBatch::checkpoint(4_000);
+    let batch = row(9, 0, 0, 4_100);
+    let rows = vec![(0, batch, false), (0, checkpoint, true)];
+    let mut out = BytesMut::new();
+    encode(&rows, &mut out);
+    assert_eq!(decode(&out, 1), Some(rows));
+    let tp = TopicPartition::new(oxbow_metadata::TopicId(uuid::Uuid::from_u128(5)), 0);
+    let o = ObjectProducers::new([(tp, batch, false), (tp, checkpoint, true)]);
+    assert_eq!(o.checkpoint_of(&tp), Some(4_000));
+    assert_eq!(o.of(&tp), &[batch][..]);
+    assert!(o.carried_of(&tp).is_empty(), "not a producer to restore");
+    // Not carried, a real producer id, sequences, a negative offset, or with another kind
+    // flag: refused.
+    let second = ROW_BYTES..2 * ROW_BYTES;
+    let refused = |edit: &dyn Fn(&mut [u8])| {
+        let mut bad = out.to_vec();
+        edit(&mut bad[second.clone()]);
+        decode(&bad, 1)
+    };
+    assert_eq!(
+        refused(&|r| r[14..16].copy_from_slice(&FLAG_CHECKPOINT.to_be_bytes())),
+        None
+    );
+    assert_eq!(
+        refused(&|r| r[4..12].copy_from_slice(&3i64.to_be_bytes())),
+        None
+    );
+    assert_eq!(
+        refused(&|r| r[16..20].copy_from_slice(&0i32.to_be_bytes())),
+        None
+    );
+    assert_eq!(
+        refused(&|r| r[24..32].copy_from_slice(&(-5i64).to_be_bytes())),
+        None
+    );
+    assert_eq!(
+        refused(&|r| r[14..16]
+            .copy_from_slice(&(FLAG_CARRIED | FLAG_CHECKPOINT | FLAG_MARKER).to_be_bytes())),
+        None
+    );
+}
+
+#[test]
+fn a_checkpoint_is_due_when_none_is_known_rows_are_few_or_enough_went_by() {
+    assert!(
+        checkpoint_due(None, 0, 10, 10_000),
+        "none since the takeover"
+    );
+    assert!(
+        checkpoint_due(Some(0), 0, 10, CARRIED_ROWS_MAX),
+        "rows fit a chunk anyway"
+    );
+    let rows = 2_000;
+    let spacing = CHECKPOINT_RECORDS_PER_ROW * rows as i64;
+    assert!(!checkpoint_due(Some(100), 3, 100 + spacing - 1, rows));
+    assert!(checkpoint_due(Some(100), 3, 100 + spacing, rows));
+    assert!(checkpoint_due(
+        Some(100),
+        CHECKPOINT_EVERY_CHUNKS,
+        101,
+        rows
+    ));
+    // Few rows but more than a chunk carries: the spacing floor.
+    assert!(!checkpoint_due(
+        Some(0),
+        1,
+        CHECKPOINT_RECORDS_MIN - 1,
+        CARRIED_ROWS_MAX + 1
+    ));
+    assert!(checkpoint_due(
+        Some(0),
+        1,
+        CHECKPOINT_RECORDS_MIN,
+        CARRIED_ROWS_MAX + 1
+    ));
+}

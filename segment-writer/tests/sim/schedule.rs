@@ -397,6 +397,7 @@ async fn forge_tail(cluster: &Cluster, rng: &dyn Rng) {
             max_timestamp_ms: cluster.clock.unix_ms(),
             batches: vec![batch],
             carried_producers: Vec::new(),
+            producers_complete: false,
             txn: None,
         }],
     );
