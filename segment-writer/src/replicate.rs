@@ -298,7 +298,11 @@ impl Replicator {
             let base = match cached.clone() {
                 Some(r) => r,
                 None => match self.metadata.wal_replica_set(self.me).await? {
-                    Some(r) => r,
+                    Some(r) => {
+                        // What is stored is what is recorded, whoever wrote it last.
+                        self.set_recorded(&r);
+                        r
+                    }
                     None => WalReplicaSet {
                         broker_id: self.me,
                         incarnation: self.incarnation,
@@ -323,9 +327,13 @@ impl Replicator {
                     return Ok(());
                 }
                 Err(e) if e.kind() == oxbow_metadata::ErrorKind::Conflict => {
-                    *cached = self.metadata.wal_replica_set(self.me).await?;
+                    *cached = None;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // The write may have landed: read the record again next time.
+                    *cached = None;
+                    return Err(e.into());
+                }
             }
         }
         Err(Error::Replication(
@@ -483,7 +491,19 @@ impl Replicator {
         // Eligible replicas whose entries are all sealed now are needed no more.
         self.update_record(|r| r.eligible.retain(|(_, up_to)| *up_to > floor))
             .await?;
-        let joining = self.commit.read(|s| s.ready_to_join(floor))?;
+        let mut joining = self.commit.read(|s| s.ready_to_join(floor))?;
+        // Counted but not recorded: an earlier record update failed after the count (its
+        // outcome unknown). Recorded again, or acks=all would wait on a set the record
+        // never names (found by the simulation, seed 152: produce refused for good).
+        let recorded = self
+            .recorded_isr
+            .lock()
+            .map_err(|_| Error::Internal("WAL in-sync record lock poisoned".into()))?
+            .clone();
+        joining.extend(
+            self.commit
+                .read(|s| s.isr().difference(&recorded).copied().collect::<Vec<_>>())?,
+        );
         for b in joining {
             // Counted first (stricter), recorded second: the record never names a replica
             // that acknowledged entries were not waiting for.
