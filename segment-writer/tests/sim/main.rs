@@ -113,6 +113,18 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>, transactions: bool) -
             ))
         })
         .collect();
+    // Idle producers retrying after the faults (not with retention or compaction, which
+    // may remove their batches and with them what a retry is recognised by).
+    let crowd_retry = CancellationToken::new();
+    let crowd = lifecycle.is_none().then(|| {
+        let rng: Arc<dyn Rng> = SeededRng::new(seed.wrapping_mul(1_000_037).wrapping_add(0xC20));
+        tokio::spawn(workload::crowd(
+            c.clone(),
+            rng,
+            crowd_retry.clone(),
+            producers_stop.clone(),
+        ))
+    });
     // Transactions: producers, their zombies and a read_committed consumer, from seeds of
     // their own (the other streams draw as in a run without them).
     let txn_producers: Vec<_> = if transactions {
@@ -183,6 +195,15 @@ async fn simulate(seed: u64, lifecycle: Option<Lifecycle>, transactions: bool) -
                 break;
             }
             Err(_) => c.clock.sleep(Duration::from_millis(200)).await,
+        }
+    }
+    crowd_retry.cancel();
+    if let Some(crowd) = crowd {
+        if tokio::time::timeout(Duration::from_secs(60), crowd)
+            .await
+            .is_err()
+        {
+            c.violation("the idle producers' retries did not finish within 60 s".into());
         }
     }
     c.clock.sleep(Duration::from_secs(1)).await;

@@ -513,3 +513,115 @@ pub async fn catalog_violations(
     }
     out
 }
+
+/// Idle producers (issue 16): more than a sealed chunk carries rows for.
+pub const CROWD: u32 = 300;
+
+/// [`CROWD`] idempotent producers each store one batch in one partition early on, then
+/// wait for `retry` (the faults are over: failovers, restarts and the busy producers'
+/// records came after them) and send that batch again, as a producer whose acknowledgement
+/// was lost would. Each retry must be recognised: a duplicate at the offset first
+/// acknowledged — whichever broker leads now and however many chunks were sealed since.
+pub async fn crowd(
+    cluster: Cluster,
+    rng: Arc<dyn Rng>,
+    retry: CancellationToken,
+    stop: CancellationToken,
+) {
+    let first = loop {
+        match cluster.metadata.allocate_producer_ids(CROWD).await {
+            Ok(id) => break id,
+            Err(_) => cluster.clock.sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let partition = (rng.next_u64() % PARTITIONS as u64) as i32;
+    let mut stored = Vec::new();
+    for producer_id in first..first + i64::from(CROWD) {
+        let timestamp = cluster.clock.unix_ms();
+        let sent_true_ms = cluster.true_unix_ms();
+        let raw = make_idempotent_batch(1, timestamp, producer_id, 0, 0);
+        let Some((base_offset, leader_epoch, duplicate)) =
+            until_acked(&cluster, partition, &raw, &stop, "crowd").await
+        else {
+            cluster
+                .history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unsettled
+                .push(Unsettled {
+                    partition,
+                    producer_id,
+                    base_sequence: 0,
+                    count: 1,
+                    sent_true_ms,
+                });
+            return;
+        };
+        cluster
+            .history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .acks
+            .push(Ack {
+                partition,
+                producer_id,
+                base_sequence: 0,
+                count: 1,
+                base_offset,
+                max_timestamp_ms: timestamp,
+                sent_true_ms,
+                leader_epoch,
+                duplicate,
+            });
+        stored.push((producer_id, raw, base_offset));
+    }
+    cluster.event(format!(
+        "crowd: {CROWD} idle producers stored a batch each in p{partition}"
+    ));
+    tokio::select! {
+        _ = retry.cancelled() => {}
+        _ = stop.cancelled() => return,
+    }
+    for (producer_id, raw, first_offset) in stored {
+        let Some((offset, _, duplicate)) =
+            until_acked(&cluster, partition, &raw, &stop, "crowd retry").await
+        else {
+            return;
+        };
+        if !duplicate || offset != first_offset {
+            cluster.violation(format!(
+                "idle producer {producer_id}'s retry in p{partition} was answered at {offset} \
+                 (duplicate: {duplicate}); its batch was stored at {first_offset}"
+            ));
+        }
+    }
+    cluster.event(format!("crowd: {CROWD} retries recognised in p{partition}"));
+}
+
+/// Sends `raw` until it is acknowledged; `None` if `stop` came first or the answer is one
+/// the workload never provokes (a violation).
+async fn until_acked(
+    cluster: &Cluster,
+    partition: i32,
+    raw: &[u8],
+    stop: &CancellationToken,
+    who: &str,
+) -> Option<(i64, i32, bool)> {
+    let mut said = false;
+    while !stop.is_cancelled() {
+        match produce_once(cluster, partition, raw).await {
+            Ok(acked) => return Some(acked),
+            Err(Fail::Retry(why)) => {
+                if !std::mem::replace(&mut said, true) {
+                    cluster.event(format!("{who} p{partition}: {why}; retrying"));
+                }
+                cluster.clock.sleep(Duration::from_millis(100)).await
+            }
+            Err(Fail::Fatal(why) | Fail::Fenced(why)) => {
+                cluster.violation(format!("{who} p{partition}: {why}"));
+                return None;
+            }
+        }
+    }
+    None
+}
