@@ -636,6 +636,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.clone(),
         stop_serving.clone(),
     ));
+    background.spawn(cluster::follower::run_wal_sets(
+        broker.clone(),
+        stop_serving.clone(),
+    ));
     if let Some(validator) = oauth {
         background.spawn(crate::security::oauth::run_jwks_refresher(
             validator,

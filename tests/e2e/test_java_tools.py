@@ -35,6 +35,13 @@ def test_topic_command_create_list_describe_delete(shared_broker, java):
     assert sorted(int(p) for p, _ in partitions) == [0, 1, 2], desc
     assert all(int(leader) >= 0 for _, leader in partitions), desc
 
+    # Describing every topic (no --topic) takes in the internal ones the listing names
+    # too, described by id with their configs: it used to fail on __consumer_offsets.
+    every = java(TOPIC_COMMAND, "--bootstrap-server", b, "--describe").stdout
+    assert re.search(rf"Topic:\s*{re.escape(name)}\b", every), every
+    if "__consumer_offsets" in listed:  # Kafka creates it on a group's first use
+        assert re.search(r"Topic:\s*__consumer_offsets\b.*cleanup\.policy=compact", every), every
+
     # Creating it again is refused with a clear message and a non-zero exit.
     again = java(TOPIC_COMMAND, "--bootstrap-server", b, "--create", "--topic", name, "--partitions", "3", check=False)
     assert again.returncode != 0

@@ -108,3 +108,48 @@ def test_acks_all_follows_min_insync_replicas_as_zones_go_away(cluster):
     values = {r.value for r in got[0]}
     assert {f"two-zones-{i}".encode() for i in range(200)} <= values
     assert b"back" in values
+
+
+def partition_replicas(bootstrap: str, topic: str, partition: int) -> tuple[list[int], list[int]]:
+    """(replicas, ISR) of a partition as Metadata reports them (librdkafka's admin client)."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    p = md.topics[topic].partitions[partition]
+    return sorted(p.replicas), sorted(p.isrs)
+
+
+def test_metadata_reports_the_wal_replicas_and_shows_a_lost_zone_as_under_replicated(cluster, java):
+    c = cluster(3, flush_interval="250ms", extra_args=["--replica-lag-max", "1s"])
+    topic = unique("urp")
+    create_topic(c.bootstrap, topic, partitions=1, config={"min.insync.replicas": "2"})
+    wait_in_sync(c, topic)
+    leader = c.leaders(topic)[0]
+    leader_addr = c.broker(leader).bootstrap
+    # Healthy: the leader and its two WAL replicas, all in sync.
+    wait_until(
+        lambda: partition_replicas(leader_addr, topic, 0) == ([1, 2, 3], [1, 2, 3]),
+        timeout=20, interval=0.3, what="3 replicas, all in sync",
+    )
+    tool = "org.apache.kafka.tools.TopicCommand"
+
+    def under_replicated() -> str:
+        return java(tool, "--bootstrap-server", leader_addr, "--describe", "--under-replicated-partitions").stdout
+
+    assert topic not in under_replicated()
+    # A replica's zone goes away: the partition is under-replicated (ISR without it), in
+    # librdkafka's view and in kafka-topics.sh's.
+    victim = next(b for b in (1, 2, 3) if b != leader)
+    c.kill9(victim)
+    wait_until(
+        lambda: partition_replicas(leader_addr, topic, 0)[1] == sorted({1, 2, 3} - {victim}),
+        timeout=20, interval=0.3, what="the lost replica out of the ISR",
+    )
+    assert topic in under_replicated()
+    # It comes back and catches up: in sync again.
+    c.restart(victim)
+    wait_until(
+        lambda: partition_replicas(leader_addr, topic, 0)[1] == [1, 2, 3],
+        timeout=40, interval=0.5, what="the replica back in the ISR",
+    )
+    assert topic not in under_replicated()

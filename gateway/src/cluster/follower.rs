@@ -81,6 +81,41 @@ impl Opens {
     }
 }
 
+/// How often [`run_wal_sets`] re-reads the live brokers' WAL replica sets.
+const WAL_SETS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keeps [`Broker::cluster`]'s copy of the live brokers' WAL replica sets current until
+/// `shutdown` (what Metadata reports as a partition's replicas and ISR): one read per live
+/// broker every [`WAL_SETS_EVERY`]. A failed read keeps that broker's last copy.
+pub async fn run_wal_sets(broker: Arc<Broker>, shutdown: CancellationToken) {
+    loop {
+        let mut sets = std::collections::BTreeMap::new();
+        for id in broker.cluster.live_ids() {
+            match broker.metadata.wal_replica_set(id).await {
+                Ok(Some(set)) => {
+                    sets.insert(
+                        id,
+                        super::WalCopies {
+                            replicas: set.replicas,
+                            isr: set.isr,
+                        },
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(broker = id, error = %e, "reading a WAL replica set failed");
+                    sets.insert(id, broker.cluster.wal_copies(id));
+                }
+            }
+        }
+        broker.cluster.set_wal_copies(sets);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(WAL_SETS_EVERY) => {}
+        }
+    }
+}
+
 /// Keeps [`Broker::cluster`] current until `shutdown`.
 pub async fn run_membership(broker: Arc<Broker>, shutdown: CancellationToken) {
     follow(&Membership { broker }, &shutdown).await

@@ -52,6 +52,16 @@ pub struct ClusterView {
     brokers: RwLock<BTreeMap<BrokerId, BrokerRegistration>>,
     /// The controller's id; -1 when unknown.
     controller: AtomicI32,
+    /// Each live broker's WAL replicas and in-sync replicas as last recorded
+    /// (`follower::run_wal_sets`): a partition's replicas and ISR in Metadata.
+    wal_sets: RwLock<BTreeMap<BrokerId, WalCopies>>,
+}
+
+/// A broker's WAL replicas and the in-sync ones among them, as recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalCopies {
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
 }
 
 impl ClusterView {
@@ -62,7 +72,24 @@ impl ClusterView {
             me,
             brokers: RwLock::new(brokers.into_iter().map(|b| (b.broker_id, b)).collect()),
             controller: AtomicI32::new(-1),
+            wal_sets: RwLock::new(BTreeMap::new()),
         }
+    }
+
+    /// Replaces the recorded WAL replica sets (a full re-read).
+    pub fn set_wal_copies(&self, sets: BTreeMap<BrokerId, WalCopies>) {
+        if let Ok(mut m) = self.wal_sets.write() {
+            *m = sets;
+        }
+    }
+
+    /// `leader`'s recorded WAL replicas and in-sync ones (none recorded: no replicas).
+    pub fn wal_copies(&self, leader: BrokerId) -> WalCopies {
+        self.wal_sets
+            .read()
+            .ok()
+            .and_then(|m| m.get(&leader).cloned())
+            .unwrap_or_default()
     }
 
     pub fn me(&self) -> BrokerId {

@@ -203,13 +203,12 @@ pub fn describe(
             continue;
         }
         let r = match res.resource_type {
-            RESOURCE_TOPIC => match broker.topic(&name) {
+            RESOURCE_TOPIC => match topic_configs(broker, &name) {
                 None => r
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                     .with_error_message(Some(str_bytes(&format!("topic '{name}' does not exist")))),
-                Some(topic) => r.with_configs(
-                    topic
-                        .configs
+                Some(configs) => r.with_configs(
+                    configs
                         .describe()
                         .into_iter()
                         .filter(|c| wanted(c.name))
@@ -484,6 +483,23 @@ pub async fn alter(
         );
     }
     AlterConfigsResponse::default().with_responses(responses)
+}
+
+/// A topic's configs: a stored topic's, or for `__consumer_offsets` (listed by Metadata, so
+/// `kafka-topics.sh --describe` asks for them) those Kafka creates it with.
+fn topic_configs(broker: &Broker, name: &str) -> Option<oxbow_metadata::TopicConfigs> {
+    if name == crate::transactions::markers::OFFSETS_TOPIC {
+        let overrides = [
+            ("cleanup.policy", "compact"),
+            ("compression.type", "producer"),
+            ("segment.bytes", "104857600"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        return oxbow_metadata::TopicConfigs::validated(overrides).ok();
+    }
+    broker.topic(name).map(|t| t.configs.clone())
 }
 
 #[cfg(test)]

@@ -6,8 +6,12 @@
 //! included (it is answering); rack is the broker's `--az`. A partition whose stored leader
 //! has no live lease (between its death and the controller's failover) is reported with
 //! leader -1 and LEADER_NOT_AVAILABLE, the dead leader as an offline replica: clients wait
-//! and refresh instead of dialling a dead broker. Replicas and ISR are the leader alone:
-//! partitions have no follower replicas in Oxbow (durability is the WAL replicas and S3).
+//! and refresh instead of dialling a dead broker. A partition's replicas are its leader
+//! and the brokers its leader's WAL is replicated to (what holds its data not yet in the
+//! object store), its ISR the leader and those recorded in sync (`cluster::WalCopies`,
+//! re-read every 2 s), so `kafka-topics.sh --under-replicated-partitions` and admin
+//! clients see a partition whose acknowledged tail has fewer copies than configured. A
+//! replica that is not live is listed offline.
 //!
 //! `__consumer_offsets` is listed, internal, with Kafka's 50 partitions spread over the
 //! live brokers, as clients and their test suites expect of a Kafka cluster (regex
@@ -96,18 +100,36 @@ pub fn describe_topic(
         .partitions
         .iter()
         .map(|p| {
+            let copies = broker.cluster.wal_copies(p.leader);
+            let live = |b: &i32| *b == me || broker.cluster.is_live(*b);
+            let replicas: Vec<BrokerId> = std::iter::once(p.leader)
+                .chain(copies.replicas.iter().copied())
+                .map(BrokerId)
+                .collect();
+            let offline: Vec<BrokerId> = copies
+                .replicas
+                .iter()
+                .filter(|b| !live(b))
+                .copied()
+                .map(BrokerId)
+                .collect();
             let r = MetadataResponsePartition::default()
                 .with_partition_index(p.partition)
                 .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
-                .with_replica_nodes(vec![BrokerId(p.leader)]);
-            if p.leader == me || broker.cluster.is_live(p.leader) {
+                .with_replica_nodes(replicas);
+            if live(&p.leader) {
+                let isr = std::iter::once(p.leader)
+                    .chain(copies.isr.iter().copied().filter(|b| live(b)))
+                    .map(BrokerId)
+                    .collect();
                 r.with_leader_id(BrokerId(p.leader))
-                    .with_isr_nodes(vec![BrokerId(p.leader)])
+                    .with_isr_nodes(isr)
+                    .with_offline_replicas(if version >= 5 { offline } else { Vec::new() })
             } else {
                 r.with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
                     .with_offline_replicas(if version >= 5 {
-                        vec![BrokerId(p.leader)]
+                        std::iter::once(BrokerId(p.leader)).chain(offline).collect()
                     } else {
                         Vec::new()
                     })
@@ -211,6 +233,7 @@ pub async fn handle(
     } else {
         let cluster_create =
             authz.allows(AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME);
+        let offsets_id = offsets_topic_id(&broker.settings.cluster_id);
         let mut out = Vec::new();
         for t in req.topics.unwrap_or_default() {
             let by_name = t.name.as_ref().map(|n| n.0.to_string());
@@ -218,6 +241,7 @@ pub async fn handle(
             // learns nothing of it; a topic named by id is not named back.
             let refused_name = match &by_name {
                 Some(name) => (!describable(name)).then_some(Some(name.as_str())),
+                None if t.topic_id == offsets_id => (!describable(OFFSETS_TOPIC)).then_some(None),
                 None => broker
                     .topic_by_id(t.topic_id)
                     .filter(|topic| !describable(&topic.name))
@@ -227,7 +251,11 @@ pub async fn handle(
                 out.push(refused(name, t.topic_id));
                 continue;
             }
-            if by_name.as_deref() == Some(OFFSETS_TOPIC) {
+            // By name, or by its id (`kafka-topics.sh --describe` asks by id for every
+            // topic it listed, this one included).
+            if by_name.as_deref() == Some(OFFSETS_TOPIC)
+                || (by_name.is_none() && t.topic_id == offsets_id)
+            {
                 out.push(offsets_topic(broker, &session.listener, version));
                 continue;
             }
