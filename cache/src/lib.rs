@@ -5,66 +5,203 @@
 //! a ranged GET and insert what they fetched. Objects are immutable (create-only), so an
 //! entry never goes stale: eviction is the only removal.
 //!
-//! This first version is foyer's in-memory tier (S3-FIFO eviction keeps one scan by a
-//! lagging reader from flushing hot entries). The local-disk tier (foyer's hybrid cache)
-//! plugs in behind the same API.
+//! Two pools, so a reader scanning cold data cannot evict what the tail's readers need
+//! (issue 17):
+//! - *recent*: what the sealer just uploaded ([`ReadCache::insert_recent`]), for readers a
+//!   little behind a partition's in-memory tail. Three quarters of the memory, and the
+//!   local disk tier when there is one (`--cache-dir`): foyer's hybrid cache writes what
+//!   memory evicts to disk, so a reader minutes behind reads a local file instead of S3.
+//! - *scanned*: what readers fetched on a miss and what read-ahead prefetched
+//!   ([`ReadCache::insert_scanned`]): a quarter of the memory, S3-FIFO, so one pass over
+//!   cold data stays in its small queue and leaves the rest alone.
+//!
+//! A range read back from the disk tier is reported as such ([`Hit::from_disk`]): the
+//! caller checks it against its catalogue checksum, as it checks a GET (the disk is not
+//! trusted more than the network).
 
 use bytes::Bytes;
+use foyer::DeviceBuilder;
+use std::path::Path;
+
+/// Share of the memory the *scanned* pool gets (the rest is *recent*'s).
+const SCANNED_SHARE_DIVISOR: usize = 4;
+
+/// Largest range the disk tier holds (foyer's block size): larger ones stay in memory only.
+pub const DISK_BLOCK_BYTES: usize = 16 << 20;
+
+/// A cached range, and whether it came from the local disk tier.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub bytes: Bytes,
+    pub from_disk: bool,
+}
+
+/// Why the disk tier could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("read cache disk tier at {dir}: {source}")]
+pub struct OpenError {
+    dir: String,
+    source: foyer::Error,
+}
+
+#[derive(Clone)]
+enum Recent {
+    Memory(foyer::Cache<String, Bytes>),
+    Hybrid(foyer::HybridCache<String, Bytes>),
+}
 
 /// Cache of object byte ranges.
 #[derive(Clone)]
 pub struct ReadCache {
-    inner: foyer::Cache<String, Bytes>,
+    recent: Recent,
+    scanned: foyer::Cache<String, Bytes>,
+}
+
+fn memory_pool(bytes: usize) -> foyer::Cache<String, Bytes> {
+    foyer::CacheBuilder::new(bytes.max(1))
+        .with_eviction_config(foyer::S3FifoConfig::default())
+        .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+        .build()
 }
 
 impl ReadCache {
-    /// A cache holding at most `capacity_bytes` of data. More memory means fewer GETs (each
-    /// costs latency and money); a broker's recent batches are held elsewhere, so this mainly
-    /// serves readers that are behind the tail.
+    /// A memory-only cache holding at most `capacity_bytes` of data. More memory means
+    /// fewer GETs (each costs latency and money); a broker's recent batches are held
+    /// elsewhere, so this mainly serves readers that are behind the tail.
     pub fn new(capacity_bytes: usize) -> Self {
-        let inner = foyer::CacheBuilder::new(capacity_bytes.max(1))
+        let scanned = capacity_bytes / SCANNED_SHARE_DIVISOR;
+        ReadCache {
+            recent: Recent::Memory(memory_pool(capacity_bytes - scanned)),
+            scanned: memory_pool(scanned),
+        }
+    }
+
+    /// A cache with `memory_bytes` of memory and a disk tier of `disk_bytes` in `dir`
+    /// (created if missing; what an earlier run left there is reused: objects never
+    /// change, and every range read back is checked by the caller).
+    pub async fn with_disk(
+        memory_bytes: usize,
+        dir: &Path,
+        disk_bytes: u64,
+    ) -> Result<Self, OpenError> {
+        let err = |source| OpenError {
+            dir: dir.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(foyer::Error::io_error(e)))?;
+        let scanned = memory_bytes / SCANNED_SHARE_DIVISOR;
+        let device = foyer::FsDeviceBuilder::new(dir)
+            .with_capacity(usize::try_from(disk_bytes).unwrap_or(usize::MAX))
+            .build()
+            .map_err(err)?;
+        let hybrid = foyer::HybridCacheBuilder::new()
+            .with_name("oxbow-read-cache")
+            .with_policy(foyer::HybridCachePolicy::WriteOnEviction)
+            .memory((memory_bytes - scanned).max(1))
             .with_eviction_config(foyer::S3FifoConfig::default())
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
-            .build();
-        ReadCache { inner }
+            .storage()
+            .with_io_engine_config(foyer::PsyncIoEngineConfig::new())
+            .with_engine_config(
+                foyer::BlockEngineConfig::new(device).with_block_size(DISK_BLOCK_BYTES),
+            )
+            .with_recover_mode(foyer::RecoverMode::Quiet)
+            .build()
+            .await
+            .map_err(err)?;
+        Ok(ReadCache {
+            recent: Recent::Hybrid(hybrid),
+            scanned: memory_pool(scanned),
+        })
     }
 
     fn key(object_key: &str, start: u64, len: u64) -> String {
         format!("{object_key}@{start}+{len}")
     }
 
-    /// The cached bytes of `object_key[start..start+len]`, if present.
-    pub fn get(&self, object_key: &str, start: u64, len: u64) -> Option<Bytes> {
-        self.inner
-            .get(&Self::key(object_key, start, len))
-            .map(|e| e.value().clone())
+    /// The cached bytes of `object_key[start..start+len]`, if present (a failed disk read
+    /// is a miss).
+    pub async fn get(&self, object_key: &str, start: u64, len: u64) -> Option<Hit> {
+        let key = Self::key(object_key, start, len);
+        if let Some(e) = self.scanned.get(&key) {
+            return Some(Hit {
+                bytes: e.value().clone(),
+                from_disk: false,
+            });
+        }
+        match &self.recent {
+            Recent::Memory(m) => m.get(&key).map(|e| Hit {
+                bytes: e.value().clone(),
+                from_disk: false,
+            }),
+            Recent::Hybrid(h) => {
+                let in_memory = h.memory().contains(&key);
+                match h.get(&key).await {
+                    Ok(found) => found.map(|e| Hit {
+                        bytes: e.value().clone(),
+                        from_disk: !in_memory,
+                    }),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "read cache disk tier read failed; a miss");
+                        None
+                    }
+                }
+            }
+        }
     }
 
-    /// Caches `object_key[start..start+len]`.
-    pub fn insert(&self, object_key: &str, start: u64, len: u64, bytes: Bytes) {
-        self.inner.insert(Self::key(object_key, start, len), bytes);
+    /// Whether the range is cached in either pool (memory, or the disk tier's index).
+    pub fn contains(&self, object_key: &str, start: u64, len: u64) -> bool {
+        let key = Self::key(object_key, start, len);
+        self.scanned.contains(&key)
+            || match &self.recent {
+                Recent::Memory(m) => m.contains(&key),
+                Recent::Hybrid(h) => h.contains(&key),
+            }
     }
 
-    /// Bytes currently held.
+    /// Caches `object_key[start..start+len]` just sealed, for readers near the tail.
+    pub fn insert_recent(&self, object_key: &str, start: u64, len: u64, bytes: Bytes) {
+        let key = Self::key(object_key, start, len);
+        match &self.recent {
+            Recent::Memory(m) => {
+                m.insert(key, bytes);
+            }
+            Recent::Hybrid(h) => {
+                h.insert(key, bytes);
+            }
+        }
+    }
+
+    /// Caches `object_key[start..start+len]` fetched by a reader (or read-ahead) on a miss.
+    pub fn insert_scanned(&self, object_key: &str, start: u64, len: u64, bytes: Bytes) {
+        self.scanned
+            .insert(Self::key(object_key, start, len), bytes);
+    }
+
+    /// Bytes currently held in memory (both pools).
     pub fn usage_bytes(&self) -> usize {
-        self.inner.usage()
+        self.scanned.usage()
+            + match &self.recent {
+                Recent::Memory(m) => m.usage(),
+                Recent::Hybrid(h) => h.memory().usage(),
+            }
+    }
+
+    /// Whether there is a disk tier.
+    pub fn has_disk(&self) -> bool {
+        matches!(&self.recent, Recent::Hybrid(h) if h.is_hybrid())
+    }
+
+    /// Flushes and closes the disk tier (at shutdown).
+    pub async fn close(&self) {
+        if let Recent::Hybrid(h) = &self.recent {
+            if let Err(e) = h.close().await {
+                tracing::warn!(error = %e, "closing the read cache's disk tier failed");
+            }
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hit_miss_and_bounded_size() {
-        let c = ReadCache::new(10_000);
-        assert!(c.get("a", 0, 3).is_none());
-        c.insert("a", 0, 3, Bytes::from_static(b"abc"));
-        assert_eq!(c.get("a", 0, 3).as_deref(), Some(&b"abc"[..]));
-        assert!(c.get("a", 1, 3).is_none(), "ranges are distinct keys");
-        for i in 0..100 {
-            c.insert(&format!("k{i}"), 0, 1000, Bytes::from(vec![0u8; 1000]));
-        }
-        assert!(c.usage_bytes() <= 12_000, "usage {}", c.usage_bytes());
-    }
-}
+mod tests;

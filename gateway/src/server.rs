@@ -119,6 +119,14 @@ pub struct ServeArgs {
     /// Memory for cached object ranges (reads of data no longer in a partition's tail).
     #[arg(long, env = "OXBOW_CACHE_BYTES", default_value = "256MiB")]
     pub cache_bytes: ByteSize,
+    /// Directory of the read cache's disk tier: ranges evicted from memory are kept there,
+    /// so readers minutes behind read a local file instead of the object store. Not durable
+    /// state (safe to lose; what is read back is checksummed). Without it, memory only.
+    #[arg(long, env = "OXBOW_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Size of the disk tier in `--cache-dir`.
+    #[arg(long, env = "OXBOW_CACHE_DISK_BYTES", default_value = "4GiB")]
+    pub cache_disk_bytes: ByteSize,
     /// Recent, already uploaded data kept in memory per partition for tail reads.
     #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
     pub partition_tail_bytes: ByteSize,
@@ -345,6 +353,17 @@ pub enum Durability {
 }
 
 /// Reads the cluster id from the data dir, creating it on first start.
+/// The read cache `--cache-bytes`, `--cache-dir` and `--cache-disk-bytes` ask for.
+async fn read_cache(args: &ServeArgs) -> anyhow::Result<ReadCache> {
+    let memory = args.cache_bytes.as_usize();
+    match &args.cache_dir {
+        None => Ok(ReadCache::new(memory)),
+        Some(dir) => ReadCache::with_disk(memory, dir, args.cache_disk_bytes.as_u64())
+            .await
+            .context("--cache-dir"),
+    }
+}
+
 fn cluster_id(data_dir: &Path) -> anyhow::Result<String> {
     let path = data_dir.join("cluster_id");
     match std::fs::read_to_string(&path) {
@@ -517,7 +536,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         metadata.clone(),
         object_store,
-        ReadCache::new(args.cache_bytes.as_usize()),
+        read_cache(&args).await?,
     )
     .await
     .map_err(|e| match e {

@@ -66,6 +66,7 @@ pub mod partition;
 pub mod producer_state;
 pub mod producer_summary;
 pub mod read;
+pub mod read_ahead;
 pub mod records;
 pub mod replica;
 pub mod replica_proto;

@@ -133,6 +133,7 @@ pub struct LogManager {
     pub(crate) metadata: Arc<dyn MetadataStore>,
     pub(crate) objects: Arc<dyn ObjectStore>,
     pub(crate) cache: ReadCache,
+    pub(crate) read_ahead: crate::read_ahead::ReadAhead,
     /// `None` with `--durability direct`.
     pub(crate) wal: Option<Wal>,
     pub(crate) partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
@@ -306,6 +307,7 @@ impl LogManager {
             replica_store,
             settings,
             metadata,
+            read_ahead: crate::read_ahead::ReadAhead::new(objects.clone(), cache.clone()),
             objects,
             cache,
             wal,

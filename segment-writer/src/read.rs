@@ -485,24 +485,23 @@ impl LogManager {
     }
 
     /// The bytes of one catalog entry, from the cache or a ranged GET, checksum-verified.
+    /// A range read back from the cache's disk tier is checked like a GET; one that fails
+    /// is fetched again.
     pub(crate) async fn read_entry(&self, entry: &CatalogEntry) -> Result<Bytes> {
-        if let Some(b) = self
+        if let Some(hit) = self
             .cache
             .get(&entry.object_key, entry.byte_start, entry.byte_len)
+            .await
         {
-            self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(b);
+            if !hit.from_disk || self.checked(entry, &hit.bytes).is_ok() {
+                self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(hit.bytes);
+            }
         }
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self.get_entry_range(entry).await?;
-        if let Err(e) = object::verify_range(entry, &bytes) {
-            self.metrics
-                .checksum_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::error!(error = %e, "object data failed its checksum; not serving it");
-            return Err(e);
-        }
-        self.cache.insert(
+        self.checked(entry, &bytes)?;
+        self.cache.insert_scanned(
             &entry.object_key,
             entry.byte_start,
             entry.byte_len,
@@ -511,13 +510,36 @@ impl LogManager {
         Ok(bytes)
     }
 
+    /// `bytes` against `entry`'s checksum, counted and logged when they fail it.
+    fn checked(&self, entry: &CatalogEntry, bytes: &Bytes) -> Result<()> {
+        object::verify_range(entry, bytes).inspect_err(|e| {
+            self.metrics
+                .checksum_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, object = %entry.object_key,
+                "object data failed its checksum; not serving it");
+        })
+    }
+
     /// Reads the batches of `entries` (one partition's, in offset order) from `acc.next` on
     /// into `acc`, until it is full. A segment entry is read through its index: the chunks
     /// from the one holding `acc.next`.
+    /// A range about to miss the cache starts read-ahead of the ranges after it
+    /// ([`crate::read_ahead`]).
     async fn read_entries(&self, entries: &[CatalogEntry], acc: &mut Collect) -> Result<()> {
-        for entry in entries {
+        for (at, entry) in entries.iter().enumerate() {
             match entry.layout {
-                EntryLayout::Batches => self.read_range_into(entry, acc).await?,
+                EntryLayout::Batches => {
+                    if !self.is_cached(entry) {
+                        self.read_ahead.after_miss(
+                            entries[at + 1..]
+                                .iter()
+                                .take_while(|e| e.layout == EntryLayout::Batches)
+                                .cloned(),
+                        );
+                    }
+                    self.read_range_into(entry, acc).await?
+                }
                 EntryLayout::SegmentIndex => {
                     let index = self.segment_index(entry).await?;
                     let mut i = index.chunk_for_offset(acc.next);
@@ -527,6 +549,10 @@ impl LogManager {
                         if acc.stopped || acc.total >= acc.max_bytes || acc.next > entry.last_offset
                         {
                             return Ok(());
+                        }
+                        if !self.is_cached(&chunk) {
+                            self.read_ahead
+                                .after_miss((i + 1..).map_while(|j| index.chunk_entry(entry, j)));
                         }
                         chunk.last_offset = chunk.last_offset.min(entry.last_offset);
                         self.read_range_into(&chunk, acc).await?;
@@ -539,6 +565,16 @@ impl LogManager {
             }
         }
         Ok(())
+    }
+
+    /// Ranges read-ahead fetched into the cache so far.
+    pub fn read_ahead_fetched(&self) -> u64 {
+        self.read_ahead.fetched.load(Ordering::Relaxed)
+    }
+
+    fn is_cached(&self, entry: &CatalogEntry) -> bool {
+        self.cache
+            .contains(&entry.object_key, entry.byte_start, entry.byte_len)
     }
 
     /// Reads one range of batches (a sealed object's chunk or a segment's chunk) into `acc`.

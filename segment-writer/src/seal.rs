@@ -168,7 +168,7 @@ impl LogManager {
                         let Some(object) = &sealed else { continue };
                         for e in &object.entries {
                             let range = e.byte_start as usize..(e.byte_start + e.byte_len) as usize;
-                            self.cache.insert(
+                            self.cache.insert_recent(
                                 &e.object_key,
                                 e.byte_start,
                                 e.byte_len,

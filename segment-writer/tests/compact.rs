@@ -493,7 +493,7 @@ async fn a_reader_whose_object_was_compacted_away_looks_the_catalog_up_again() {
         .await
         .expect("catalog")
         .into_iter()
-        .find(|e| cache.get(&e.object_key, e.byte_start, e.byte_len).is_none())
+        .find(|e| !cache.contains(&e.object_key, e.byte_start, e.byte_len))
         .expect("a range not in the cache");
     let from = first.base_offset;
     let (arrived_tx, arrived) = tokio::sync::oneshot::channel();

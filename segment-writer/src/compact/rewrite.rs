@@ -271,12 +271,16 @@ impl Compactor {
     /// checked against the entry's CRC (not inserted into the cache: a compaction scan must
     /// not evict what readers use).
     pub(super) async fn fetch(&self, entry: &CatalogEntry) -> Result<Bytes> {
-        if let Some(b) = self
+        if let Some(hit) = self
             .log
             .cache
             .get(&entry.object_key, entry.byte_start, entry.byte_len)
+            .await
         {
-            return Ok(b);
+            // The disk tier is checked like the network.
+            if !hit.from_disk || object::verify_range(entry, &hit.bytes).is_ok() {
+                return Ok(hit.bytes);
+            }
         }
         let bytes = self.log.get_entry_range(entry).await?;
         object::verify_range(entry, &bytes)?;

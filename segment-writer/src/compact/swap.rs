@@ -85,9 +85,12 @@ impl Compactor {
                     "compaction's catalog swap failed; retried next round");
                 continue;
             }
-            self.log
-                .cache
-                .insert(&key, swap.entry.byte_start, swap.entry.byte_len, swap.index);
+            self.log.cache.insert_recent(
+                &key,
+                swap.entry.byte_start,
+                swap.entry.byte_len,
+                swap.index,
+            );
             if swap.keyed {
                 // Reads of these offsets must get the compacted batches, not the memory
                 // tail's originals.
