@@ -9,6 +9,17 @@
 //! validated against the epoch history as Kafka's `Partition.readRecords` does: if that epoch
 //! ended before the fetch offset (or is unknown here), the answer is a `diverging_epoch` with
 //! no records, for the client to truncate to (KIP-595).
+//!
+//! Zone-local reads (KIP-392, issue 17): a consumer that sets `client.rack` (the request's
+//! `rack_id`, v11+) and fetches from a leader in another zone, while a live broker is in
+//! its zone, is answered with that broker as `preferred_read_replica` and no records (as
+//! Kafka's `RackAwareReplicaSelector` answers). That broker serves the partition from the
+//! object store through the catalogue and the read cache — what is sealed, a flush
+//! interval behind the leader — with the catalogue's end as the high watermark, long-polling
+//! for the next seal; an offset past the catalogue's end when the poll ends is
+//! OFFSET_OUT_OF_RANGE, which sends the client back to the leader (Kafka's follower
+//! answer). So a consumer reads across zones only from the object store, not from a broker
+//! in another zone. Without `rack_id`, or in the leader's zone, nothing changes.
 
 use super::leader_epoch::check_current_leader_epoch;
 use super::{denied, topic_name, Reply};
@@ -22,8 +33,9 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, ResponseKind};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
+use oxbow_metadata::{TopicMetadata, TopicPartition};
 use oxbow_segment_writer::{Isolation, Partition};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +57,47 @@ struct Wanted {
 
 enum Source {
     Ready(Arc<Partition>),
+    /// Led here; the client's zone has a broker to read from (KIP-392).
+    Redirect {
+        replica: i32,
+        partition: Arc<Partition>,
+    },
+    /// Led from another zone; this broker is in the client's: catalogued data.
+    Follower(Arc<TopicMetadata>),
     Failed(i16),
+}
+
+/// How often a follower read looks at the catalogue again while long-polling.
+const FOLLOWER_POLL: Duration = Duration::from_millis(100);
+
+/// The live broker of `rack` (not this one) that serves `partition` to clients there, if
+/// the client has a rack, this broker is not in it and some live broker is: one of that
+/// zone's brokers, spread by partition.
+fn zone_replica(broker: &Broker, rack: Option<&str>, partition: i32) -> Option<i32> {
+    let rack = rack?;
+    let me = broker.settings.broker_id;
+    if broker.cluster.broker(me).and_then(|b| b.az).as_deref() == Some(rack) {
+        return None;
+    }
+    let in_zone: Vec<i32> = broker
+        .cluster
+        .brokers()
+        .into_iter()
+        .filter(|b| b.broker_id != me && b.az.as_deref() == Some(rack))
+        .map(|b| b.broker_id)
+        .collect();
+    in_zone
+        .get(usize::try_from(partition).unwrap_or(0) % in_zone.len().max(1))
+        .copied()
+}
+
+/// Whether this broker serves `leader`'s partition to a client in `rack` as its zone's
+/// replica: it is in that zone and the leader is not.
+fn serves_as_follower(broker: &Broker, rack: Option<&str>, leader: i32) -> bool {
+    let Some(rack) = rack else { return false };
+    let az_of = |id: i32| broker.cluster.broker(id).and_then(|b| b.az);
+    az_of(broker.settings.broker_id).as_deref() == Some(rack)
+        && az_of(leader).as_deref() != Some(rack)
 }
 
 pub fn handle(broker: &Arc<Broker>, session: &Session, req: FetchRequest, version: i16) -> Reply {
@@ -84,6 +136,8 @@ async fn fetch(
             });
         }
     }
+    let rack = (version >= 11 && !req.rack_id.is_empty()).then(|| req.rack_id.to_string());
+    let rack = rack.as_deref();
     let mut sources = Vec::with_capacity(wanted.len());
     let mut watches = Vec::new();
     for w in &wanted {
@@ -95,17 +149,38 @@ async fn fetch(
         let source = match broker.topic(&w.topic) {
             None => Source::Failed(ResponseError::UnknownTopicOrPartition.code()),
             Some(topic) => match broker.partition(&topic, w.partition).await {
-                Err(e) => Source::Failed(e.code()),
+                Err(e) => {
+                    let stored = topic.partition(w.partition);
+                    match stored {
+                        Some(s)
+                            if e.code() == ResponseError::NotLeaderOrFollower.code()
+                                && serves_as_follower(&broker, rack, s.leader) =>
+                        {
+                            match check_current_leader_epoch(w.current_leader_epoch, s.leader_epoch)
+                            {
+                                Some(e) => Source::Failed(e.code()),
+                                None => Source::Follower(topic.clone()),
+                            }
+                        }
+                        _ => Source::Failed(e.code()),
+                    }
+                }
                 Ok(p) => match p.leader_epoch() {
                     Err(e) => Source::Failed(BrokerError::from(e).code()),
                     Ok(epoch) => match check_current_leader_epoch(w.current_leader_epoch, epoch) {
                         Some(e) => Source::Failed(e.code()),
-                        None => {
-                            // Subscribed before the first read, so no append in between is
-                            // missed.
-                            watches.push(p.subscribe());
-                            Source::Ready(p)
-                        }
+                        None => match zone_replica(&broker, rack, w.partition) {
+                            Some(replica) => Source::Redirect {
+                                replica,
+                                partition: p,
+                            },
+                            None => {
+                                // Subscribed before the first read, so no append in
+                                // between is missed.
+                                watches.push(p.subscribe());
+                                Source::Ready(p)
+                            }
+                        },
                     },
                 },
             },
@@ -117,21 +192,43 @@ async fn fetch(
     let max_wait =
         Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT_CAP);
     let deadline = tokio::time::Instant::now() + max_wait;
+    // Follower reads have no watch: they look at the catalogue again every FOLLOWER_POLL.
+    let polling = sources.iter().any(|s| matches!(s, Source::Follower(_)));
     loop {
-        let (partitions, total) = read_all(&broker, &wanted, &sources, max_bytes, version).await;
+        let last = tokio::time::Instant::now() >= deadline;
+        let (partitions, total) =
+            read_all(&broker, &wanted, &sources, max_bytes, version, last).await;
         let errors = partitions.iter().any(|(_, d)| d.error_code != 0);
-        if total >= min_bytes
-            || errors
-            || tokio::time::Instant::now() >= deadline
-            || watches.is_empty()
-        {
+        let redirects = partitions
+            .iter()
+            .any(|(_, d)| d.preferred_read_replica.0 >= 0);
+        if total >= min_bytes || errors || redirects || last || (watches.is_empty() && !polling) {
             return respond(partitions);
         }
-        let changed = futures::future::select_all(watches.iter_mut().map(|w| w.changed().boxed()));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            let (partitions, _) = read_all(&broker, &wanted, &sources, max_bytes, version).await;
-            return respond(partitions);
-        }
+        let poll = async {
+            if polling {
+                tokio::time::sleep(FOLLOWER_POLL).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let changed = async {
+            if watches.is_empty() {
+                std::future::pending::<()>().await;
+            } else {
+                let _ =
+                    futures::future::select_all(watches.iter_mut().map(|w| w.changed().boxed()))
+                        .await;
+            }
+        };
+        let woken = async {
+            tokio::select! {
+                _ = poll => {}
+                _ = changed => {}
+            }
+        };
+        // Past the deadline: one last read (`last`) answers.
+        let _ = tokio::time::timeout_at(deadline, woken).await;
     }
 }
 
@@ -141,6 +238,7 @@ async fn read_all(
     sources: &[Source],
     max_bytes: usize,
     version: i16,
+    last: bool,
 ) -> (Vec<(String, PartitionData)>, usize) {
     // log_start_offset exists from v5.
     let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
@@ -162,6 +260,17 @@ async fn read_all(
                 Err(code) => data.with_error_code(code).with_high_watermark(-1),
             },
             Source::Ready(p) => read_one(broker, p, w, data, max_bytes, &mut total, version).await,
+            Source::Redirect { replica, partition } => {
+                let (start, hw, _) = partition.offsets().unwrap_or((-1, -1, -1));
+                data.with_high_watermark(hw)
+                    .with_last_stable_offset(partition.last_stable_offset().unwrap_or(hw))
+                    .with_log_start_offset(log_start(start))
+                    .with_preferred_read_replica(BrokerId(*replica))
+                    .with_records(Some(Bytes::new()))
+            }
+            Source::Follower(topic) => {
+                read_follower(broker, topic, w, data, max_bytes, &mut total, version, last).await
+            }
         };
         out.push((w.topic.clone(), data));
     }
@@ -186,6 +295,72 @@ fn diverging(p: &Partition, w: &Wanted) -> Result<Option<PartitionData>, i16> {
                 ),
         )),
         Some(_) => Ok(None),
+    }
+}
+
+/// One partition's catalogued records from `w.fetch_offset`, served as its zone's replica
+/// (see the module docs); `last`: the long poll is over.
+#[allow(clippy::too_many_arguments)]
+async fn read_follower(
+    broker: &Broker,
+    topic: &TopicMetadata,
+    w: &Wanted,
+    data: PartitionData,
+    max_bytes: usize,
+    total: &mut usize,
+    version: i16,
+    last: bool,
+) -> PartitionData {
+    let log_start = topic
+        .partition(w.partition)
+        .map_or(0, |p| p.log_start_offset);
+    let tp = TopicPartition::new(topic.topic_id, w.partition);
+    let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(*total));
+    let read = broker
+        .log
+        .read_catalogued_isolated(
+            tp,
+            log_start,
+            w.fetch_offset,
+            budget,
+            *total == 0,
+            w.isolation,
+        )
+        .await;
+    let start = |offset: i64| if version >= 5 { offset } else { -1 };
+    match read {
+        Ok(r) if r.batches.is_empty() && w.fetch_offset > r.high_watermark && last => data
+            .with_error_code(ResponseError::OffsetOutOfRange.code())
+            .with_high_watermark(r.high_watermark)
+            .with_log_start_offset(start(r.log_start_offset))
+            .with_records(Some(Bytes::new())),
+        Ok(r) => {
+            let size = r.bytes();
+            *total += size;
+            let mut records = BytesMut::with_capacity(size);
+            for b in &r.batches {
+                records.extend_from_slice(b);
+            }
+            let aborted = r.aborted.map(|aborted| {
+                aborted
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset)
+                    })
+                    .collect()
+            });
+            data.with_high_watermark(r.high_watermark)
+                .with_last_stable_offset(r.last_stable_offset)
+                .with_log_start_offset(start(r.log_start_offset))
+                .with_aborted_transactions(aborted)
+                .with_records(Some(records.freeze()))
+        }
+        Err(e) => data
+            .with_error_code(BrokerError::from(e).code())
+            .with_high_watermark(-1)
+            .with_records(Some(Bytes::new())),
     }
 }
 
