@@ -122,6 +122,16 @@ pub async fn produce_once(
     Ok((appended.base_offset, epoch, appended.duplicate))
 }
 
+/// Records a batch sent and never answered: it may have landed.
+fn unsettled(cluster: &Cluster, batch: Unsettled) {
+    cluster
+        .history
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unsettled
+        .push(batch);
+}
+
 /// One idempotent producer until `stop`.
 pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: CancellationToken) {
     let producer_id = loop {
@@ -151,18 +161,16 @@ pub async fn producer(cluster: Cluster, index: u64, rng: Arc<dyn Rng>, stop: Can
                 if attempts > 0 {
                     // Tried and never answered: it may have landed (rule 11 counts its
                     // tombstones).
-                    cluster
-                        .history
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .unsettled
-                        .push(Unsettled {
+                    unsettled(
+                        &cluster,
+                        Unsettled {
                             partition,
                             producer_id,
                             base_sequence: sequence,
                             count,
                             sent_true_ms,
-                        });
+                        },
+                    );
                 }
                 break 'batches;
             }
@@ -543,18 +551,16 @@ pub async fn crowd(
         let Some((base_offset, leader_epoch, duplicate)) =
             until_acked(&cluster, partition, &raw, &stop, "crowd").await
         else {
-            cluster
-                .history
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .unsettled
-                .push(Unsettled {
+            unsettled(
+                &cluster,
+                Unsettled {
                     partition,
                     producer_id,
                     base_sequence: 0,
                     count: 1,
                     sent_true_ms,
-                });
+                },
+            );
             return;
         };
         cluster

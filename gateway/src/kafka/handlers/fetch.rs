@@ -334,29 +334,7 @@ async fn read_follower(
             .with_high_watermark(r.high_watermark)
             .with_log_start_offset(start(r.log_start_offset))
             .with_records(Some(Bytes::new())),
-        Ok(r) => {
-            let size = r.bytes();
-            *total += size;
-            let mut records = BytesMut::with_capacity(size);
-            for b in &r.batches {
-                records.extend_from_slice(b);
-            }
-            let aborted = r.aborted.map(|aborted| {
-                aborted
-                    .iter()
-                    .map(|a| {
-                        AbortedTransaction::default()
-                            .with_producer_id(ProducerId(a.producer_id))
-                            .with_first_offset(a.first_offset)
-                    })
-                    .collect()
-            });
-            data.with_high_watermark(r.high_watermark)
-                .with_last_stable_offset(r.last_stable_offset)
-                .with_log_start_offset(start(r.log_start_offset))
-                .with_aborted_transactions(aborted)
-                .with_records(Some(records.freeze()))
-        }
+        Ok(r) => with_read(data, r, total, version),
         Err(e) => data
             .with_error_code(BrokerError::from(e).code())
             .with_high_watermark(-1)
@@ -385,30 +363,7 @@ async fn read_one(
         .read_isolated(p, w.fetch_offset, budget, min_one, w.isolation)
         .await;
     match read {
-        Ok(r) => {
-            let size = r.bytes();
-            *total += size;
-            let mut records = BytesMut::with_capacity(size);
-            for b in &r.batches {
-                records.extend_from_slice(b);
-            }
-            // Kafka sends null aborted transactions at read_uncommitted.
-            let aborted = r.aborted.map(|aborted| {
-                aborted
-                    .iter()
-                    .map(|a| {
-                        AbortedTransaction::default()
-                            .with_producer_id(ProducerId(a.producer_id))
-                            .with_first_offset(a.first_offset)
-                    })
-                    .collect()
-            });
-            data.with_high_watermark(r.high_watermark)
-                .with_last_stable_offset(r.last_stable_offset)
-                .with_log_start_offset(log_start(r.log_start_offset))
-                .with_aborted_transactions(aborted)
-                .with_records(Some(records.freeze()))
-        }
+        Ok(r) => with_read(data, r, total, version),
         Err(e) => {
             let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
             data.with_error_code(BrokerError::from(e).code())
@@ -418,6 +373,37 @@ async fn read_one(
                 .with_records(Some(Bytes::new()))
         }
     }
+}
+
+/// `data` with what a read found: its batches as the records (counted into `total`), its
+/// offsets, and its aborted transactions (null at read_uncommitted, as Kafka sends them).
+fn with_read(
+    data: PartitionData,
+    r: oxbow_segment_writer::ReadResult,
+    total: &mut usize,
+    version: i16,
+) -> PartitionData {
+    let size = r.bytes();
+    *total += size;
+    let mut records = BytesMut::with_capacity(size);
+    for b in &r.batches {
+        records.extend_from_slice(b);
+    }
+    let aborted = r.aborted.map(|aborted| {
+        aborted
+            .iter()
+            .map(|a| {
+                AbortedTransaction::default()
+                    .with_producer_id(ProducerId(a.producer_id))
+                    .with_first_offset(a.first_offset)
+            })
+            .collect()
+    });
+    data.with_high_watermark(r.high_watermark)
+        .with_last_stable_offset(r.last_stable_offset)
+        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+        .with_aborted_transactions(aborted)
+        .with_records(Some(records.freeze()))
 }
 
 fn respond(partitions: Vec<(String, PartitionData)>) -> FetchResponse {
