@@ -55,6 +55,8 @@ enum Recent {
 pub struct ReadCache {
     recent: Recent,
     scanned: foyer::Cache<String, Bytes>,
+    /// The disk tier's directory, if there is one.
+    dir: Option<std::sync::Arc<std::path::PathBuf>>,
 }
 
 fn memory_pool(bytes: usize) -> foyer::Cache<String, Bytes> {
@@ -73,6 +75,7 @@ impl ReadCache {
         ReadCache {
             recent: Recent::Memory(memory_pool(capacity_bytes - scanned)),
             scanned: memory_pool(scanned),
+            dir: None,
         }
     }
 
@@ -112,6 +115,7 @@ impl ReadCache {
         Ok(ReadCache {
             recent: Recent::Hybrid(hybrid),
             scanned: memory_pool(scanned),
+            dir: Some(std::sync::Arc::new(dir.to_path_buf())),
         })
     }
 
@@ -186,6 +190,11 @@ impl ReadCache {
                 Recent::Memory(m) => m.usage(),
                 Recent::Hybrid(h) => h.memory().usage(),
             }
+    }
+
+    /// The disk tier's directory, if there is one.
+    pub fn disk_dir(&self) -> Option<&Path> {
+        self.dir.as_deref().map(|d| d.as_path())
     }
 
     /// Whether there is a disk tier.

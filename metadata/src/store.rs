@@ -187,6 +187,8 @@ pub trait MetadataStore: Send + Sync + 'static {
     fn catalog_footprint(&self) -> Option<CatalogFootprint> {
         None
     }
+    /// Adds the backend's own metrics (etcd request latency) to `registry`; none by default.
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
     /// Whether the catalog key of a sealed object (`broker_id`'s `object_key`) is stored,
     /// read from the store itself (not an in-memory copy). A seal whose commit failed may
     /// have landed all the same (an unknown outcome): its object is deleted only once this

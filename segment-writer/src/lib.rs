@@ -59,6 +59,7 @@ pub mod latency;
 pub mod leadership;
 pub mod local_store;
 pub mod log;
+pub mod metered_store;
 pub mod object;
 pub mod objects;
 pub mod orphans;

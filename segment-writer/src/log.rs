@@ -125,6 +125,8 @@ pub struct LogMetrics {
     pub aborts_from_catalog: AtomicU64,
     /// ... and those that walked batch headers for them (no index there, or past its bound).
     pub aborts_by_header_walk: AtomicU64,
+    /// Every object-store request, timed by operation and outcome (`crate::metered_store`).
+    pub object_store: crate::metered_store::StoreMeter,
 }
 
 /// The partitions this broker leads, with the WAL, object store and catalog behind them.
@@ -233,6 +235,12 @@ impl LogManager {
             replica_disk,
             transport,
         } = components;
+        let metrics = LogMetrics::default();
+        let objects = crate::metered_store::MeteredObjectStore::wrap(
+            objects,
+            metrics.object_store.clone(),
+            clock.clone(),
+        );
         let (wal, entries) = match settings.durability {
             Durability::Wal => {
                 let disk = wal_disk.unwrap_or_else(|| FsDisk::new(settings.wal.dir.clone()));
@@ -316,7 +324,7 @@ impl LogManager {
             unsealed_bytes: AtomicU64::new(0),
             seal_sequence: AtomicU64::new(clock.unix_ms() as u64),
             lease: std::sync::OnceLock::new(),
-            metrics: LogMetrics::default(),
+            metrics,
             commit,
             replicator,
             open_lock: tokio::sync::Mutex::new(()),
@@ -369,6 +377,7 @@ impl LogManager {
             self.commit.replica_wait(),
             &self.metrics.seal_latency,
         );
+        self.metrics.object_store.register(registry);
     }
 
     /// How this broker's internal connections authenticate: give a clone to
@@ -619,5 +628,10 @@ impl LogManager {
     /// Bytes of sealed object data held in the read cache.
     pub fn cache_usage_bytes(&self) -> usize {
         self.cache.usage_bytes()
+    }
+
+    /// The read cache's disk tier directory (`--cache-dir`), if it has one.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache.disk_dir()
     }
 }

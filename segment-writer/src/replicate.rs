@@ -23,6 +23,7 @@ use bytes::Bytes;
 use oxbow_metadata::clock::Clock;
 use oxbow_metadata::{BrokerId, BrokerRegistration, MetadataStore, WalReplicaSet};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -118,6 +119,15 @@ pub fn choose_replicas(
     chosen
 }
 
+/// Counts of replicas leaving and joining the recorded in-sync set.
+#[derive(Debug, Default)]
+pub struct IsrChanges {
+    pub shrinks: AtomicU64,
+    pub expands: AtomicU64,
+    /// Whether a record was seen yet (the first one is the starting point, not a change).
+    seen: AtomicBool,
+}
+
 /// The source side of WAL replication for this broker.
 pub struct Replicator {
     me: BrokerId,
@@ -140,6 +150,9 @@ pub struct Replicator {
     /// The in-sync replicas the stored record names: only these count toward
     /// `min.insync.replicas`, since a recovery after this broker dies asks only them.
     recorded_isr: Mutex<BTreeSet<BrokerId>>,
+    /// Replicas that left and joined the recorded in-sync set since start (Kafka's ISR
+    /// shrink and expand rates), not counting the first record read.
+    isr_changes: IsrChanges,
     /// Raised by [`Self::reset_record`]: until then the record still names a lost WAL
     /// incarnation whose tail is being recovered, and [`Self::run`] must not replace it.
     record_reset: watch::Sender<bool>,
@@ -176,6 +189,7 @@ impl Replicator {
             sealed_floor: watch::channel(sealed_floor).0,
             record: tokio::sync::Mutex::new(None),
             recorded_isr: Mutex::new(BTreeSet::new()),
+            isr_changes: IsrChanges::default(),
             record_reset: watch::channel(false).0,
         }
     }
@@ -229,9 +243,23 @@ impl Replicator {
             .unwrap_or(0)
     }
 
+    /// Replicas that left and joined the recorded in-sync set since start.
+    pub fn isr_changes(&self) -> &IsrChanges {
+        &self.isr_changes
+    }
+
     fn set_recorded(&self, stored: &WalReplicaSet) {
         if let Ok(mut r) = self.recorded_isr.lock() {
-            *r = stored.isr.iter().copied().collect();
+            let next: BTreeSet<BrokerId> = stored.isr.iter().copied().collect();
+            if self.isr_changes.seen.swap(true, Ordering::Relaxed) {
+                let left = r.difference(&next).count() as u64;
+                let joined = next.difference(&r).count() as u64;
+                self.isr_changes.shrinks.fetch_add(left, Ordering::Relaxed);
+                self.isr_changes
+                    .expands
+                    .fetch_add(joined, Ordering::Relaxed);
+            }
+            *r = next;
         }
     }
 

@@ -14,7 +14,8 @@
 //! - `total`: read → written.
 //!
 //! Requests other than Produce and Fetch are not split: they are not on the data path, and
-//! each API would add a few dozen series.
+//! each API would add a few dozen series. Every request's total time, by API, is
+//! `oxbow_request_seconds{request}` (a series per API a client actually used).
 
 use kafka_protocol::messages::ApiKey;
 use oxbow_segment_writer::latency::{latency_histogram, observe};
@@ -34,10 +35,14 @@ const STAGES: [&str; 6] = [
 const REQUESTS: [(ApiKey, &str); 2] = [(ApiKey::Produce, "Produce"), (ApiKey::Fetch, "Fetch")];
 
 type Labels = [(&'static str, &'static str); 2];
+/// `request`: the API's name.
+type ApiLabel = [(&'static str, String); 1];
 
 /// The stage histograms of the tracked requests.
 pub struct RequestLatency {
     family: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Every request's total time, by API.
+    totals: Family<ApiLabel, Histogram, fn() -> Histogram>,
     /// `[request][stage]`, handles into `family`.
     stages: Vec<[Histogram; STAGES.len()]>,
 }
@@ -54,7 +59,11 @@ impl Default for RequestLatency {
                 })
             })
             .collect();
-        RequestLatency { family, stages }
+        RequestLatency {
+            family,
+            stages,
+            totals: Family::new_with_constructor(latency_histogram),
+        }
     }
 }
 
@@ -62,8 +71,12 @@ impl RequestLatency {
     /// Starts timing a request of `key` whose frame was read at `read_at`; `None` if its
     /// kind is not tracked.
     pub fn start(&self, key: ApiKey, read_at: Instant, handler_at: Instant) -> Option<Timing> {
-        let request = REQUESTS.iter().position(|(k, _)| *k == key)?;
+        let request = REQUESTS
+            .iter()
+            .position(|(k, _)| *k == key)
+            .unwrap_or(usize::MAX);
         Some(Timing {
+            key,
             request,
             read_at,
             handler_at,
@@ -74,6 +87,12 @@ impl RequestLatency {
 
     /// Records a request written at `sent_at`, its write having begun at `send_at`.
     pub fn finish(&self, t: &Timing, send_at: Instant, sent_at: Instant) {
+        observe(
+            &self
+                .totals
+                .get_or_create(&[("request", format!("{:?}", t.key))]),
+            sent_at.saturating_duration_since(t.read_at),
+        );
         let Some(h) = self.stages.get(t.request) else {
             return;
         };
@@ -97,12 +116,20 @@ impl RequestLatency {
             Unit::Seconds,
             self.family.clone(),
         );
+        registry.register_with_unit(
+            "oxbow_request",
+            "Time every Kafka request took on this broker, frame read to response written, by API",
+            Unit::Seconds,
+            self.totals.clone(),
+        );
     }
 }
 
 /// The instants of one tracked request (see the module docs).
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
+    key: ApiKey,
+    /// Its row of stage histograms (`usize::MAX`: not split by stage).
     request: usize,
     read_at: Instant,
     handler_at: Instant,
@@ -127,7 +154,8 @@ mod tests {
         t.handled_at = ms(3);
         t.ready_at = ms(10);
         l.finish(&t, ms(12), ms(13));
-        assert!(l.start(ApiKey::Metadata, read, read).is_none());
+        let other = l.start(ApiKey::Metadata, read, read).expect("timed");
+        l.finish(&other, ms(2), ms(4));
         let mut registry = Registry::default();
         l.register(&mut registry);
         let mut out = String::new();
@@ -152,5 +180,11 @@ mod tests {
             out.contains("request=\"Fetch\",stage=\"total\"} 0"),
             "{out}"
         );
+        // Every API's total, Metadata's included, without a stage split.
+        assert!(
+            out.contains("oxbow_request_seconds_count{request=\"Metadata\"} 1"),
+            "{out}"
+        );
+        assert!(!out.contains("request=\"Metadata\",stage"), "{out}");
     }
 }

@@ -197,6 +197,7 @@ pub struct EtcdKv {
     client: Client,
     op_timeout: Duration,
     clock: Arc<dyn Clock>,
+    meter: super::KvMeter,
 }
 
 impl EtcdKv {
@@ -219,6 +220,7 @@ impl EtcdKv {
             client,
             op_timeout,
             clock: Arc::new(SystemClock),
+            meter: super::KvMeter::default(),
         })
     }
 
@@ -234,7 +236,19 @@ impl EtcdKv {
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or `op_timeout` passes.
-    async fn call<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T>
+    async fn call<T, F, Fut>(&self, what: &'static str, attempt: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Attempt>>,
+    {
+        let started = self.clock.now();
+        let result = self.call_until_done(what, attempt).await;
+        let took = self.clock.now().saturating_duration_since(started);
+        self.meter.observe(what, result.is_ok(), took);
+        result
+    }
+
+    async fn call_until_done<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, Attempt>>,
@@ -329,7 +343,7 @@ async fn forward(mut stream: etcd_client::WatchStream, tx: mpsc::Sender<Vec<Watc
 impl Kv for EtcdKv {
     async fn range(&self, get: Get) -> Result<RangeResponse> {
         let get = &get;
-        self.call("read", |mut c| async move {
+        self.call("range", |mut c| async move {
             let resp = c
                 .get(get.range.start.clone(), Some(get_options(get)))
                 .await?;
@@ -353,7 +367,7 @@ impl Kv for EtcdKv {
             })
             .unwrap_or(0);
         let request = &request;
-        self.call("transaction", |mut c| async move {
+        self.call("txn", |mut c| async move {
             let resp = match c.txn(request.clone()).await {
                 Ok(r) => r,
                 Err(e) if is_lease_not_found(&e) => return Err(Error::LeaseExpired(lease).into()),
@@ -412,7 +426,7 @@ impl Kv for EtcdKv {
     async fn grant(&self, ttl: Duration) -> Result<Lease> {
         let secs = ttl_secs(ttl).max(1);
         let id = self
-            .call("grant lease", |mut c| async move {
+            .call("lease_grant", |mut c| async move {
                 Ok(c.lease_grant(secs, None).await?.id())
             })
             .await?;
@@ -423,7 +437,7 @@ impl Kv for EtcdKv {
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<Duration> {
-        self.call("keep lease alive", |mut c| async move {
+        self.call("lease_keep_alive", |mut c| async move {
             let (mut keeper, mut stream) = match c.lease_keep_alive(lease).await {
                 Ok(k) => k,
                 Err(e) if is_lease_not_found(&e) => return Err(Error::LeaseExpired(lease).into()),
@@ -441,7 +455,7 @@ impl Kv for EtcdKv {
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<()> {
-        self.call("revoke lease", |mut c| async move {
+        self.call("lease_revoke", |mut c| async move {
             match c.lease_revoke(lease).await {
                 Ok(_) => Ok(()),
                 Err(e) if is_lease_not_found(&e) => Ok(()),
@@ -480,6 +494,10 @@ impl Kv for EtcdKv {
             Ok(resp.count().max(0) as u64)
         })
         .await
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.meter.register(registry);
     }
 
     async fn status(&self) -> Result<KvStatus> {

@@ -37,9 +37,11 @@
 //!   never one that keeps up.
 
 mod etcd;
+mod meter;
 mod redb;
 
 pub use self::etcd::EtcdKv;
+pub use self::meter::KvMeter;
 pub use self::redb::RedbKv;
 
 use crate::error::Result;
@@ -476,6 +478,8 @@ pub trait Kv: Send + Sync + 'static {
     async fn count(&self, range: KeyRange) -> Result<u64>;
     /// The current revision, the compacted revision and the database's size.
     async fn status(&self) -> Result<KvStatus>;
+    /// Adds this backend's own metrics (request latency) to `registry`; none by default.
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
 }
 
 /// A lease TTL in whole seconds, rounded up so a lease never lives shorter than asked.

@@ -376,6 +376,10 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         ))
     }
 
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.kv.register_metrics(registry);
+    }
+
     fn catalog_footprint(&self) -> Option<crate::catalog::CatalogFootprint> {
         self.index
             .started
