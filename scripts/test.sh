@@ -68,6 +68,8 @@ setup_system_packages() {
     # etcd for the metadata tests. No protoc: the build runs the one vendored in a crate
     # (scripts/protoc, .cargo/config.toml), and stage_build checks that it still does.
     command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
+    # promtool and a real Prometheus for the shipped alerting rules (test_monitoring.py).
+    command -v prometheus >/dev/null || missing+=(prometheus)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"

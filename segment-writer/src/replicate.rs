@@ -243,6 +243,11 @@ impl Replicator {
             .unwrap_or(0)
     }
 
+    /// Copies of the WAL wanted, this broker's included (`--wal-replication-factor`).
+    pub fn replication_factor(&self) -> usize {
+        usize::from(self.settings.replication_factor)
+    }
+
     /// Replicas that left and joined the recorded in-sync set since start.
     pub fn isr_changes(&self) -> &IsrChanges {
         &self.isr_changes

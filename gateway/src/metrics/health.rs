@@ -4,14 +4,20 @@
 //!
 //! A "replica" of a partition in Oxbow is a copy of its leader's WAL on another broker (in
 //! another zone); sealed data is in the object store and needs none. A partition is
-//! under-replicated while its leader's recorded in-sync WAL copies are fewer than its
-//! WAL replicas (the same sets Metadata reports as replicas and ISR), and offline while its
-//! leader of record is not a live broker or is still recovering the tail a dead leader left.
+//! under-replicated while its leader's live, recorded in-sync WAL copies (its own
+//! included) are fewer than `--wal-replication-factor`, capped by the most brokers seen
+//! live at once since start: a lost zone's broker counts until it comes back or is
+//! replaced (the leader re-chooses its replicas among the brokers left, which would
+//! otherwise hide the loss), and a single node is not under-replicated. After an
+//! intentional scale-in below the factor, it counts until the brokers restart (or the
+//! factor is lowered). Offline: its leader of record is not a live broker, or is still
+//! recovering the tail a dead leader left.
 
 use super::scrape::{Labels, Scrape};
 use crate::broker::Broker;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 /// Partition counts by health, from this broker's view of the cluster.
 #[derive(Debug, Default, PartialEq)]
@@ -29,7 +35,10 @@ pub fn partition_health(b: &Broker) -> PartitionHealth {
     let me = b.settings.broker_id;
     let live = |id: i32| id == me || b.cluster.is_live(id);
     let mine = b.cluster.wal_copies(me);
-    let short = mine.isr.iter().filter(|id| live(**id)).count() < mine.replicas.len();
+    let copies = 1 + mine.isr.iter().filter(|id| live(**id)).count();
+    let seen = note_live_brokers(b);
+    let wanted = b.log.replicator.replication_factor().min(seen);
+    let short = copies < wanted;
     let mut h = PartitionHealth::default();
     for topic in b.topics() {
         for p in &topic.partitions {
@@ -42,6 +51,16 @@ pub fn partition_health(b: &Broker) -> PartitionHealth {
         }
     }
     h
+}
+
+/// Notes how many brokers are live now; returns the most seen at once since start.
+pub fn note_live_brokers(b: &Broker) -> usize {
+    let live = b.cluster.live_ids().len().max(1) as u64;
+    let before = b
+        .metrics
+        .brokers_seen_max
+        .fetch_max(live, Ordering::Relaxed);
+    before.max(live) as usize
 }
 
 pub(super) fn cluster(b: &Broker, s: &mut Scrape) -> fmt::Result {

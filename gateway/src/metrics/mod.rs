@@ -67,6 +67,9 @@ pub struct Metrics {
     pub request_latency: crate::kafka::request_latency::RequestLatency,
     /// High watermarks over time, for consumer lag in seconds ([`run_lag_sampler`]).
     pub lag_clock: lag::LagClock,
+    /// Most live brokers seen at once since start: what the WAL's copies are measured
+    /// against ([`health::partition_health`]).
+    pub brokers_seen_max: AtomicU64,
     /// The last sampled footprint (`None` until sampled, or for a backend without one).
     metadata_footprint: Mutex<Option<MetadataFootprint>>,
 }
@@ -100,6 +103,7 @@ impl Default for Metrics {
             wal_copy_sources_dropped: AtomicU64::new(0),
             request_latency: Default::default(),
             lag_clock: Default::default(),
+            brokers_seen_max: AtomicU64::new(1),
             metadata_footprint: Mutex::new(None),
         }
     }
@@ -167,5 +171,6 @@ pub async fn run_lag_sampler(
             .into_iter()
             .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)));
         broker.metrics.lag_clock.sample(lag::now_ms(), highs);
+        health::note_live_brokers(&broker);
     }
 }
