@@ -62,6 +62,7 @@ resource "aws_vpc_security_group_egress_rule" "brokers" {
 resource "aws_lb" "this" {
   #checkov:skip=CKV_AWS_91:NLB access logs cover TLS listeners only; these are TCP (TLS, when on, is end to end to the brokers).
   #checkov:skip=CKV2_AWS_28:WAF does not attach to network load balancers.
+  #checkov:skip=CKV_AWS_152:Off by default on purpose (var.cross_zone): each zone's node sends to its own zone's brokers, so no byte crosses a zone (billed per GB); any broker answers bootstrap.
   name                             = substr("${var.name}-oxbow", 0, 32)
   load_balancer_type               = "network"
   internal                         = var.internal
