@@ -145,6 +145,35 @@ EOF
     echo "fetched $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars"
 }
 
+# Offline Terraform checks (tests/e2e/test_terraform.py): hclfmt from the Go module proxy,
+# checkov in a venv of its own (~290 MB of pinned packages the e2e venv must not share).
+# Best effort: the tests build or install what is still missing, and skip only when that
+# cannot be done.
+setup_terraform_tools() {
+    if [ -x "$ROOT/.tools/bin/hclfmt" ]; then
+        echo ".tools/bin/hclfmt: present"
+    elif command -v go >/dev/null; then
+        echo "building hclfmt from the Go module proxy into .tools/bin"
+        GOBIN="$ROOT/.tools/bin" GOFLAGS=-mod=mod timeout 300 \
+            go install github.com/hashicorp/hcl/v2/cmd/hclfmt@latest || echo "warning: hclfmt build failed"
+    else
+        echo "warning: no Go toolchain; test_terraform.py will skip the hclfmt check"
+    fi
+    local venv="$ROOT/.tools/checkov-venv" req="$ROOT/tests/e2e/requirements-checkov.txt" want
+    want="$(sha256sum "$req" | cut -d' ' -f1)"
+    if [ -x "$venv/bin/checkov" ] && [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" = "$want" ]; then
+        echo ".tools/checkov-venv: up to date"
+        return
+    fi
+    echo "installing checkov into .tools/checkov-venv"
+    if python3 -m venv "$venv" && timeout 600 "$venv/bin/python" -m pip install -q \
+        --disable-pip-version-check -r "$req"; then
+        echo "$want" >"$venv/.requirements.sha256"
+    else
+        echo "warning: checkov install failed; test_terraform.py will try again"
+    fi
+}
+
 stage_setup() {
     section "setup: system packages"
     setup_system_packages
@@ -152,6 +181,8 @@ stage_setup() {
     setup_venv
     section "setup: Apache Kafka jars"
     setup_kafka_jars
+    section "setup: Terraform check tools"
+    setup_terraform_tools
 }
 
 # ----------------------------------------------------------------- rust ----
