@@ -1,8 +1,7 @@
 //! Simple reads: `GET /topics/{t}/partitions/{p}/records?offset=N&max_bytes=M&timeout=MS`.
 //!
 //! Returns the records at or after `offset` (required: a reader always knows where it
-//! is), as `[{"topic","key","value","partition","offset","timestamp"}]` (`timestamp`, the
-//! record's in ms, is Oxbow's addition to the REST Proxy's shape), in the embedded format the
+//! is), as `[{"topic","key","value","partition","offset"}]`, in the embedded format the
 //! `Accept` header asks for (see [`super::body::read_format`]):
 //! - binary: keys and values as base64 strings;
 //! - JSON: a stored key or value that is valid JSON is returned as that JSON value;
@@ -20,7 +19,9 @@
 //!
 //! Instead of `offset`, `timestamp=MS` starts at the first record whose timestamp is at or
 //! after it (ListOffsets by time; the console's record browser): an empty array if there is
-//! none. It needs the partition led by the broker asked, like ListOffsets.
+//! none. It needs the partition led by the broker asked, like ListOffsets. With
+//! `timestamps=true` each record also carries its `timestamp` (ms): both are Oxbow's
+//! additions, off unless asked, so the REST Proxy's shape stays exactly as clients expect.
 
 use super::body::{json_response, read_format, EmbeddedFormat};
 use super::error::ApiError;
@@ -57,7 +58,8 @@ struct RecordView<'a> {
     value: Option<Box<RawValue>>,
     partition: i32,
     offset: i64,
-    timestamp: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<i64>,
 }
 
 /// Where a read starts.
@@ -72,6 +74,8 @@ enum ReadFrom {
 #[derive(Debug, PartialEq, Eq)]
 struct ReadParams {
     from: ReadFrom,
+    /// `timestamps=true`: each record's timestamp in the answer.
+    timestamps: bool,
     max_bytes: usize,
     timeout: Duration,
 }
@@ -125,9 +129,19 @@ fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError>
             ))
         }
     };
+    let timestamps = match query.get("timestamps").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_parameter(format!(
+                "query parameter 'timestamps' must be true or false, got '{other}'"
+            )))
+        }
+    };
     let (max_bytes, timeout) = read_limits(query)?;
     Ok(ReadParams {
         from,
+        timestamps,
         max_bytes,
         timeout,
     })
@@ -244,7 +258,7 @@ pub(crate) async fn read(
                 value: embed(format, r.value.as_ref())?,
                 partition,
                 offset: r.offset,
-                timestamp: r.timestamp_ms,
+                timestamp: params.timestamps.then_some(r.timestamp_ms),
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
@@ -268,6 +282,7 @@ mod tests {
             parse_params(&query(&[("offset", "5")])),
             Ok(ReadParams {
                 from: ReadFrom::Offset(5),
+                timestamps: false,
                 max_bytes: READ_BYTES_DEFAULT,
                 timeout: READ_TIMEOUT_DEFAULT
             })
@@ -289,6 +304,7 @@ mod tests {
             query(&[("offset", "0"), ("timeout", "soon")]),
             query(&[("offset", "0"), ("timestamp", "5")]),
             query(&[("timestamp", "-5")]),
+            query(&[("offset", "0"), ("timestamps", "yes")]),
         ] {
             let e = parse_params(&bad).expect_err("invalid");
             assert_eq!(

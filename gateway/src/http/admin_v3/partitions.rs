@@ -3,8 +3,9 @@
 //!
 //! Replicas are the leader and its WAL replicas, the ISR the leader and the live ones
 //! recorded in sync (`cluster::PartitionReplicas`, the same as Metadata answers). Offsets,
-//! stored bytes and records/s are known for partitions led here (`null` for the others:
-//! a broker does not ask its peers on a read).
+//! stored bytes and records/s are known for partitions led here and open (a partition
+//! opens at its first produce or fetch); `null` for the others: a read neither opens a
+//! partition nor asks a peer.
 
 use super::{check_cluster, List, ListMetadata, ResourceMetadata};
 use crate::broker::Broker;

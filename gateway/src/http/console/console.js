@@ -339,7 +339,7 @@ async function recordsView(topic, partition, query) {
   }
   const params = q.timestamp ? "timestamp=" + enc(q.timestamp) : "offset=" + enc(q.offset || "0");
   const records = await api("/topics/" + enc(topic) + "/partitions/" + enc(partition) + "/records?" + params +
-    "&max_bytes=" + RECORDS_MAX_BYTES + "&timeout=0", "application/vnd.kafka.binary.v2+json");
+    "&max_bytes=" + RECORDS_MAX_BYTES + "&timeout=0&timestamps=true", "application/vnd.kafka.binary.v2+json");
   const shown = records.slice(0, RECORDS_SHOWN_MAX);
   const rows = shown.map((r) => el("tr", { "data-offset": r.offset },
     td(r.offset, true), td(r.timestamp >= 0 ? new Date(r.timestamp).toISOString() : "–"),
