@@ -65,11 +65,13 @@ setup_system_packages() {
     # etcd for the metadata tests. No protoc: the build runs the one vendored in a crate
     # (scripts/protoc, .cargo/config.toml), and stage_build checks that it still does.
     command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
+    # Headless Chromium for the console's browser test (tests/e2e/test_console.py).
+    command -v chromium >/dev/null || missing+=(chromium)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"
     else
-        echo "kcat, java, mvn, python3, etcd: present"
+        echo "kcat, java, mvn, python3, etcd, chromium: present"
     fi
 }
 

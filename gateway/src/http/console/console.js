@@ -45,6 +45,10 @@ function fmtRate(n, unit) {
   return n === null || n === undefined ? "–" : fmtNum(n, 1) + " " + unit;
 }
 
+function span(ms) {
+  return ms < 120000 ? Math.round(ms / 1000) + " s" : Math.round(ms / 60000) + " min";
+}
+
 function ids(list) {
   return list && list.length ? list.join(", ") : "–";
 }
@@ -261,7 +265,8 @@ async function groupView(name) {
       el("div", {}, el("span", {}, "Total lag"), el("b", { id: "total-lag" }, fmtNum(summary.total_lag))),
       el("div", {}, el("span", {}, "Max lag"), el("b", {}, fmtNum(summary.max_lag) + (summary.max_lag_topic_name ? " (" + summary.max_lag_topic_name + "-" + summary.max_lag_partition_id + ")" : "")))),
     group.coordinated_here ? null : el("p", { class: "muted" }, "Members are known only to the coordinator, broker " + group.coordinator_id + "; open its console (Brokers) for them."),
-    el("h2", {}, "Total lag, last " + Math.round(summary.lag_history.length * summary.lag_history_interval_ms / 60000) + " min"),
+    el("h2", {}, "Total lag over the last " + span(summary.lag_history.length * summary.lag_history_interval_ms) +
+      " (sampled every " + summary.lag_history_interval_ms / 1000 + " s)"),
     lagChart(summary.lag_history, summary.lag_history_interval_ms),
     el("h2", {}, "Members (" + consumers.data.length + ")"),
     consumers.data.length ? table(["Consumer id", "Client id", "Host", "Instance id", "Assigned partitions"], memberRows) : el("p", { class: "muted" }, "No members."),
