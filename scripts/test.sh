@@ -70,11 +70,13 @@ setup_system_packages() {
     command -v etcd >/dev/null || missing+=(etcd-server etcd-client)
     # promtool and a real Prometheus for the shipped alerting rules (test_monitoring.py).
     command -v prometheus >/dev/null || missing+=(prometheus)
+    # Headless Chromium for the console's browser test (tests/e2e/test_console.py).
+    command -v chromium >/dev/null || missing+=(chromium)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "installing with apt: ${missing[*]}"
         apt_install "${missing[@]}"
     else
-        echo "kcat, java, mvn, python3, etcd: present"
+        echo "kcat, java, mvn, python3, etcd, prometheus, chromium: present"
     fi
 }
 

@@ -75,6 +75,8 @@ pub struct Broker {
     /// Append gates and graceful handoff of the partitions led here.
     pub leadership: Leadership,
     pub metrics: Metrics,
+    /// Recent lag and rate samples for the console (`crate::samples`).
+    pub samples: crate::samples::Samples,
     /// The group coordinator (of the groups [`ClusterView::coordinator_for`] gives this
     /// broker; every group on one node).
     pub coordinator: Arc<crate::groups::Coordinator>,
@@ -185,6 +187,7 @@ impl Broker {
             leadership: Leadership::new(log.clone()),
             log,
             metrics: Metrics::default(),
+            samples: Default::default(),
             topics: RwLock::new(topics),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),

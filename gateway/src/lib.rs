@@ -4,7 +4,9 @@
 //! - [`broker`]: the operations both front ends share, over metadata and the log.
 //! - [`cluster`]: placement, the controller, leadership following and graceful handoff.
 //! - [`kafka`]: the Kafka protocol server (framing, pipelining, one handler per API).
-//! - [`http`]: the HTTP/JSON API (Confluent REST Proxy v2 compatible) and health/metrics.
+//! - [`http`]: the HTTP/JSON API (Confluent REST Proxy v2 compatible), health/metrics and
+//!   the read-only console (`/ui`).
+//! - [`samples`]: recent lag and rate samples the console charts.
 //! - [`error`]: the one mapping from internal errors to Kafka codes and HTTP statuses.
 //! - [`security`]: principals and sessions (who asks, over which listener).
 //! - [`server`]: `oxbow serve`: settings, start-up, graceful shutdown.
@@ -27,6 +29,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod records;
 pub mod retention;
+pub mod samples;
 pub mod security;
 pub mod server;
 pub mod transactions;

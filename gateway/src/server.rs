@@ -362,6 +362,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stop_lease.clone(),
     ));
     background.spawn(broker.coordinator.clone().run_ticker(stop_serving.clone()));
+    // Lag history and rates for the console (`/ui`), from memory only.
+    background.spawn(crate::samples::run_sampler(
+        broker.clone(),
+        stop_serving.clone(),
+    ));
     background.spawn(broker.transactions.clone().run_background(
         crate::transactions::markers::env(&broker),
         stop_serving.clone(),

@@ -499,6 +499,12 @@ impl LogManager {
         let _ = self.lease.set(guard);
     }
 
+    /// Whether this broker's metadata lease is certainly alive (`None`: no guard was set,
+    /// so appends are never fenced by one).
+    pub fn lease_valid(&self) -> Option<bool> {
+        self.lease.get().map(LeaseGuard::is_valid)
+    }
+
     /// The partition if this broker has it open.
     pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Partition>> {
         self.partitions.read().ok()?.get(tp).cloned()

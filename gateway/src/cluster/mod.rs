@@ -64,6 +64,22 @@ pub struct WalCopies {
     pub isr: Vec<BrokerId>,
 }
 
+/// A partition's replicas as Oxbow reports them (Metadata, the v3 partitions endpoint,
+/// the console): its leader and the brokers its leader's WAL is replicated to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionReplicas {
+    /// Whether the leader holds a live lease (this broker always does while it answers).
+    pub leader_live: bool,
+    /// The leader first, then its WAL replicas.
+    pub replicas: Vec<BrokerId>,
+    /// The leader and the live WAL replicas recorded in sync; empty while the leader is
+    /// not live (nothing can be acknowledged then).
+    pub isr: Vec<BrokerId>,
+    /// Replicas without a live lease: the leader itself when it is not live, then WAL
+    /// replicas that are not.
+    pub offline: Vec<BrokerId>,
+}
+
 impl ClusterView {
     /// A view holding only `brokers` (this broker's own registration among them once
     /// registered).
@@ -94,6 +110,33 @@ impl ClusterView {
 
     pub fn me(&self) -> BrokerId {
         self.me
+    }
+
+    /// The replicas, ISR and offline replicas of a partition `leader` leads, from its
+    /// recorded WAL copies and the live brokers.
+    pub fn partition_replicas(&self, leader: BrokerId) -> PartitionReplicas {
+        let copies = self.wal_copies(leader);
+        let live = |b: &BrokerId| *b == self.me || self.is_live(*b);
+        let leader_live = live(&leader);
+        let offline_copies = copies.replicas.iter().filter(|b| !live(b)).copied();
+        PartitionReplicas {
+            leader_live,
+            replicas: std::iter::once(leader)
+                .chain(copies.replicas.iter().copied())
+                .collect(),
+            isr: if leader_live {
+                std::iter::once(leader)
+                    .chain(copies.isr.iter().copied().filter(|b| live(b)))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            offline: (!leader_live)
+                .then_some(leader)
+                .into_iter()
+                .chain(offline_copies)
+                .collect(),
+        }
     }
 
     /// Replaces the live brokers (a full re-list). Returns whether the set of ids changed.
@@ -219,6 +262,36 @@ mod tests {
         assert_eq!(empty.controller(), None);
         empty.set_controller(Some(3));
         assert_eq!(empty.controller(), Some(3));
+    }
+
+    #[test]
+    fn partition_replicas_follow_wal_copies_and_leases() {
+        let v = ClusterView::new(1, vec![reg(1), reg(2), reg(3)]);
+        v.set_wal_copies(
+            [(
+                1,
+                WalCopies {
+                    replicas: vec![2, 3],
+                    isr: vec![2],
+                },
+            )]
+            .into(),
+        );
+        let r = v.partition_replicas(1);
+        assert!(r.leader_live);
+        assert_eq!(
+            (r.replicas, r.isr, r.offline),
+            (vec![1, 2, 3], vec![1, 2], vec![])
+        );
+        assert!(v.left(2));
+        let r = v.partition_replicas(1);
+        assert_eq!((r.isr, r.offline), (vec![1], vec![2]));
+        // A leader without a lease: no ISR, itself offline first.
+        let r = v.partition_replicas(3);
+        assert!(r.leader_live);
+        assert!(v.left(3));
+        let r = v.partition_replicas(3);
+        assert_eq!((r.leader_live, r.isr, r.offline), (false, vec![], vec![3]));
     }
 
     #[test]

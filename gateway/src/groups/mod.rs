@@ -24,6 +24,7 @@
 
 pub mod assignor;
 pub mod group;
+pub mod lag;
 pub mod protocol;
 mod txn_offsets;
 

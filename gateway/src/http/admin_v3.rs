@@ -1,6 +1,11 @@
-//! A minimal Confluent REST v3 admin API: the cluster and its topics.
+//! A minimal Confluent REST v3 admin API: the cluster, its brokers, topics, partitions and
+//! consumer groups.
 //!
 //! - `GET /v3/clusters`, `GET /v3/clusters/{c}`
+//! - `GET /v3/clusters/{c}/brokers[/{b}]` ([`brokers`])
+//! - `GET /v3/clusters/{c}/topics/{t}/partitions[/{p}]` ([`partitions`])
+//! - `GET /v3/clusters/{c}/consumer-groups[/{g}[/consumers|/lags|/lag-summary]]`
+//!   ([`groups`])
 //! - `GET /v3/clusters/{c}/topics`, `POST /v3/clusters/{c}/topics` (201 with the topic)
 //! - `GET /v3/clusters/{c}/topics/{t}`, `DELETE /v3/clusters/{c}/topics/{t}` (204)
 //! - `GET /v3/clusters/{c}/topics/{t}/configs` (every topic config), `GET|PUT|DELETE
@@ -11,8 +16,16 @@
 //!
 //! Resources carry `kind`, `metadata.self` and their fields, like the REST Proxy's; `self`
 //! links are paths relative to this server (it does not know the address clients use).
+//! Where Oxbow knows more than the REST Proxy shows (replica state, load, lease, lag
+//! history), it is added as extra fields beside REST Proxy's; none of REST Proxy's is
+//! renamed. Topics carry their partitions' totals (`under_replicated_partitions`,
+//! `offline_partitions`, and for partitions led here `stored_bytes`, `records_per_sec`).
 //! A cluster id other than this broker's is 404/40404. Request and response bodies are
 //! plain `application/json`.
+
+pub(crate) mod brokers;
+pub(crate) mod groups;
+pub(crate) mod partitions;
 
 use super::body::{json, parse_json, require_json};
 use super::error::ApiError;
@@ -66,6 +79,9 @@ struct TopicView {
     is_internal: bool,
     replication_factor: i16,
     partitions_count: usize,
+    partitions: partitions::Related,
+    #[serde(flatten)]
+    stats: partitions::TopicStats,
 }
 
 /// `POST /v3/clusters/{c}/topics`.
@@ -99,12 +115,13 @@ fn cluster_view(cluster_id: &str) -> ClusterView {
     }
 }
 
-fn topic_view(cluster_id: &str, t: &TopicMetadata) -> TopicView {
+fn topic_view(broker: &crate::broker::Broker, cluster_id: &str, t: &TopicMetadata) -> TopicView {
+    let self_path = format!("/v3/clusters/{cluster_id}/topics/{}", t.name);
     TopicView {
         kind: "KafkaTopic",
-        metadata: ResourceMetadata {
-            self_path: format!("/v3/clusters/{cluster_id}/topics/{}", t.name),
-        },
+        partitions: partitions::Related::to(format!("{self_path}/partitions")),
+        stats: partitions::topic_stats(broker, t),
+        metadata: ResourceMetadata { self_path },
         cluster_id: cluster_id.to_string(),
         topic_name: t.name.clone(),
         is_internal: false,
@@ -182,7 +199,7 @@ pub(crate) async fn list_topics(
         .topics()
         .iter()
         .filter(|t| authz.allows(AclOperation::Describe, ResourceType::Topic, &t.name))
-        .map(|t| topic_view(id, t))
+        .map(|t| topic_view(&app.http.broker, id, t))
         .collect();
     Ok(json(
         StatusCode::OK,
@@ -216,7 +233,7 @@ pub(crate) async fn create_topic(
     )?;
     let spec = topic_spec(request, broker.settings.default_partitions);
     let created = broker.create_topic(spec).await?;
-    Ok(json(StatusCode::CREATED, &topic_view(id, &created)))
+    Ok(json(StatusCode::CREATED, &topic_view(broker, id, &created)))
 }
 
 /// `GET /v3/clusters/{c}/topics/{t}`.
@@ -226,7 +243,7 @@ pub(crate) async fn get_topic(
 ) -> Result<Response, ApiError> {
     let id = check_cluster(&app, &cluster_id)?;
     let t = existing_topic(&app, &topic)?;
-    Ok(json(StatusCode::OK, &topic_view(id, &t)))
+    Ok(json(StatusCode::OK, &topic_view(&app.http.broker, id, &t)))
 }
 
 /// `DELETE /v3/clusters/{c}/topics/{t}`: 204; 404/40401 if there is no such topic.

@@ -13,9 +13,13 @@
 //! | `PUT`/`DELETE /v3/…/configs/{n}`, `POST …/configs:alter` | ALTER_CONFIGS topic |
 //! | `POST /v3/…/topics` | CREATE on cluster or topic (checked by the handler: the name is in the body) |
 //! | `/consumers/{g}…` | READ group (+ READ topic to subscribe, assign and at every poll: the handlers) |
+//! | `GET /v3/…/brokers[/{b}]` | DESCRIBE cluster |
+//! | `GET /v3/…/consumer-groups/{g}[/…]` | DESCRIBE group (lags: partitions of topics it may not DESCRIBE are left out, by the handler) |
 //!
-//! Topic lists (`GET /topics`, `GET /v3/…/topics`) leave out what the client may not
-//! describe. `/healthz`, `/readyz`, `/metrics` and the cluster routes stay open. A refusal
+//! Lists (`GET /topics`, `GET /v3/…/topics`, `GET /v3/…/consumer-groups`) leave out what
+//! the client may not describe. `/healthz`, `/readyz`, `/metrics`, the cluster routes and
+//! the console's static files (`/ui…`, which hold no data: the page reads it through the
+//! routes above, as the viewer) stay open. A refusal
 //! is 403 with REST Proxy's `error_code` 40301.
 //!
 //! The route middleware ([`check`]) does the path-only checks and leaves the request's
@@ -132,6 +136,21 @@ fn path_checks(
     if route.starts_with("/consumers/") {
         if let Some(g) = param("group") {
             require(broker, session, Op::Read, Group, &g)?;
+        }
+        return Ok(());
+    }
+    if route.starts_with("/v3/clusters/{cluster}/brokers") {
+        return require(
+            broker,
+            session,
+            Op::Describe,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+    }
+    if route.starts_with("/v3/clusters/{cluster}/consumer-groups/") {
+        if let Some(g) = param("group") {
+            return require(broker, session, Op::Describe, Group, &g);
         }
         return Ok(());
     }

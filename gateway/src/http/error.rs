@@ -72,6 +72,24 @@ impl ApiError {
         )
     }
 
+    /// A v3 consumer group this cluster does not know.
+    pub fn unknown_group(group: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            40406,
+            format!("consumer group '{group}' does not exist"),
+        )
+    }
+
+    /// A v3 broker id that is not a live broker of this cluster.
+    pub fn unknown_broker(broker_id: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            40407,
+            format!("broker '{broker_id}' is not a live broker of this cluster"),
+        )
+    }
+
     /// The `Accept` header asks for nothing this endpoint produces.
     pub fn not_acceptable(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::NOT_ACCEPTABLE, 40601, message)

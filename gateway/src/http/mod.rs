@@ -12,7 +12,10 @@
 //! - [`consumers`]: REST Proxy v2 consumer instances, `POST /consumers/{g}` and
 //!   `/consumers/{g}/instances/{i}/…` (their own error codes are listed there)
 //! - [`admin_v3`]: `/v3/clusters`, `/v3/clusters/{c}`, `/v3/clusters/{c}/topics[/{t}]`,
-//!   `.../topics/{t}/configs[/{name}|:alter]`
+//!   `.../topics/{t}/configs[/{name}|:alter]`, `.../topics/{t}/partitions[/{p}]`,
+//!   `/v3/clusters/{c}/brokers[/{b}]`, `/v3/clusters/{c}/consumer-groups[/{g}[/consumers|
+//!   /lags|/lag-summary]]` (read-only)
+//! - [`console`]: the read-only console, `GET /ui` and its script and style sheet
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`
 //! - [`authn`]: `--http-authentication` Basic and Bearer (401/40101 with `WWW-Authenticate`)
 //! - [`authz`]: ACL checks of every route under `--authorizer acl` (403/40301)
@@ -35,6 +38,8 @@
 //! | 404    | 40402 | partition path segment is not a partition number |
 //! | 404    | 40404 | v3 cluster id is not this cluster's |
 //! | 404    | 40405 | v3 topic config name Kafka does not define |
+//! | 404    | 40406 | v3 consumer group this cluster does not know |
+//! | 404    | 40407 | v3 broker id that is not a live broker |
 //! | 405    | 40500 | method not allowed on this endpoint |
 //! | 406    | 40601 | `Accept` names no format this endpoint produces |
 //! | 408    | 40801 | body not received whole within `--http-body-timeout` |
@@ -61,6 +66,7 @@ pub mod admin_v3;
 pub mod authn;
 pub mod authz;
 pub mod body;
+pub mod console;
 pub mod consumers;
 pub mod error;
 pub mod extract;
@@ -168,6 +174,43 @@ pub fn router(state: HttpState) -> Router {
                 .put(admin_v3::update_topic_config)
                 .delete(admin_v3::reset_topic_config),
         )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}/partitions",
+            get(admin_v3::partitions::list),
+        )
+        .route(
+            "/v3/clusters/{cluster}/topics/{topic}/partitions/{partition}",
+            get(admin_v3::partitions::get),
+        )
+        .route(
+            "/v3/clusters/{cluster}/brokers",
+            get(admin_v3::brokers::list),
+        )
+        .route(
+            "/v3/clusters/{cluster}/brokers/{broker}",
+            get(admin_v3::brokers::get),
+        )
+        .route(
+            "/v3/clusters/{cluster}/consumer-groups",
+            get(admin_v3::groups::list),
+        )
+        .route(
+            "/v3/clusters/{cluster}/consumer-groups/{group}",
+            get(admin_v3::groups::get),
+        )
+        .route(
+            "/v3/clusters/{cluster}/consumer-groups/{group}/consumers",
+            get(admin_v3::groups::consumers),
+        )
+        .route(
+            "/v3/clusters/{cluster}/consumer-groups/{group}/lags",
+            get(admin_v3::groups::lags),
+        )
+        .route(
+            "/v3/clusters/{cluster}/consumer-groups/{group}/lag-summary",
+            get(admin_v3::groups::lag_summary),
+        )
+        .merge(console::routes())
         .merge(consumers::routes())
         // Every route above (not the fallback): ACL checks, and the request's session.
         .route_layer(middleware::from_fn_with_state(app.clone(), authz::check))

@@ -16,6 +16,12 @@
 //! `timeout` (default 1 s, at most [`READ_TIMEOUT_MAX`]) is how long to wait at the end of
 //! the log for records to arrive (a long poll); an empty array means none came. An offset
 //! outside the log is 416/41601.
+//!
+//! Instead of `offset`, `timestamp=MS` starts at the first record whose timestamp is at or
+//! after it (ListOffsets by time; the console's record browser): an empty array if there is
+//! none. It needs the partition led by the broker asked, like ListOffsets. With
+//! `timestamps=true` each record also carries its `timestamp` (ms): both are Oxbow's
+//! additions, off unless asked, so the REST Proxy's shape stays exactly as clients expect.
 
 use super::body::{json_response, read_format, EmbeddedFormat};
 use super::error::ApiError;
@@ -52,12 +58,24 @@ struct RecordView<'a> {
     value: Option<Box<RawValue>>,
     partition: i32,
     offset: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<i64>,
+}
+
+/// Where a read starts.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum ReadFrom {
+    Offset(i64),
+    /// The first record at or after this timestamp (ms).
+    Timestamp(i64),
 }
 
 /// The parsed query of a read.
 #[derive(Debug, PartialEq, Eq)]
 struct ReadParams {
-    offset: i64,
+    from: ReadFrom,
+    /// `timestamps=true`: each record's timestamp in the answer.
+    timestamps: bool,
     max_bytes: usize,
     timeout: Duration,
 }
@@ -93,13 +111,37 @@ pub(super) fn read_limits(query: &HashMap<String, String>) -> Result<(usize, Dur
 }
 
 fn parse_params(query: &HashMap<String, String>) -> Result<ReadParams, ApiError> {
-    let offset = parse_u64(query, "offset")?
-        .ok_or_else(|| ApiError::invalid_parameter("query parameter 'offset' is required"))?;
-    let offset = i64::try_from(offset)
-        .map_err(|_| ApiError::invalid_parameter(format!("offset {offset} is too large")))?;
+    let as_i64 = |name: &str, n: u64| {
+        i64::try_from(n)
+            .map_err(|_| ApiError::invalid_parameter(format!("{name} {n} is too large")))
+    };
+    let from = match (parse_u64(query, "offset")?, parse_u64(query, "timestamp")?) {
+        (Some(offset), None) => ReadFrom::Offset(as_i64("offset", offset)?),
+        (None, Some(ts)) => ReadFrom::Timestamp(as_i64("timestamp", ts)?),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_parameter(
+                "give either 'offset' or 'timestamp', not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::invalid_parameter(
+                "query parameter 'offset' is required",
+            ))
+        }
+    };
+    let timestamps = match query.get("timestamps").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_parameter(format!(
+                "query parameter 'timestamps' must be true or false, got '{other}'"
+            )))
+        }
+    };
     let (max_bytes, timeout) = read_limits(query)?;
     Ok(ReadParams {
-        offset,
+        from,
+        timestamps,
         max_bytes,
         timeout,
     })
@@ -140,12 +182,25 @@ pub(crate) async fn read(
     let topic = existing_topic(&app, &topic)?;
     let partition = existing_partition(&topic, &partition)?.partition;
     let broker = &app.http.broker;
+    let start = match params.from {
+        ReadFrom::Offset(offset) => offset,
+        ReadFrom::Timestamp(ts) => match broker.list_offset(&topic, partition, ts).await?.0 {
+            -1 => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    format.content_type(),
+                    &[(); 0],
+                ))
+            }
+            offset => offset,
+        },
+    };
     // The storage read's budget is stored (compressed) bytes, this one's unencoded keys and
     // values: a small batch followed by a larger compressed one would stop a single read
     // short, so read on (without waiting) until the budget is spent or the data is.
     let mut records = Vec::new();
     let mut budget = params.max_bytes;
-    let mut next = params.offset;
+    let mut next = start;
     let mut wait = params.timeout;
     'reads: for _ in 0..STORAGE_READS_MAX {
         let result = broker
@@ -203,6 +258,7 @@ pub(crate) async fn read(
                 value: embed(format, r.value.as_ref())?,
                 partition,
                 offset: r.offset,
+                timestamp: params.timestamps.then_some(r.timestamp_ms),
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
@@ -225,7 +281,8 @@ mod tests {
         assert_eq!(
             parse_params(&query(&[("offset", "5")])),
             Ok(ReadParams {
-                offset: 5,
+                from: ReadFrom::Offset(5),
+                timestamps: false,
                 max_bytes: READ_BYTES_DEFAULT,
                 timeout: READ_TIMEOUT_DEFAULT
             })
@@ -237,12 +294,17 @@ mod tests {
         ]))
         .expect("params");
         assert_eq!((p.max_bytes, p.timeout), (READ_BYTES_MAX, READ_TIMEOUT_MAX));
+        let p = parse_params(&query(&[("timestamp", "1700000000000")])).expect("params");
+        assert_eq!(p.from, ReadFrom::Timestamp(1_700_000_000_000));
         for bad in [
             query(&[]),
             query(&[("offset", "-1")]),
             query(&[("offset", "x")]),
             query(&[("offset", "0"), ("max_bytes", "0")]),
             query(&[("offset", "0"), ("timeout", "soon")]),
+            query(&[("offset", "0"), ("timestamp", "5")]),
+            query(&[("timestamp", "-5")]),
+            query(&[("offset", "0"), ("timestamps", "yes")]),
         ] {
             let e = parse_params(&bad).expect_err("invalid");
             assert_eq!(

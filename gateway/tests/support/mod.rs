@@ -35,6 +35,14 @@ impl Drop for Server {
 }
 
 pub async fn start(auto_create_topics: bool) -> Server {
+    start_with_authorization(auto_create_topics, Default::default()).await
+}
+
+/// [`start`] with `--authorizer` and friends (ACL tests).
+pub async fn start_with_authorization(
+    auto_create_topics: bool,
+    authorization: oxbow_gateway::security::acl::AuthorizerSettings,
+) -> Server {
     let dir = tempfile::tempdir().expect("tmp");
     let metadata: Arc<dyn MetadataStore> =
         Arc::new(EmbeddedStore::open(&dir.path().join("meta.redb")).expect("metadata"));
@@ -74,7 +82,7 @@ pub async fn start(auto_create_topics: bool) -> Server {
         cluster_id: "oxbow-test-cluster".into(),
         log_retention_ms: 604_800_000,
         log_retention_bytes: -1,
-        authorization: Default::default(),
+        authorization,
         sasl: Default::default(),
         oauth: None,
         object_store_location: "memory".into(),

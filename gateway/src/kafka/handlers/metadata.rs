@@ -95,44 +95,27 @@ pub fn describe_topic(
     topic: &TopicMetadata,
     version: i16,
 ) -> MetadataResponseTopic {
-    let me = broker.settings.broker_id;
     let partitions = topic
         .partitions
         .iter()
         .map(|p| {
-            let copies = broker.cluster.wal_copies(p.leader);
-            let live = |b: &i32| *b == me || broker.cluster.is_live(*b);
-            let replicas: Vec<BrokerId> = std::iter::once(p.leader)
-                .chain(copies.replicas.iter().copied())
-                .map(BrokerId)
-                .collect();
-            let offline: Vec<BrokerId> = copies
-                .replicas
-                .iter()
-                .filter(|b| !live(b))
-                .copied()
-                .map(BrokerId)
-                .collect();
+            let state = broker.cluster.partition_replicas(p.leader);
+            let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect::<Vec<_>>();
             let r = MetadataResponsePartition::default()
                 .with_partition_index(p.partition)
                 .with_leader_epoch(if version >= 7 { p.leader_epoch } else { -1 })
-                .with_replica_nodes(replicas);
-            if live(&p.leader) {
-                let isr = std::iter::once(p.leader)
-                    .chain(copies.isr.iter().copied().filter(|b| live(b)))
-                    .map(BrokerId)
-                    .collect();
+                .with_replica_nodes(ids(state.replicas))
+                .with_offline_replicas(if version >= 5 {
+                    ids(state.offline)
+                } else {
+                    Vec::new()
+                });
+            if state.leader_live {
                 r.with_leader_id(BrokerId(p.leader))
-                    .with_isr_nodes(isr)
-                    .with_offline_replicas(if version >= 5 { offline } else { Vec::new() })
+                    .with_isr_nodes(ids(state.isr))
             } else {
                 r.with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
-                    .with_offline_replicas(if version >= 5 {
-                        std::iter::once(BrokerId(p.leader)).chain(offline).collect()
-                    } else {
-                        Vec::new()
-                    })
             }
         })
         .collect();
