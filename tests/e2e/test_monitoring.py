@@ -269,3 +269,27 @@ def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(
     assert lag and lag[0] > 4
     consume_all_and_commit()
     wait_until(lambda: "OxbowConsumerLagSeconds" not in prom.firing(), timeout=30, interval=0.5, what="lag alert cleared")
+
+
+def test_series_stay_bounded_at_1000_partitions(broker):
+    """Per-partition series are a handful per partition led here, everything else is
+    fixed: a scrape of a broker leading 1,000 partitions, each with a committed group
+    offset, stays within a bound (printed for the closing note)."""
+    topic = unique("many")
+    group = unique("g")
+    create_topic(broker.bootstrap, topic, partitions=1000)
+    produce_all(producer(broker.bootstrap), topic, [{"value": b"v", "partition": p} for p in range(1000)], timeout=120)
+    con = consumer(broker.bootstrap, **{"group.id": group})
+    try:
+        con.commit(offsets=[TopicPartition(topic, p, 1) for p in range(1000)], asynchronous=False)
+    finally:
+        con.close()
+    text = scrape(broker.http)
+    series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    per_partition = [line for line in series if f'topic="{topic}"' in line]
+    fixed = len(series) - len(per_partition)
+    print(f"\n{len(series)} series: {len(per_partition)} for 1,000 partitions, {fixed} others, {len(text)} bytes")
+    # 4 per partition (high watermark, log start, stored bytes and entries) and 3 per
+    # group partition (committed, lag, lag seconds).
+    assert len(per_partition) <= 7 * 1000
+    assert fixed < 3000

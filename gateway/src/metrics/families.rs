@@ -494,13 +494,10 @@ fn groups(b: &Broker, s: &mut Scrape) -> fmt::Result {
             ("partition", partition.to_string()),
         ];
         committed.push((labels.clone(), offset));
+        let high = crate::groups::lag::high_watermark(b, &topic, partition);
         let tp = b
             .topic(&topic)
             .map(|t| oxbow_metadata::TopicPartition::new(t.topic_id, partition));
-        let high = tp
-            .and_then(|tp| b.log.get(&tp))
-            .and_then(|p| p.offsets().ok())
-            .map(|(_, hw, _)| hw);
         if let (Some(tp), Some(high)) = (tp, high) {
             lag.push((labels.clone(), (high - offset).max(0)));
             let seconds = b.metrics.lag_clock.lag_seconds(&tp, offset, high, now_ms);
