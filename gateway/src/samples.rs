@@ -141,6 +141,7 @@ pub async fn run_sampler(broker: Arc<Broker>, shutdown: CancellationToken) {
             at = tick.tick() => at,
         };
         broker.samples.sample(&broker, at.into_std(), now_wall_ms());
+        crate::metrics::sample(&broker);
     }
 }
 

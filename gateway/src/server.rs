@@ -384,10 +384,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.clone(),
         stop_serving.clone(),
     ));
-    background.spawn(crate::metrics::run_lag_sampler(
-        broker.clone(),
-        stop_serving.clone(),
-    ));
     if let Some(validator) = oauth {
         background.spawn(crate::security::oauth::run_jwks_refresher(
             validator,

@@ -1,6 +1,6 @@
 //! Consumer lag in seconds: when was the first record a group has not committed appended?
 //!
-//! Every [`SAMPLE_EVERY`] the broker notes each partition's high watermark with the time
+//! Every `crate::samples::SAMPLE_INTERVAL` (5 s) the broker notes each partition's high watermark with the time
 //! ([`LagClock::sample`]); the record at offset `o` was appended between the last sample
 //! whose high watermark was at most `o` and the first one past it, and its time is
 //! interpolated between the two. The broker's clock, not the records' own timestamps: a
@@ -13,10 +13,7 @@
 use oxbow_metadata::TopicPartition;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
 
-/// How often the high watermarks are sampled.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Samples kept per partition (16 bytes each).
 const POINTS_MAX: usize = 64;
 

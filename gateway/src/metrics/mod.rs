@@ -65,7 +65,7 @@ pub struct Metrics {
     pub wal_copy_sources_dropped: AtomicU64,
     /// Produce and Fetch time by stage (`kafka::request_latency`).
     pub request_latency: crate::kafka::request_latency::RequestLatency,
-    /// High watermarks over time, for consumer lag in seconds ([`run_lag_sampler`]).
+    /// High watermarks over time, for consumer lag in seconds ([`sample`]).
     pub lag_clock: lag::LagClock,
     /// Most live brokers seen at once since start: what the WAL's copies are measured
     /// against ([`health::partition_health`]).
@@ -153,24 +153,14 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
 }
 
 /// Notes every partition led here's high watermark for consumer lag in seconds
-/// ([`lag::LagClock`]), every [`lag::SAMPLE_EVERY`] until `shutdown`.
-pub async fn run_lag_sampler(
-    broker: Arc<crate::broker::Broker>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    let mut tick = tokio::time::interval(lag::SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let highs = broker
-            .log
-            .open_partitions()
-            .into_iter()
-            .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)));
-        broker.metrics.lag_clock.sample(lag::now_ms(), highs);
-        health::note_live_brokers(&broker);
-    }
+/// ([`lag::LagClock`]) and how many brokers are live; called by the one sampling loop
+/// (`crate::samples::run_sampler`, every 5 s).
+pub fn sample(broker: &crate::broker::Broker) {
+    let highs = broker
+        .log
+        .open_partitions()
+        .into_iter()
+        .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)));
+    broker.metrics.lag_clock.sample(lag::now_ms(), highs);
+    health::note_live_brokers(broker);
 }
