@@ -241,6 +241,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             flush_interval: args.flush_interval,
             flush_bytes: args.flush_bytes.as_u64(),
             partition_tail_bytes: args.partition_tail_bytes.as_usize(),
+            tail_memory_bytes: args.tail_memory_bytes.as_usize(),
             max_decompressed_batch_bytes: args.max_decompressed_batch_bytes.as_usize(),
             producer_id_expiration: args.producer_id_expiration,
             replication: ReplicationSettings {
@@ -449,6 +450,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let connection_slots = Arc::new(tokio::sync::Semaphore::new(
         (args.connections_max as usize).max(1),
     ));
+    // `--queued-max-request-bytes` bounds the requests of all listeners together.
+    let request_memory = kafka::RequestMemory::new(args.queued_max_request_bytes.as_usize());
+    let _ = broker.metrics.request_memory.set(request_memory.clone());
     let mut kafka_bound = Vec::new();
     for (spec, socket, bound) in kafka_listeners {
         kafka_bound.push(format!("{}://{bound}", spec.name));
@@ -467,6 +471,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             kafka::ConnectionLimits {
                 idle_max: args.connections_max_idle,
                 request_read_timeout: args.request_read_timeout,
+                request_memory: request_memory.clone(),
             },
             connection_slots.clone(),
             stop_serving.clone(),

@@ -74,6 +74,10 @@ pub struct LogSettings {
     /// Recent (already sealed) data kept in memory per partition for tail reads; larger
     /// serves more lagging readers without a GET, at the cost of broker memory.
     pub partition_tail_bytes: usize,
+    /// Most sealed bytes all partitions' memory tails hold together: past it each keeps
+    /// an equal share (`tail_memory_bytes / open partitions`, at most
+    /// `partition_tail_bytes`), so memory does not grow with the partition count.
+    pub tail_memory_bytes: usize,
     /// Most bytes one batch's records may decompress to, when the broker looks inside a
     /// compressed batch (produce validation, HTTP reads, ListOffsets by time). Each such
     /// look holds up to this much memory while it runs; a producer batch past it is
@@ -592,6 +596,14 @@ impl LogManager {
     /// Bytes this broker's WAL has written since start.
     pub fn wal_written_bytes(&self) -> u64 {
         self.wal.as_ref().map_or(0, Wal::written_bytes)
+    }
+
+    /// Already uploaded bytes the open partitions keep in memory for tail readers.
+    pub fn tail_memory_bytes(&self) -> usize {
+        self.open_partitions()
+            .iter()
+            .filter_map(|p| p.lock().ok().map(|s| s.sealed_memory_bytes()))
+            .sum()
     }
 
     /// Bytes held in memory not yet uploaded.

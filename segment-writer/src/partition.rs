@@ -301,6 +301,12 @@ impl PartitionLogState {
         self.memory_bytes
     }
 
+    /// Bytes held in memory that are already in the object store (the tail kept for
+    /// readers).
+    pub fn sealed_memory_bytes(&self) -> usize {
+        self.memory_bytes.saturating_sub(self.unsealed_bytes)
+    }
+
     /// Bytes not yet in the object store.
     pub fn unsealed_bytes(&self) -> usize {
         self.unsealed_bytes

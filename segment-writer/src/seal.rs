@@ -219,6 +219,7 @@ impl LogManager {
                                     .note_chunk_sealed(c.base_offset, c.producers_complete);
                             }
                         }
+                        self.enforce_tail_budget()?;
                     }
                     Action::CountUploaded => {
                         let size = sealed.as_ref().map_or(0, |o| o.body.len() as u64);
@@ -335,6 +336,42 @@ impl LogManager {
         Ok((chunks, fences, plan.more()))
     }
 
+    /// What each partition's memory tail may hold: `--partition-tail-bytes`, or an equal
+    /// share of `--tail-memory-bytes` when the open partitions would not fit in it at that.
+    pub(crate) fn tail_keep_bytes(&self) -> usize {
+        let open = self.partitions.read().map_or(1, |m| m.len().max(1));
+        self.settings
+            .partition_tail_bytes
+            .min(self.settings.tail_memory_bytes / open)
+    }
+
+    /// Trims every partition's tail to its share once the tails together hold more than
+    /// `--tail-memory-bytes`: partitions kept a larger share while there were fewer of
+    /// them, and an idle one is not sealed again to be trimmed by [`Self::mark_chunk_sealed`].
+    /// Walks the partitions only when their count could pass the budget at all.
+    fn enforce_tail_budget(&self) -> Result<()> {
+        let partitions = self.open_partitions();
+        let fits = self
+            .settings
+            .partition_tail_bytes
+            .saturating_mul(partitions.len());
+        if fits <= self.settings.tail_memory_bytes {
+            return Ok(());
+        }
+        let mut held = 0usize;
+        for p in &partitions {
+            held += p.lock()?.sealed_memory_bytes();
+        }
+        if held <= self.settings.tail_memory_bytes {
+            return Ok(());
+        }
+        let keep = self.tail_keep_bytes();
+        for p in &partitions {
+            p.lock()?.evict(keep);
+        }
+        Ok(())
+    }
+
     /// Marks `tp`'s batches up to `last_offset` sealed (catalogued).
     fn mark_chunk_sealed(
         &self,
@@ -349,7 +386,7 @@ impl LogManager {
                 // it through the high watermark.
                 p.high_watermark_tx.send_replace(s.high_watermark);
             }
-            s.evict(self.settings.partition_tail_bytes);
+            s.evict(self.tail_keep_bytes());
             let sealed_bytes = (before - s.unsealed_bytes()) as u64;
             self.unsealed_bytes
                 .fetch_sub(sealed_bytes, Ordering::AcqRel);

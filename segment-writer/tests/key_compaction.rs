@@ -387,6 +387,7 @@ async fn readers_racing_key_compaction_never_see_an_older_value_after_a_newer_on
     let log = LogManager::open(
         LogSettings {
             partition_tail_bytes: 1 << 20,
+            tail_memory_bytes: usize::MAX,
             ..settings(dir.path())
         },
         metadata.clone(),

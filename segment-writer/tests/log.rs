@@ -27,6 +27,7 @@ fn settings(dir: &Path) -> LogSettings {
         flush_interval: Duration::from_secs(3600),
         flush_bytes: 1 << 30,
         partition_tail_bytes: 0,
+        tail_memory_bytes: usize::MAX,
         producer_id_expiration: oxbow_segment_writer::PRODUCER_ID_EXPIRATION_DEFAULT,
         max_decompressed_batch_bytes:
             oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
@@ -884,4 +885,57 @@ async fn a_transactions_first_batch_needs_a_standing_verification() {
     put(make_batch(1, 1000), VerificationGuard::SENTINEL)
         .await
         .expect("plain batch");
+}
+
+#[tokio::test]
+async fn partition_tails_together_stay_within_the_tail_memory_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "t", 8, &[]).await;
+    let store = objects::local(&dir.path().join("objects")).expect("object store");
+    let batch = make_batch(4, 0);
+    let settings = LogSettings {
+        // Each partition alone could keep 64 batches; together they may keep 16.
+        partition_tail_bytes: 64 * batch.len(),
+        tail_memory_bytes: 16 * batch.len(),
+        ..settings(dir.path())
+    };
+    let log = LogManager::open(settings, metadata, store, ReadCache::new(1 << 20))
+        .await
+        .expect("open log");
+    // One partition open: it keeps up to its own bound, well past its later share.
+    let p0 = log.partition(&topic, 0).await.expect("p0");
+    let policy = AppendPolicy::of(&topic.configs);
+    for _ in 0..12 {
+        log.append(&p0, &batch, &policy, Acks::All)
+            .await
+            .expect("append");
+    }
+    log.seal_once().await.expect("seal");
+    assert_eq!(log.tail_memory_bytes(), 12 * batch.len());
+    // Seven more partitions, each written and sealed: every tail is trimmed to an equal
+    // share, the idle first one included.
+    for i in 1..8 {
+        let p = log.partition(&topic, i).await.expect("partition");
+        for _ in 0..12 {
+            log.append(&p, &batch, &policy, Acks::All)
+                .await
+                .expect("append");
+        }
+        log.seal_once().await.expect("seal");
+        assert!(
+            log.tail_memory_bytes() <= 16 * batch.len(),
+            "{} partitions hold {} bytes, budget {}",
+            i + 1,
+            log.tail_memory_bytes(),
+            16 * batch.len()
+        );
+    }
+    assert!(
+        log.tail_memory_bytes() >= 8 * batch.len(),
+        "each keeps its share"
+    );
+    // What left memory is read from the object store, in full.
+    let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
+    assert_eq!(r.batches.len(), 12);
 }

@@ -95,6 +95,7 @@ impl Cluster {
                 flush_interval: Duration::from_secs(3600),
                 flush_bytes: 1 << 30,
                 partition_tail_bytes: 0,
+                tail_memory_bytes: usize::MAX,
                 producer_id_expiration: oxbow_segment_writer::PRODUCER_ID_EXPIRATION_DEFAULT,
                 max_decompressed_batch_bytes:
                     oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,

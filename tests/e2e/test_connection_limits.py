@@ -349,3 +349,65 @@ def test_past_the_kafka_connection_cap_connections_wait_until_one_closes(broker_
     finally:
         for conn in held:
             conn.close()
+
+
+def metric(broker, name: str) -> float:
+    for line in requests.get(f"{broker.http}/metrics", timeout=5).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+@pytest.mark.oxbow_only
+def test_past_queued_max_request_bytes_requests_wait_and_all_are_answered(broker_factory):
+    """Kafka's queued.max.request.bytes: four producers sending ~900 KiB requests into a
+    1 MiB request budget are slowed (their connections read nothing while they wait), not
+    refused; every record is acknowledged once and read back; and the budget is free again
+    when they are done."""
+    from confluent_kafka import Consumer
+
+    b = broker_factory(name="reqmem", extra_args=["--queued-max-request-bytes", "1MiB"])
+    topic = unique("reqmem")
+    create_topic(b.bootstrap, topic, partitions=4)
+    value = b"v" * 9000
+    per_producer = 600  # ~5.4 MB each, in about six ~900 KiB requests
+    errors: list[str] = []
+    delivered = [0]
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered[0] += 1
+
+    producers = [
+        producer(b.bootstrap, linger_ms=200, batch_size=900_000, enable_idempotence=True,
+                 message_max_bytes=1_000_000)
+        for _ in range(4)
+    ]
+    for i in range(per_producer):
+        for n, p in enumerate(producers):
+            p.produce(topic, value, key=f"{n}-{i}".encode(), partition=(n + i) % 4, on_delivery=cb)
+            p.poll(0)
+    for p in producers:
+        assert p.flush(60) == 0, "every record delivered within 60 s"
+    assert errors == []
+    assert delivered[0] == 4 * per_producer
+    assert metric(b, "oxbow_requests_waited_for_memory_total") > 0, "the budget was reached"
+    deadline = time.monotonic() + 10
+    while metric(b, "oxbow_request_queued_bytes") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric(b, "oxbow_request_queued_bytes") == 0, "every request's memory given back"
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique("g"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        keys: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(keys) < 4 * per_producer and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=1):
+                if m.error() is None:
+                    keys.add(m.key())
+        assert len(keys) == 4 * per_producer
+    finally:
+        c.close()

@@ -27,7 +27,7 @@ use crate::broker::Broker;
 use crate::security::quota::Throttle;
 use crate::security::sasl::{Authenticator, Gate};
 use crate::security::Session;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
@@ -35,6 +35,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -94,11 +95,53 @@ where
     let mut idle = IdleClock::new(limits.idle_max);
     // Reading resumes at this instant: the connection is muted for a quota's throttle.
     let mut muted_until: Option<Instant> = None;
+    // A frame read that waits for room in the request memory (reading pauses meanwhile),
+    // and the wait; then the frame to dispatch, with its share of the request memory.
+    let mut waiting: Option<(BytesMut, Instant)> = None;
+    let mut room: Option<BoxFuture<'static, Option<OwnedSemaphorePermit>>> = None;
+    let mut ready: Option<(BytesMut, Instant, Option<OwnedSemaphorePermit>)> = None;
     loop {
-        if closing && pending.is_empty() {
+        if let Some((frame, read_at, permit)) = ready.take() {
+            match dispatch(&broker, &mut session, &mut auth, frame.freeze(), read_at).await {
+                Ok(d) => {
+                    // Over quota on arrival (a produce): read nothing more for the
+                    // throttle from now, not from when the response goes out, or a
+                    // pipelining client would have many more requests read first.
+                    mute(&mut muted_until, d.throttle);
+                    pending.push_back(match permit {
+                        // The request's memory is given back once it is answered.
+                        Some(permit) => {
+                            let answer = d.pending;
+                            async move {
+                                let out = answer.await;
+                                drop(permit);
+                                out
+                            }
+                            .boxed()
+                        }
+                        None => d.pending,
+                    });
+                    if d.authenticated {
+                        frames.set_max_frame_bytes(broker.settings.max_request_bytes);
+                    }
+                    closing |= d.last;
+                }
+                Err(e) => {
+                    broker
+                        .metrics
+                        .request_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "closing connection: request cannot be served");
+                    result = Err(e.into());
+                    closing = true;
+                }
+            }
+        }
+        if closing && pending.is_empty() && room.is_none() {
             break;
         }
-        let idle_deadline = idle.deadline(pending.is_empty() && !closing && muted_until.is_none());
+        let idle_deadline = idle
+            .deadline(pending.is_empty() && !closing && muted_until.is_none() && room.is_none());
         tokio::select! {
             biased;
             Some(response) = pending.next(), if !pending.is_empty() => match response {
@@ -130,7 +173,13 @@ where
                 }
             },
             _ = sleep_until(muted_until), if muted_until.is_some() => muted_until = None,
-            frame = frames.next(), if !closing && muted_until.is_none() && pending.len() < IN_FLIGHT_MAX => match frame {
+            permit = wait_for_room(&mut room), if room.is_some() => {
+                room = None;
+                if let Some((frame, read_at)) = waiting.take() {
+                    ready = Some((frame, read_at, permit));
+                }
+            }
+            frame = frames.next(), if !closing && muted_until.is_none() && room.is_none() && pending.len() < IN_FLIGHT_MAX => match frame {
                 None => closing = true,
                 Some(Err(e)) => {
                     // A client that goes away mid-frame is routine; an oversized or
@@ -151,23 +200,13 @@ where
                     idle.touch();
                     let read_at = Instant::now();
                     broker.metrics.bytes_in.fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-                    match dispatch(&broker, &mut session, &mut auth, frame.freeze(), read_at).await {
-                        Ok(d) => {
-                            // Over quota on arrival (a produce): read nothing more for the
-                            // throttle from now, not from when the response goes out, or
-                            // a pipelining client would have many more requests read first.
-                            mute(&mut muted_until, d.throttle);
-                            pending.push_back(d.pending);
-                            if d.authenticated {
-                                frames.set_max_frame_bytes(broker.settings.max_request_bytes);
-                            }
-                            closing |= d.last;
-                        }
-                        Err(e) => {
-                            broker.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(error = %e, "closing connection: request cannot be served");
-                            result = Err(e.into());
-                            closing = true;
+                    match limits.request_memory.try_take(frame.len()) {
+                        Some(permit) => ready = Some((frame, read_at, Some(permit))),
+                        None => {
+                            broker.metrics.requests_waited_for_memory.fetch_add(1, Ordering::Relaxed);
+                            let (memory, bytes) = (limits.request_memory.clone(), frame.len());
+                            room = Some(async move { memory.take(bytes).await }.boxed());
+                            waiting = Some((frame, read_at));
                         }
                     }
                 }
@@ -253,6 +292,17 @@ fn mute(muted_until: &mut Option<Instant>, throttle: Throttle) {
     let until = Instant::now() + std::time::Duration::from_millis(throttle.ms);
     if muted_until.is_none_or(|m| m < until) {
         *muted_until = Some(until);
+    }
+}
+
+/// Waits for the request memory `room` asks for; never wakes without a wait (the select
+/// guards that branch).
+async fn wait_for_room(
+    room: &mut Option<BoxFuture<'static, Option<OwnedSemaphorePermit>>>,
+) -> Option<OwnedSemaphorePermit> {
+    match room {
+        Some(wait) => wait.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -60,6 +60,20 @@ fn connections(b: &Broker, s: &mut Scrape) -> fmt::Result {
         "Kafka connections accepted.",
         get(&m.connections_total),
     )?;
+    if let Some(memory) = m.request_memory.get() {
+        s.gauge(
+            "oxbow_request_queued_bytes",
+            "Bytes of Kafka requests read and not yet answered (at most \
+             --queued-max-request-bytes, in KiB steps).",
+            memory.used_bytes(),
+        )?;
+    }
+    s.counter(
+        "oxbow_requests_waited_for_memory_total",
+        "Kafka requests that waited for room under --queued-max-request-bytes before \
+         they were served (their connection read nothing meanwhile).",
+        get(&m.requests_waited_for_memory),
+    )?;
     s.gauge(
         "oxbow_http_connections_open",
         "Open HTTP connections (at most --http-connections-max).",
@@ -300,7 +314,29 @@ fn storage(b: &Broker, s: &mut Scrape) -> fmt::Result {
         "oxbow_read_cache_bytes",
         "Bytes held in the read cache's memory.",
         log.cache_usage_bytes(),
-    )
+    )?;
+    s.gauge(
+        "oxbow_partition_tail_bytes",
+        "Already uploaded bytes kept in partitions' memory tails for tail readers \
+         (at most --tail-memory-bytes).",
+        log.tail_memory_bytes(),
+    )?;
+    if let Some(rss) = resident_memory_bytes() {
+        s.gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size of the broker process in bytes.",
+            rss,
+        )?;
+    }
+    Ok(())
+}
+
+/// The process's resident set, from `/proc/self/status` (Linux only; `None` elsewhere).
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn compaction(b: &Broker, s: &mut Scrape) -> fmt::Result {

@@ -72,6 +72,10 @@ pub struct Metrics {
     pub brokers_seen_max: AtomicU64,
     /// The last sampled footprint (`None` until sampled, or for a backend without one).
     metadata_footprint: Mutex<Option<MetadataFootprint>>,
+    /// The Kafka listeners' request memory (`--queued-max-request-bytes`), once serving.
+    pub request_memory: std::sync::OnceLock<crate::kafka::RequestMemory>,
+    /// Requests that waited for room in it before they were dispatched.
+    pub requests_waited_for_memory: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -105,6 +109,8 @@ impl Default for Metrics {
             lag_clock: Default::default(),
             brokers_seen_max: AtomicU64::new(1),
             metadata_footprint: Mutex::new(None),
+            request_memory: std::sync::OnceLock::new(),
+            requests_waited_for_memory: AtomicU64::new(0),
         }
     }
 }

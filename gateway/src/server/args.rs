@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// Recent, already uploaded data kept in memory per partition for tail reads.
     #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
     pub partition_tail_bytes: ByteSize,
+    /// Most already uploaded data all partitions' memory tails hold together; with more
+    /// partitions than it fits at --partition-tail-bytes each, every partition keeps an
+    /// equal share (readers of older data go to the read cache).
+    #[arg(long, env = "OXBOW_TAIL_MEMORY_BYTES", default_value = "256MiB")]
+    pub tail_memory_bytes: ByteSize,
     /// Most bytes one batch may decompress to when the broker looks inside it (produce
     /// validation, HTTP reads, ListOffsets by time); each look holds up to this much memory
     /// while it runs. Larger admits producers that pack more records per compressed batch;
@@ -234,6 +239,13 @@ pub struct ServeArgs {
     /// on the slowest link served. A TLS handshake must finish within it too (at most 10 s).
     #[arg(long, env = "OXBOW_REQUEST_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_read_timeout: Duration,
+    /// Kafka's `queued.max.request.bytes`: request bytes all Kafka connections together
+    /// may hold between reading a frame and answering it. Past it, a connection whose
+    /// frame finds no room reads nothing more until there is (backpressure, not
+    /// errors); so the broker holds at most this plus one --max-request-bytes frame per
+    /// connection.
+    #[arg(long, env = "OXBOW_QUEUED_MAX_REQUEST_BYTES", default_value = "256MiB")]
+    pub queued_max_request_bytes: ByteSize,
     /// Most concurrent HTTP connections; past it, new ones wait in the accept backlog.
     #[arg(long, env = "OXBOW_HTTP_CONNECTIONS_MAX", default_value_t = http::listener::CONNECTIONS_MAX,
           value_parser = clap::value_parser!(u32).range(1..))]

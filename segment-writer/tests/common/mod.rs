@@ -31,6 +31,7 @@ pub fn settings(dir: &Path) -> LogSettings {
         flush_bytes: 1 << 30,
         // Nothing kept in memory after a seal: reads go to the object store.
         partition_tail_bytes: 0,
+        tail_memory_bytes: usize::MAX,
         producer_id_expiration: oxbow_segment_writer::PRODUCER_ID_EXPIRATION_DEFAULT,
         max_decompressed_batch_bytes:
             oxbow_segment_writer::decompress::DEFAULT_MAX_DECOMPRESSED_BATCH_BYTES,
