@@ -43,6 +43,12 @@ enum Command {
     Acls(cli::AclsArgs),
 }
 
+/// jemalloc rather than glibc's malloc: see the dependency's note in `Cargo.toml` and
+/// ARCHITECTURE decision 34.
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OXBOW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
