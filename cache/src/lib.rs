@@ -29,6 +29,25 @@ const SCANNED_SHARE_DIVISOR: usize = 4;
 /// Largest range the disk tier holds (foyer's block size): larger ones stay in memory only.
 pub const DISK_BLOCK_BYTES: usize = 16 << 20;
 
+/// Least memory per shard of a pool (foyer spreads a pool over shards, each evicting on
+/// its own): a pool of less than this many bytes times 8 gets fewer shards.
+const SHARD_BYTES_MIN: usize = 16 << 20;
+
+/// Shards of a pool of `bytes`: up to foyer's default of 8, each at least
+/// [`SHARD_BYTES_MIN`].
+fn shards_for(bytes: usize) -> usize {
+    (bytes / SHARD_BYTES_MIN).clamp(1, 8)
+}
+
+/// Largest range a pool of `bytes` takes: half a shard. A shard holds a larger range
+/// however small it is (it evicts everything else and keeps the range), so every shard
+/// could sit above its share at once and the pool over its budget (seen: a 128 MiB cache
+/// holding 248 MiB of a lagging sealer's large chunks). A range past it is not cached:
+/// its readers GET it.
+fn entry_max_for(bytes: usize) -> usize {
+    bytes / shards_for(bytes) / 2
+}
+
 /// A cached range, and whether it came from the local disk tier.
 #[derive(Clone, Debug)]
 pub struct Hit {
@@ -55,12 +74,16 @@ enum Recent {
 pub struct ReadCache {
     recent: Recent,
     scanned: foyer::Cache<String, Bytes>,
+    /// Largest range each pool takes in memory ([`entry_max_for`]).
+    recent_entry_max: usize,
+    scanned_entry_max: usize,
     /// The disk tier's directory, if there is one.
     dir: Option<std::sync::Arc<std::path::PathBuf>>,
 }
 
 fn memory_pool(bytes: usize) -> foyer::Cache<String, Bytes> {
     foyer::CacheBuilder::new(bytes.max(1))
+        .with_shards(shards_for(bytes))
         .with_eviction_config(foyer::S3FifoConfig::default())
         .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
         .build()
@@ -75,6 +98,8 @@ impl ReadCache {
         ReadCache {
             recent: Recent::Memory(memory_pool(capacity_bytes - scanned)),
             scanned: memory_pool(scanned),
+            recent_entry_max: entry_max_for(capacity_bytes - scanned),
+            scanned_entry_max: entry_max_for(scanned),
             dir: None,
         }
     }
@@ -101,6 +126,7 @@ impl ReadCache {
             .with_name("oxbow-read-cache")
             .with_policy(foyer::HybridCachePolicy::WriteOnEviction)
             .memory((memory_bytes - scanned).max(1))
+            .with_shards(shards_for(memory_bytes - scanned))
             .with_eviction_config(foyer::S3FifoConfig::default())
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
             .storage()
@@ -115,6 +141,8 @@ impl ReadCache {
         Ok(ReadCache {
             recent: Recent::Hybrid(hybrid),
             scanned: memory_pool(scanned),
+            recent_entry_max: entry_max_for(memory_bytes - scanned),
+            scanned_entry_max: entry_max_for(scanned),
             dir: Some(std::sync::Arc::new(dir.to_path_buf())),
         })
     }
@@ -166,6 +194,9 @@ impl ReadCache {
 
     /// Caches `object_key[start..start+len]` just sealed, for readers near the tail.
     pub fn insert_recent(&self, object_key: &str, start: u64, len: u64, bytes: Bytes) {
+        if bytes.len() > self.recent_entry_max {
+            return;
+        }
         let key = Self::key(object_key, start, len);
         match &self.recent {
             Recent::Memory(m) => {
@@ -179,6 +210,9 @@ impl ReadCache {
 
     /// Caches `object_key[start..start+len]` fetched by a reader (or read-ahead) on a miss.
     pub fn insert_scanned(&self, object_key: &str, start: u64, len: u64, bytes: Bytes) {
+        if bytes.len() > self.scanned_entry_max {
+            return;
+        }
         self.scanned
             .insert(Self::key(object_key, start, len), bytes);
     }

@@ -99,3 +99,21 @@ async fn a_disk_tier_that_cannot_be_made_is_a_clear_error() {
         .expect("refused");
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }
+
+#[tokio::test]
+async fn large_ranges_never_take_a_pool_past_its_budget() {
+    // 32 MiB: 24 MiB recent (one shard), 8 MiB scanned (one shard).
+    let c = ReadCache::new(32 << 20);
+    for i in 0..40 {
+        // What a lagging sealer uploads: chunks of a few MiB, some past half a shard.
+        let len = (1 + i % 14) << 20;
+        c.insert_recent(&format!("r{i}"), 0, len as u64, Bytes::from(vec![0u8; len]));
+        c.insert_scanned(&format!("s{i}"), 0, len as u64, Bytes::from(vec![0u8; len]));
+        assert!(c.usage_bytes() <= 32 << 20, "usage {} after {i}", c.usage_bytes());
+    }
+    // A range within half a shard is cached; a larger one is not (its readers GET it).
+    c.insert_recent("small", 0, 4 << 20, Bytes::from(vec![1u8; 4 << 20]));
+    assert!(c.get("small", 0, 4 << 20).await.is_some());
+    c.insert_recent("large", 0, 13 << 20, Bytes::from(vec![1u8; 13 << 20]));
+    assert!(c.get("large", 0, 13 << 20).await.is_none());
+}
