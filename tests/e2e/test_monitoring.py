@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from brokers import REPO_ROOT, free_ports
 from cluster import cluster, etcd_server, moto_server  # noqa: F401 (fixtures)
+from cluster import read_all
 from helpers import consumer, create_topic, produce_all, producer, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
@@ -225,6 +226,66 @@ def test_a_lost_zone_fires_under_replicated_and_broker_down_which_clear_when_it_
     assert urp > 0
     c.restart(victim)
     wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=90, interval=1, what="every alert cleared")
+
+
+def metric_sum(http: str, name: str) -> float:
+    """The sum of `name`'s samples (every label set) in one scrape of `http`."""
+    return sum(
+        float(line.split()[-1])
+        for line in scrape(http).splitlines()
+        if line.startswith(f"{name} ") or line.startswith(f"{name}{{")
+    )
+
+
+def test_the_only_holder_of_a_wal_tail_lost_fires_offline_partitions_which_clear_when_it_returns(cluster, prometheus):
+    """Any broker may lead any partition, but a dead leader's unsealed WAL tail must be
+    recovered before its partitions are served again (decision 13). With
+    `--wal-replication-factor 1` the leader's WAL is the tail's only copy: killed, its
+    partitions move to the survivor, which cannot recover the tail and keeps them offline
+    (answering NOT_LEADER_OR_FOLLOWER) until the leader returns — Kafka keeps a partition
+    offline until its last in-sync replica returns, for the same reason."""
+    c = cluster(2, flush_interval="60s", extra_args=["--wal-replication-factor", "1"])
+    topic = unique("offline")
+    create_topic(c.bootstrap, topic, partitions=4)
+    values = [{"value": f"v{i}".encode(), "partition": i % 4} for i in range(40)]
+    produce_all(producer(c.bootstrap), topic, values, timeout=30)
+    leader_of = c.leaders(topic)
+    victim = next(b for b in (1, 2) if b in leader_of.values())
+    survivor = 3 - victim
+    victims_partitions = {p for p, b in leader_of.items() if b == victim}
+
+    prom = prometheus([host_port(b.http) for b in c.brokers])
+    wait_until(lambda: prom.targets_up() == 2, timeout=30, interval=0.5, what="2 targets up")
+    time.sleep(3)  # a few evaluations of every rule on a healthy cluster
+    assert prom.firing() - UNCAUSED == set(), "a healthy cluster fires nothing"
+
+    c.kill9(victim)  # with its WAL: the only copy of what it had not sealed (flush 60 s)
+    started = time.monotonic()
+    wait_until(lambda: "OxbowOfflinePartitions" in prom.firing(), timeout=30, interval=0.5, what="offline alert")
+    print(f"\noffline alert fired {time.monotonic() - started:.1f} s after the kill")
+    # Leadership moved (the controller's failover), yet the partitions stay offline: the
+    # survivor leads them of record but is still recovering the dead leader's tail.
+    wait_until(
+        lambda: {p: b for p, b in c.leaders(topic).items() if p in victims_partitions}
+        == {p: survivor for p in victims_partitions},
+        timeout=30, interval=0.5, what="failover to the survivor",
+    )
+    http = c.broker(survivor).http
+    wait_until(lambda: metric_sum(http, "oxbow_recoveries_pending") >= 1, timeout=15, interval=0.5,
+               what="a recovery waiting for the dead leader")
+    time.sleep(6)  # past the longest recovery backoff (5 s): retries keep failing
+    assert metric_sum(http, "oxbow_offline_partitions") == len(victims_partitions)
+    assert "OxbowOfflinePartitions" in prom.firing()
+
+    c.restart(victim)
+    restarted = time.monotonic()
+    wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=60, interval=0.5, what="every alert cleared")
+    print(f"offline alert cleared {time.monotonic() - restarted:.1f} s after the restart")
+    assert metric_sum(http, "oxbow_offline_partitions") == 0
+    # What the tail held is served again: nothing acknowledged was lost while offline.
+    records = read_all(c.bootstrap, topic, 4, timeout=60)
+    got = sorted(r.value for recs in records.values() for r in recs)
+    assert got == sorted(v["value"] for v in values)
 
 
 def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(broker, prometheus):
