@@ -315,6 +315,12 @@ def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(
             con.close()
 
     consume_all_and_commit()
+    # The group's join was timed, and the consumer's reads came from the partition's tail.
+    assert metric_sum(broker.http, "oxbow_group_rebalances_total") >= 1
+    assert metric_sum(broker.http, "oxbow_group_rebalance_seconds_count") >= 1
+    tail_reads = [line for line in scrape(broker.http).splitlines()
+                  if line.startswith('oxbow_fetch_read_seconds_count{source="tail"}')]
+    assert tail_reads and float(tail_reads[0].split()[-1]) >= 1, tail_reads
     prom = prometheus([host_port(broker.http)], {"OxbowConsumerLagSeconds": ("> 300", "> 4")})
     wait_until(lambda: prom.targets_up() == 1, timeout=30, interval=0.5, what="target up")
     # The consumer is gone; records keep arriving: their age grows past the threshold.

@@ -32,7 +32,11 @@ use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult}
 use kafka_protocol::error::ResponseError;
 use oxbow_metadata::group::{CommittedOffset, PendingTxnOffsets};
 use oxbow_metadata::MetadataStore;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -79,7 +83,10 @@ impl Slot {
         }
     }
 
-    fn deliver(&mut self, actions: Vec<Action>) {
+    /// Answers the parked requests `actions` name, and notes the rebalances the group
+    /// began or completed in `metrics`.
+    fn deliver(&mut self, actions: Vec<Action>, metrics: &RebalanceMetrics) {
+        metrics.note(self.group.take_rebalances());
         for a in actions {
             match a {
                 Action::Join(m, r) => {
@@ -190,6 +197,58 @@ pub struct Coordinator {
     /// markers ask it here: they name offsets partitions, not groups; every other call is
     /// for a group the Kafka handler has checked already.
     coordinates: Coordinates,
+    /// Rebalances of the groups coordinated here.
+    rebalances: RebalanceMetrics,
+}
+
+/// How long this coordinator's groups take to rebalance, and how often they do
+/// (`oxbow_group_rebalance_seconds`, `oxbow_group_rebalances_total`).
+pub struct RebalanceMetrics {
+    /// From entering PreparingRebalance to Stable, per completed rebalance. Its buckets
+    /// are the latency buckets (50 µs × √2ⁿ, to ~13 s) plus 30 s, 1 min and 5 min: a
+    /// rebalance waits for every member's rejoin, up to its rebalance timeout.
+    seconds: Histogram,
+    /// Rebalances begun (completed or not).
+    begun: AtomicU64,
+}
+
+impl Default for RebalanceMetrics {
+    fn default() -> Self {
+        RebalanceMetrics {
+            seconds: Histogram::new(rebalance_buckets()),
+            begun: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The shared latency buckets, then minutes (see [`RebalanceMetrics::seconds`]).
+fn rebalance_buckets() -> impl Iterator<Item = f64> {
+    oxbow_segment_writer::latency::latency_buckets().chain([30.0, 60.0, 300.0])
+}
+
+impl RebalanceMetrics {
+    fn note(&self, r: group::Rebalances) {
+        self.begun.fetch_add(u64::from(r.begun), Ordering::Relaxed);
+        if let Some(ms) = r.completed_ms {
+            self.seconds.observe(ms as f64 / 1000.0);
+        }
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register_with_unit(
+            "oxbow_group_rebalance",
+            "Time consumer groups coordinated here took to rebalance, from PreparingRebalance \
+             to Stable (its count: rebalances completed)",
+            Unit::Seconds,
+            self.seconds.clone(),
+        );
+        registry.register(
+            "oxbow_group_rebalances",
+            "Consumer group rebalances begun on this coordinator (a member joined, left, \
+             changed its subscription or missed its session timeout)",
+            ConstCounter::new(self.begun.load(Ordering::Relaxed)),
+        );
+    }
 }
 
 fn now_wall_ms() -> i64 {
@@ -208,6 +267,7 @@ impl Coordinator {
             groups: Mutex::new(HashMap::new()),
             offsets: Mutex::new(HashMap::new()),
             coordinates: Arc::new(|_: &str| true),
+            rebalances: RebalanceMetrics::default(),
         }
     }
 
@@ -223,6 +283,11 @@ impl Coordinator {
 
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// The rebalance metrics of the groups coordinated here.
+    pub fn rebalance_metrics(&self) -> &RebalanceMetrics {
+        &self.rebalances
     }
 
     fn slot(&self, group_id: &str) -> Arc<Mutex<Slot>> {
@@ -299,7 +364,7 @@ impl Coordinator {
             let (reply, actions) = s.group.join(req, now);
             let rx = match reply {
                 Reply::Now(r) => {
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     return r;
                 }
                 Reply::Later(member) => {
@@ -310,7 +375,7 @@ impl Coordinator {
                     rx
                 }
             };
-            s.deliver(actions);
+            s.deliver(actions, &self.rebalances);
             rx
         };
         match tokio::time::timeout(wait, rx).await {
@@ -353,13 +418,13 @@ impl Coordinator {
                     .sync(member_id, instance_id, generation, assignments, now);
             match reply {
                 Reply::Now(r) => {
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     return r;
                 }
                 Reply::Later(member) => {
                     let (tx, rx) = oneshot::channel();
                     s.syncs.insert(member, tx);
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     (rx, wait)
                 }
             }
@@ -395,7 +460,7 @@ impl Coordinator {
         let mut s = Self::lock(&slot);
         let now = self.now_ms();
         let (code, actions) = s.group.leave(member_id, instance_id, now);
-        s.deliver(actions);
+        s.deliver(actions, &self.rebalances);
         code
     }
 
@@ -416,7 +481,7 @@ impl Coordinator {
                 let mut s = Self::lock(&slot);
                 let now = self.now_ms();
                 let actions = s.group.tick(now);
-                s.deliver(actions);
+                s.deliver(actions, &self.rebalances);
             }
         }
     }

@@ -145,6 +145,10 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
     broker.metrics.request_latency.register(&mut registry);
     broker.log.register_latency(&mut registry);
     broker.metadata.register_metrics(&mut registry);
+    broker
+        .coordinator
+        .rebalance_metrics()
+        .register(&mut registry);
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
         tracing::warn!(error = %e, "cannot render the metrics");
