@@ -393,6 +393,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     background.spawn(crate::security::cache::run_security_follower(
         metadata.clone(),
         broker.security.clone(),
+        broker.cluster.clone(),
         stop_serving.clone(),
     ));
     background.spawn(cluster::follower::run_topic_follower(

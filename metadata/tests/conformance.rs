@@ -475,6 +475,34 @@ async fn topic_watch(store: &dyn MetadataStore) {
             topic_id: t.topic_id
         }
     );
+    // Changes delivered but not taken yet are counted (how far behind the subscriber is),
+    // and read 0 once taken, or once the watch is gone.
+    let queue = watch.queue();
+    assert_eq!(queue.queued(), 0);
+    store
+        .create_topic(spec("queued", 1), 1)
+        .await
+        .expect("create");
+    store.delete_topic("queued").await.expect("delete");
+    eventually("two changes queued", || {
+        let q = queue.clone();
+        async move { q.queued() == 2 }
+    })
+    .await;
+    let _ = next(&mut watch, "queued created").await;
+    assert_eq!(queue.queued(), 1);
+    store
+        .create_topic(spec("queued-2", 1), 1)
+        .await
+        .expect("create");
+    eventually("two changes queued again", || {
+        let q = queue.clone();
+        async move { q.queued() == 2 }
+    })
+    .await;
+    drop(watch);
+    assert_eq!(queue.queued(), 0);
+    store.delete_topic("queued-2").await.expect("delete");
 }
 
 fn set(name: &str, value: &str) -> ConfigChange {

@@ -32,6 +32,7 @@ impl Collector for BrokerFamilies {
         compaction(b, &mut s)?;
         metadata(b, &mut s)?;
         super::health::cluster(b, &mut s)?;
+        super::health::watches(b, &mut s)?;
         super::health::runtime(&mut s)?;
         super::health::disks(b, &mut s)?;
         partitions(b, &mut s)?;

@@ -149,6 +149,14 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
         .coordinator
         .rebalance_metrics()
         .register(&mut registry);
+    registry.register_with_unit(
+        "oxbow_controller_event_batch",
+        "Time the controller took to decide and apply one batch of events (its partition \
+         compare-and-swaps included; Kafka's EventQueueProcessingTimeMs); only the \
+         controller records any",
+        prometheus_client::registry::Unit::Seconds,
+        broker.cluster.watch_metrics.controller_batch.clone(),
+    );
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
         tracing::warn!(error = %e, "cannot render the metrics");
