@@ -288,6 +288,63 @@ def test_the_only_holder_of_a_wal_tail_lost_fires_offline_partitions_which_clear
     assert got == sorted(v["value"] for v in values)
 
 
+def group_series(http: str, name: str, group: str) -> dict[int, float]:
+    """partition -> value of `name`'s samples for `group` in one scrape of `http`."""
+    out = {}
+    for line in scrape(http).splitlines():
+        if line.startswith(name + "{") and f'group="{group}"' in line:
+            partition = int(re.search(r'partition="(\d+)"', line).group(1))
+            out[partition] = float(line.split()[-1])
+    return out
+
+
+def test_a_coordinator_reports_lag_for_partitions_led_by_other_brokers(cluster):
+    """A group's coordinator knows its committed offsets but leads only some of its
+    partitions: it asks the other leaders for their high watermarks (one ListOffsets per
+    broker every 5 s), so lag in records and seconds covers every partition, from one
+    broker."""
+    c = cluster(3)
+    topic = unique("spread")
+    group = unique("g")
+    partitions = 6
+    create_topic(c.bootstrap, topic, partitions=partitions)
+    # Partition p holds p + 1 records; the group commits offset 1 everywhere: lag p.
+    produce_all(producer(c.bootstrap), topic,
+                [{"value": b"v", "partition": p} for p in range(partitions) for _ in range(p + 1)], timeout=30)
+    leaders = c.leaders(topic)
+    assert len(set(leaders.values())) >= 2, f"partitions not spread over brokers: {leaders}"
+    con = consumer(c.bootstrap, **{"group.id": group})
+    try:
+        con.commit(offsets=[TopicPartition(topic, p, 1) for p in range(partitions)], asynchronous=False)
+    finally:
+        con.close()
+    want = {p: float(p) for p in range(partitions)}
+    seen: dict[int, dict] = {}
+
+    def complete() -> bool:
+        for b in c.brokers:
+            seen[b.broker_id] = group_series(b.http, "oxbow_consumer_group_lag", group)
+        return want in seen.values()
+
+    try:
+        wait_until(complete, timeout=30, interval=1, what="lag of every partition on the coordinator")
+    except AssertionError:
+        pytest.fail(f"lag per broker: {seen}, leaders: {leaders}")
+    coordinator = next(b for b in c.brokers if seen[b.broker_id] == want)
+    assert [b.broker_id for b in c.brokers if seen[b.broker_id]] == [coordinator.broker_id], seen
+    led_here = {p for p, b in leaders.items() if b == coordinator.broker_id}
+    assert led_here != set(range(partitions)), "the coordinator leads every partition: nothing to show"
+    seconds = group_series(coordinator.http, "oxbow_consumer_group_lag_seconds", group)
+    assert set(seconds) == set(range(partitions)), seconds
+    # Every broker reports its metadata watches; the controller its own too (its queue).
+    watches = {
+        b.broker_id: set(re.findall(r'oxbow_metadata_watch_queued_events\{watch="(\w+)"\}', scrape(b.http)))
+        for b in c.brokers
+    }
+    assert all({"brokers", "topics", "security"} <= w for w in watches.values()), watches
+    assert sum("controller_topics" in w for w in watches.values()) == 1, watches
+
+
 def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(broker, prometheus):
     topic = unique("lag")
     group = unique("group")

@@ -26,6 +26,7 @@ pub mod assignor;
 pub mod group;
 pub mod lag;
 pub mod protocol;
+pub mod remote_high_watermarks;
 mod txn_offsets;
 
 use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult};

@@ -164,15 +164,21 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
     out
 }
 
-/// Notes every partition led here's high watermark for consumer lag in seconds
+/// Notes every partition led here's high watermark (and those led elsewhere that its
+/// groups committed, as their leaders last answered) for consumer lag in seconds
 /// ([`lag::LagClock`]) and how many brokers are live; called by the one sampling loop
 /// (`crate::samples::run_sampler`, every 5 s).
 pub fn sample(broker: &crate::broker::Broker) {
-    let highs = broker
+    let mut highs: Vec<_> = broker
         .log
         .open_partitions()
         .into_iter()
-        .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)));
+        .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)))
+        .collect();
+    // A partition that moved here keeps its old leader's answer for a while: memory wins.
+    let here: std::collections::HashSet<_> = highs.iter().map(|(tp, _)| *tp).collect();
+    let remote = broker.samples.remote.fresh();
+    highs.extend(remote.into_iter().filter(|(tp, _)| !here.contains(tp)));
     broker.metrics.lag_clock.sample(lag::now_ms(), highs);
     health::note_live_brokers(broker);
 }
