@@ -450,6 +450,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let connection_slots = Arc::new(tokio::sync::Semaphore::new(
         (args.connections_max as usize).max(1),
     ));
+    broker
+        .metrics
+        .connections_max
+        .store(u64::from(args.connections_max.max(1)), Ordering::Relaxed);
     let mut kafka_bound = Vec::new();
     for (spec, socket, bound) in kafka_listeners {
         kafka_bound.push(format!("{}://{bound}", spec.name));

@@ -39,6 +39,13 @@ pub struct Metrics {
     pub connections_idle_closed: AtomicU64,
     pub connections_read_timed_out: AtomicU64,
     pub http_connections_open: AtomicU64,
+    /// `--connections-max` and `--http-connections-max`: what the open counts are bounded
+    /// by (a listener is saturated at its bound).
+    pub connections_max: AtomicU64,
+    pub http_connections_max: AtomicU64,
+    /// Accepts that found every connection slot taken and waited for one to close.
+    pub connection_slot_waits: AtomicU64,
+    pub http_connection_slot_waits: AtomicU64,
     pub http_connections_idle_closed: AtomicU64,
     pub http_connections_read_timed_out: AtomicU64,
     /// TLS handshakes that failed or timed out (plaintext to a TLS port, an untrusted or
@@ -88,6 +95,10 @@ impl Default for Metrics {
             connections_idle_closed: AtomicU64::new(0),
             connections_read_timed_out: AtomicU64::new(0),
             http_connections_open: AtomicU64::new(0),
+            connections_max: AtomicU64::new(0),
+            http_connections_max: AtomicU64::new(0),
+            connection_slot_waits: AtomicU64::new(0),
+            http_connection_slot_waits: AtomicU64::new(0),
             http_connections_idle_closed: AtomicU64::new(0),
             http_connections_read_timed_out: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
@@ -134,6 +145,22 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// A connection slot from `slots`; counted in `waits` when none is free at once (the
+/// listener is saturated: the connection waits in the kernel's accept backlog).
+pub async fn connection_slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    waits: &AtomicU64,
+) -> Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    match slots.clone().try_acquire_owned() {
+        Ok(p) => Ok(p),
+        Err(tokio::sync::TryAcquireError::Closed) => slots.clone().acquire_owned().await,
+        Err(tokio::sync::TryAcquireError::NoPermits) => {
+            waits.fetch_add(1, Ordering::Relaxed);
+            slots.clone().acquire_owned().await
+        }
     }
 }
 
