@@ -104,7 +104,8 @@ pub async fn group_lags(
 pub struct LagSample {
     /// Wall-clock time of the sample, ms since the Unix epoch (the chart's x axis).
     pub time_ms: i64,
-    /// Sum of the lags of the partitions led here that the group committed.
+    /// Sum of the lags of the partitions the group committed whose high watermark is known
+    /// here (led here, or answered by their leader lately).
     pub total_lag: i64,
 }
 
