@@ -26,6 +26,7 @@ pub mod assignor;
 pub mod group;
 pub mod lag;
 pub mod protocol;
+mod rebalance_metrics;
 pub mod remote_high_watermarks;
 mod txn_offsets;
 
@@ -33,11 +34,8 @@ use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult}
 use kafka_protocol::error::ResponseError;
 use oxbow_metadata::group::{CommittedOffset, PendingTxnOffsets};
 use oxbow_metadata::MetadataStore;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+pub use rebalance_metrics::RebalanceMetrics;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -200,56 +198,6 @@ pub struct Coordinator {
     coordinates: Coordinates,
     /// Rebalances of the groups coordinated here.
     rebalances: RebalanceMetrics,
-}
-
-/// How long this coordinator's groups take to rebalance, and how often they do
-/// (`oxbow_group_rebalance_seconds`, `oxbow_group_rebalances_total`).
-pub struct RebalanceMetrics {
-    /// From entering PreparingRebalance to Stable, per completed rebalance. Its buckets
-    /// are the latency buckets (50 µs × √2ⁿ, to ~13 s) plus 30 s, 1 min and 5 min: a
-    /// rebalance waits for every member's rejoin, up to its rebalance timeout.
-    seconds: Histogram,
-    /// Rebalances begun (completed or not).
-    begun: AtomicU64,
-}
-
-impl Default for RebalanceMetrics {
-    fn default() -> Self {
-        RebalanceMetrics {
-            seconds: Histogram::new(rebalance_buckets()),
-            begun: AtomicU64::new(0),
-        }
-    }
-}
-
-/// The shared latency buckets, then minutes (see [`RebalanceMetrics::seconds`]).
-fn rebalance_buckets() -> impl Iterator<Item = f64> {
-    oxbow_segment_writer::latency::latency_buckets().chain([30.0, 60.0, 300.0])
-}
-
-impl RebalanceMetrics {
-    fn note(&self, r: group::Rebalances) {
-        self.begun.fetch_add(u64::from(r.begun), Ordering::Relaxed);
-        if let Some(ms) = r.completed_ms {
-            self.seconds.observe(ms as f64 / 1000.0);
-        }
-    }
-
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register_with_unit(
-            "oxbow_group_rebalance",
-            "Time consumer groups coordinated here took to rebalance, from PreparingRebalance \
-             to Stable (its count: rebalances completed)",
-            Unit::Seconds,
-            self.seconds.clone(),
-        );
-        registry.register(
-            "oxbow_group_rebalances",
-            "Consumer group rebalances begun on this coordinator (a member joined, left, \
-             changed its subscription or missed its session timeout)",
-            ConstCounter::new(self.begun.load(Ordering::Relaxed)),
-        );
-    }
 }
 
 fn now_wall_ms() -> i64 {
