@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from brokers import REPO_ROOT, free_ports
 from cluster import cluster, etcd_server, moto_server  # noqa: F401 (fixtures)
 from cluster import read_all
-from helpers import consumer, create_topic, produce_all, producer, unique, wait_until
+from helpers import consume_partitions, consumer, create_topic, produce_all, producer, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
 
@@ -393,6 +393,25 @@ def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(
     assert lag and lag[0] > 4
     consume_all_and_commit()
     wait_until(lambda: "OxbowConsumerLagSeconds" not in prom.firing(), timeout=30, interval=0.5, what="lag alert cleared")
+
+
+def test_fetch_reads_are_timed_by_the_tier_they_came_from(broker):
+    """After a restart a partition's records are in the object store only: the first
+    consumer's reads are GETs, a second consumer's come from the read cache they filled."""
+    topic = unique("tiers")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce_all(producer(broker.bootstrap), topic, [{"value": b"r", "partition": 0}] * 20)
+    broker.restart()  # graceful: everything sealed; memory and the (memory-only) cache empty
+
+    def reads(source: str) -> float:
+        return metric_sum(broker.http, f'oxbow_fetch_read_seconds_count{{source="{source}"}}')
+
+    assert reads("object_store") == reads("cache_memory") == 0
+    for _ in range(2):
+        got = consume_partitions(broker.bootstrap, topic, [0], timeout=30)
+        assert len(got[0]) == 20
+    assert reads("object_store") >= 1
+    assert reads("cache_memory") >= 1
 
 
 def test_series_stay_bounded_at_1000_partitions(broker):
