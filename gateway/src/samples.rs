@@ -6,7 +6,9 @@
 //! Why on the server: a chart that starts when the page opens shows nothing about the
 //! incident an operator opens it for. One loop ([`run_sampler`]) samples every
 //! [`SAMPLE_INTERVAL`] from memory only (the coordinator's cached offsets, the open
-//! partitions' high watermarks, a counter) — no metadata or object-store I/O — and keeps
+//! partitions' high watermarks, a counter) — no metadata or object-store I/O; the one
+//! network call is one ListOffsets per other leader for the high watermarks of partitions
+//! led elsewhere (`groups::remote_high_watermarks`) — and keeps
 //! a bounded amount: [`LAG_SAMPLES_PER_GROUP`] per group for at most [`LAG_GROUPS_MAX`]
 //! groups, and one rate per open partition.
 //!
@@ -15,6 +17,7 @@
 
 use crate::broker::Broker;
 use crate::groups::lag::{self, LagHistory};
+use crate::groups::remote_high_watermarks::{self, RemoteHighWatermarks};
 use oxbow_metadata::TopicPartition;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -48,6 +51,8 @@ struct Rates {
 pub struct Samples {
     pub lag: LagHistory,
     rates: Mutex<Rates>,
+    /// High watermarks of partitions led elsewhere, for the lag of groups coordinated here.
+    pub remote: RemoteHighWatermarks,
 }
 
 impl Default for Samples {
@@ -55,6 +60,7 @@ impl Default for Samples {
         Samples {
             lag: LagHistory::new(LAG_SAMPLES_PER_GROUP, LAG_GROUPS_MAX),
             rates: Mutex::new(Rates::default()),
+            remote: RemoteHighWatermarks::default(),
         }
     }
 }
@@ -135,11 +141,18 @@ fn now_wall_ms() -> i64 {
 pub async fn run_sampler(broker: Arc<Broker>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Connections to other leaders, kept between ticks.
+    let mut leaders = HashMap::new();
     loop {
         let at = tokio::select! {
             _ = shutdown.cancelled() => return,
             at = tick.tick() => at,
         };
+        // Bounded by its timeout, and cut short by shutdown.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = remote_high_watermarks::refresh(&broker, &mut leaders) => {}
+        }
         broker.samples.sample(&broker, at.into_std(), now_wall_ms());
         crate::metrics::sample(&broker);
     }

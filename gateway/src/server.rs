@@ -394,6 +394,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     background.spawn(crate::security::cache::run_security_follower(
         metadata.clone(),
         broker.security.clone(),
+        broker.cluster.clone(),
         stop_serving.clone(),
     ));
     background.spawn(cluster::follower::run_topic_follower(
@@ -453,6 +454,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // `--queued-max-request-bytes` bounds the requests of all listeners together.
     let request_memory = kafka::RequestMemory::new(args.queued_max_request_bytes.as_usize());
     let _ = broker.metrics.request_memory.set(request_memory.clone());
+    broker
+        .metrics
+        .connections_max
+        .store(u64::from(args.connections_max.max(1)), Ordering::Relaxed);
     let mut kafka_bound = Vec::new();
     for (spec, socket, bound) in kafka_listeners {
         kafka_bound.push(format!("{}://{bound}", spec.name));

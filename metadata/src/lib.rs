@@ -98,4 +98,4 @@ pub use topic_configs::{AlterOp, ConfigAlteration, ConfigChange};
 pub use txn::TxnRecord;
 pub use types::{BrokerId, LeaderEpoch, Offset, PartitionId, TopicId, TopicPartition};
 pub use wal_replicas::WalReplicaSet;
-pub use watch::{BrokerEvent, TopicEvent, Watch};
+pub use watch::{BrokerEvent, TopicEvent, Watch, WatchQueue};

@@ -21,6 +21,8 @@
 use crate::store::BrokerRegistration;
 use crate::topic::{PartitionState, TopicMetadata};
 use crate::types::{BrokerId, TopicId};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -32,21 +34,72 @@ pub struct Watch<T> {
     rx: mpsc::Receiver<T>,
     /// The task feeding `rx`, if any; aborted on drop so it never outlives its subscriber.
     task: Option<JoinHandle<()>>,
+    /// Events the feeding task has taken from the backend that the subscriber has not
+    /// received yet (see [`WatchQueue`]).
+    queued: WatchQueue,
+}
+
+/// How far a subscriber is behind its watch: events the metadata service delivered that it
+/// has not taken yet (those in the queue, and one its feeding task waits to queue). A
+/// cheap handle for metrics; reads 0 once the watch is dropped. At
+/// [`WATCH_CAPACITY`] the watch ends and the subscriber lists everything again.
+#[derive(Clone, Debug, Default)]
+pub struct WatchQueue(Arc<AtomicUsize>);
+
+impl WatchQueue {
+    /// Events waiting for the subscriber now.
+    pub fn queued(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// One more event on its way to the subscriber (counted before it is queued, so the
+    /// subscriber's receipt never comes first).
+    pub(crate) fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn taken(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
 }
 
 impl<T> Watch<T> {
     pub(crate) fn new(rx: mpsc::Receiver<T>, task: Option<JoinHandle<()>>) -> Self {
-        Watch { rx, task }
+        Watch::counted(rx, task, WatchQueue::default())
+    }
+
+    /// A watch whose feeding task counts what it queues in `queued`.
+    pub(crate) fn counted(
+        rx: mpsc::Receiver<T>,
+        task: Option<JoinHandle<()>>,
+        queued: WatchQueue,
+    ) -> Self {
+        Watch { rx, task, queued }
     }
 
     /// The next event, or `None` once the watch has ended (re-subscribe and re-list).
     pub async fn recv(&mut self) -> Option<T> {
-        self.rx.recv().await
+        let event = self.rx.recv().await;
+        if event.is_some() {
+            self.queued.taken();
+        }
+        event
     }
 
     /// The next event if one is queued.
     pub fn try_recv(&mut self) -> Option<T> {
-        self.rx.try_recv().ok()
+        let event = self.rx.try_recv().ok();
+        if event.is_some() {
+            self.queued.taken();
+        }
+        event
+    }
+
+    /// A handle on how far behind this watch its subscriber is.
+    pub fn queue(&self) -> WatchQueue {
+        self.queued.clone()
     }
 }
 
@@ -55,6 +108,7 @@ impl<T> Drop for Watch<T> {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        self.queued.0.store(0, Ordering::Relaxed);
     }
 }
 

@@ -475,6 +475,26 @@ async fn topic_watch(store: &dyn MetadataStore) {
             topic_id: t.topic_id
         }
     );
+    // Changes delivered but not taken yet are counted (how far behind the subscriber is),
+    // and read 0 once taken, or once the watch is gone. (No deletes meanwhile: a created
+    // topic's event is read whole when it is forwarded, and one deleted by then is skipped.)
+    let queue = watch.queue();
+    assert_eq!(queue.queued(), 0);
+    for (name, queued) in [("queued-1", 1), ("queued-2", 2)] {
+        store.create_topic(spec(name, 1), 1).await.expect("create");
+        eventually("changes queued", || {
+            let q = queue.clone();
+            async move { q.queued() == queued }
+        })
+        .await;
+    }
+    let _ = next(&mut watch, "queued-1 created").await;
+    assert_eq!(queue.queued(), 1);
+    drop(watch);
+    assert_eq!(queue.queued(), 0);
+    for name in ["queued-1", "queued-2"] {
+        store.delete_topic(name).await.expect("delete");
+    }
 }
 
 fn set(name: &str, value: &str) -> ConfigChange {

@@ -18,13 +18,17 @@ const LATENCY_BUCKETS: u16 = 37;
 
 /// A histogram of durations in seconds with the shared buckets (see the module docs).
 pub fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+/// The shared buckets' upper bounds (see the module docs), for a histogram that extends
+/// them.
+pub fn latency_buckets() -> impl Iterator<Item = f64> {
     // Rounded to three significant digits, so bounds read as 0.000141, not 0.00014142135….
-    Histogram::new(
-        exponential_buckets(50e-6, std::f64::consts::SQRT_2, LATENCY_BUCKETS).map(|b| {
-            let scale = 10f64.powi(2 - b.log10().floor() as i32);
-            (b * scale).round() / scale
-        }),
-    )
+    exponential_buckets(50e-6, std::f64::consts::SQRT_2, LATENCY_BUCKETS).map(|b| {
+        let scale = 10f64.powi(2 - b.log10().floor() as i32);
+        (b * scale).round() / scale
+    })
 }
 
 /// Records `d` in seconds.

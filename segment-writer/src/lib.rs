@@ -93,7 +93,7 @@ pub use log::{
     Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
     PendingAppend, PRODUCER_EXPIRATION_CHECK, PRODUCER_ID_EXPIRATION_DEFAULT,
 };
-pub use read::{Isolation, ReadResult};
+pub use read::{Isolation, ReadResult, ReadSource};
 pub use replica::serve_internal;
 pub use replica_store::ReplicaStore;
 pub use replicate::{ReplicationSettings, Replicator};

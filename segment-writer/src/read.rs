@@ -61,6 +61,43 @@ pub enum Isolation {
     ReadCommitted,
 }
 
+/// Where a read's batches came from: the slowest tier it touched, in this order (a read of
+/// a sealed range that goes on into the in-memory tail is as slow as the range). Reported
+/// by `oxbow_fetch_read_seconds{source}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReadSource {
+    /// The partition's in-memory recent batches (the leader's unsealed and recently sealed
+    /// tail).
+    #[default]
+    Tail,
+    /// The read cache's memory.
+    CacheMemory,
+    /// The read cache's disk tier (`--cache-dir`).
+    CacheDisk,
+    /// A ranged GET from the object store.
+    ObjectStore,
+}
+
+impl ReadSource {
+    /// Every source, fastest first.
+    pub const ALL: [ReadSource; 4] = [
+        ReadSource::Tail,
+        ReadSource::CacheMemory,
+        ReadSource::CacheDisk,
+        ReadSource::ObjectStore,
+    ];
+
+    /// The `source` label's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadSource::Tail => "tail",
+            ReadSource::CacheMemory => "cache_memory",
+            ReadSource::CacheDisk => "cache_disk",
+            ReadSource::ObjectStore => "object_store",
+        }
+    }
+}
+
 /// What a read returns.
 #[derive(Clone, Debug, Default)]
 pub struct ReadResult {
@@ -74,6 +111,8 @@ pub struct ReadResult {
     /// `read_committed` only: the aborted transactions overlapping `batches`, in
     /// first-offset order (their records are to be skipped, as Fetch tells a consumer).
     pub aborted: Option<Vec<AbortedTxn>>,
+    /// The slowest tier the batches came from.
+    pub source: ReadSource,
 }
 
 impl ReadResult {
@@ -109,18 +148,11 @@ impl LogManager {
                 s.sealed_end,
             )
         };
-        let batches = match plan {
-            ReadPlan::Memory(b) => b,
+        let (batches, source) = match plan {
+            ReadPlan::Memory(b) => (b, ReadSource::Tail),
             ReadPlan::Objects => {
                 let tp = partition.topic_partition;
-                let mut acc = Collect {
-                    out: Vec::new(),
-                    total: 0,
-                    next: offset,
-                    max_bytes,
-                    min_one,
-                    stopped: false,
-                };
+                let mut acc = Collect::new(offset, max_bytes, min_one);
                 self.collect_catalogued(tp, sealed_end, &mut acc).await?;
                 let mut out = acc.out;
                 if acc.total < max_bytes && acc.next >= sealed_end {
@@ -129,7 +161,7 @@ impl LogManager {
                         out.push(b);
                     }
                 }
-                out
+                (out, acc.source)
             }
         };
         Ok(ReadResult {
@@ -138,6 +170,7 @@ impl LogManager {
             high_watermark,
             last_stable_offset: partition.lock()?.last_stable_offset(),
             aborted: None,
+            source,
         })
     }
 
@@ -174,6 +207,7 @@ impl LogManager {
                 high_watermark: s.high_watermark,
                 last_stable_offset: lso,
                 aborted: None,
+                source: ReadSource::Tail,
             }
         } else {
             let mut r = self.read(partition, offset, max_bytes, min_one).await?;
@@ -466,14 +500,7 @@ impl LogManager {
                 log_end: end,
             });
         }
-        let mut acc = Collect {
-            out: Vec::new(),
-            total: 0,
-            next: offset,
-            max_bytes,
-            min_one,
-            stopped: false,
-        };
+        let mut acc = Collect::new(offset, max_bytes, min_one);
         self.collect_catalogued(tp, end, &mut acc).await?;
         Ok(ReadResult {
             batches: acc.out,
@@ -481,6 +508,7 @@ impl LogManager {
             high_watermark: end,
             last_stable_offset: end,
             aborted: None,
+            source: acc.source,
         })
     }
 
@@ -488,6 +516,11 @@ impl LogManager {
     /// A range read back from the cache's disk tier is checked like a GET; one that fails
     /// is fetched again.
     pub(crate) async fn read_entry(&self, entry: &CatalogEntry) -> Result<Bytes> {
+        Ok(self.read_entry_from(entry).await?.0)
+    }
+
+    /// [`Self::read_entry`], with where the bytes came from.
+    async fn read_entry_from(&self, entry: &CatalogEntry) -> Result<(Bytes, ReadSource)> {
         if let Some(hit) = self
             .cache
             .get(&entry.object_key, entry.byte_start, entry.byte_len)
@@ -495,7 +528,12 @@ impl LogManager {
         {
             if !hit.from_disk || self.checked(entry, &hit.bytes).is_ok() {
                 self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(hit.bytes);
+                let source = if hit.from_disk {
+                    ReadSource::CacheDisk
+                } else {
+                    ReadSource::CacheMemory
+                };
+                return Ok((hit.bytes, source));
             }
         }
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
@@ -507,7 +545,7 @@ impl LogManager {
             entry.byte_len,
             bytes.clone(),
         );
-        Ok(bytes)
+        Ok((bytes, ReadSource::ObjectStore))
     }
 
     /// `bytes` against `entry`'s checksum, counted and logged when they fail it.
@@ -541,7 +579,8 @@ impl LogManager {
                     self.read_range_into(entry, acc).await?
                 }
                 EntryLayout::SegmentIndex => {
-                    let index = self.segment_index(entry).await?;
+                    let (index, source) = self.segment_index_from(entry).await?;
+                    acc.source = acc.source.max(source);
                     let mut i = index.chunk_for_offset(acc.next);
                     // A clipped entry serves only up to its last offset (see
                     // `oxbow_metadata::catalog_view`).
@@ -579,7 +618,8 @@ impl LogManager {
 
     /// Reads one range of batches (a sealed object's chunk or a segment's chunk) into `acc`.
     async fn read_range_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<()> {
-        let range = self.read_entry(entry).await?;
+        let (range, source) = self.read_entry_from(entry).await?;
+        acc.source = acc.source.max(source);
         for (h, b) in batch::iter_batches(&range) {
             if h.last_offset() < acc.next {
                 continue;
@@ -609,7 +649,12 @@ impl LogManager {
     /// The index of the segment a catalog entry names: fetched through the cache and
     /// checked against the entry's CRC, like any range.
     pub(crate) async fn segment_index(&self, entry: &CatalogEntry) -> Result<SegmentIndex> {
-        let bytes = self.read_entry(entry).await?;
+        Ok(self.segment_index_from(entry).await?.0)
+    }
+
+    /// [`Self::segment_index`], with where its bytes came from.
+    async fn segment_index_from(&self, entry: &CatalogEntry) -> Result<(SegmentIndex, ReadSource)> {
+        let (bytes, source) = self.read_entry_from(entry).await?;
         let index = SegmentIndex::decode(&entry.object_key, &bytes)?;
         // The entry may be clipped to part of the segment, never more than it.
         if index.base_offset() > entry.base_offset || index.last_offset() < entry.last_offset {
@@ -622,7 +667,7 @@ impl LogManager {
                 end: entry.byte_start + entry.byte_len,
             });
         }
-        Ok(index)
+        Ok((index, source))
     }
 
     /// The first batch (below the high watermark) whose max timestamp is at or after
@@ -724,4 +769,20 @@ struct Collect {
     min_one: bool,
     /// A batch did not fit: the read is complete.
     stopped: bool,
+    /// The slowest tier read so far.
+    source: ReadSource,
+}
+
+impl Collect {
+    fn new(next: Offset, max_bytes: usize, min_one: bool) -> Self {
+        Collect {
+            out: Vec::new(),
+            total: 0,
+            next,
+            max_bytes,
+            min_one,
+            stopped: false,
+            source: ReadSource::Tail,
+        }
+    }
 }

@@ -938,4 +938,39 @@ async fn partition_tails_together_stay_within_the_tail_memory_budget() {
     // What left memory is read from the object store, in full.
     let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
     assert_eq!(r.batches.len(), 12);
+
+async fn a_read_reports_the_slowest_tier_it_came_from() {
+    use oxbow_segment_writer::ReadSource;
+    let dir = tempfile::tempdir().expect("tmp");
+    let metadata = embedded(dir.path());
+    let topic = create_topic(&metadata, "tiers", 1, &[]).await;
+    {
+        let log = open(dir.path(), metadata.clone()).await;
+        let p = log.partition(&topic, 0).await.expect("p0");
+        log.append(
+            &p,
+            &make_batch(3, 1000),
+            &AppendPolicy::of(&topic.configs),
+            Acks::All,
+        )
+        .await
+        .expect("append");
+        let r = log.read(&p, 0, 1 << 20, true).await.expect("read");
+        assert_eq!((r.batches.len(), r.source), (1, ReadSource::Tail));
+        assert!(log.seal_once().await.expect("seal") > 0);
+    }
+    // A new leader holds nothing in memory: the first read is a GET, the next a cache hit.
+    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let log = open(dir.path(), metadata.clone()).await;
+    let p = log.partition(&topic, 0).await.expect("reopen");
+    let first = log.read(&p, 0, 1 << 20, true).await.expect("read");
+    assert_eq!(
+        (first.batches.len(), first.source),
+        (1, ReadSource::ObjectStore)
+    );
+    let again = log.read(&p, 0, 1 << 20, true).await.expect("read");
+    assert_eq!(
+        (again.batches.len(), again.source),
+        (1, ReadSource::CacheMemory)
+    );
 }

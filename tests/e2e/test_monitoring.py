@@ -21,7 +21,8 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from brokers import REPO_ROOT, free_ports
 from cluster import cluster, etcd_server, moto_server  # noqa: F401 (fixtures)
-from helpers import consumer, create_topic, produce_all, producer, unique, wait_until
+from cluster import read_all
+from helpers import consume_partitions, consumer, create_topic, produce_all, producer, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
 
@@ -227,6 +228,123 @@ def test_a_lost_zone_fires_under_replicated_and_broker_down_which_clear_when_it_
     wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=90, interval=1, what="every alert cleared")
 
 
+def metric_sum(http: str, name: str) -> float:
+    """The sum of `name`'s samples (every label set) in one scrape of `http`."""
+    return sum(
+        float(line.split()[-1])
+        for line in scrape(http).splitlines()
+        if line.startswith(f"{name} ") or line.startswith(f"{name}{{")
+    )
+
+
+def test_the_only_holder_of_a_wal_tail_lost_fires_offline_partitions_which_clear_when_it_returns(cluster, prometheus):
+    """Any broker may lead any partition, but a dead leader's unsealed WAL tail must be
+    recovered before its partitions are served again (decision 13). With
+    `--wal-replication-factor 1` the leader's WAL is the tail's only copy: killed, its
+    partitions move to the survivor, which cannot recover the tail and keeps them offline
+    (answering NOT_LEADER_OR_FOLLOWER) until the leader returns — Kafka keeps a partition
+    offline until its last in-sync replica returns, for the same reason."""
+    c = cluster(2, flush_interval="60s", extra_args=["--wal-replication-factor", "1"])
+    topic = unique("offline")
+    create_topic(c.bootstrap, topic, partitions=4)
+    values = [{"value": f"v{i}".encode(), "partition": i % 4} for i in range(40)]
+    produce_all(producer(c.bootstrap), topic, values, timeout=30)
+    leader_of = c.leaders(topic)
+    victim = next(b for b in (1, 2) if b in leader_of.values())
+    survivor = 3 - victim
+    victims_partitions = {p for p, b in leader_of.items() if b == victim}
+
+    prom = prometheus([host_port(b.http) for b in c.brokers])
+    wait_until(lambda: prom.targets_up() == 2, timeout=30, interval=0.5, what="2 targets up")
+    time.sleep(3)  # a few evaluations of every rule on a healthy cluster
+    assert prom.firing() - UNCAUSED == set(), "a healthy cluster fires nothing"
+
+    c.kill9(victim)  # with its WAL: the only copy of what it had not sealed (flush 60 s)
+    started = time.monotonic()
+    wait_until(lambda: "OxbowOfflinePartitions" in prom.firing(), timeout=30, interval=0.5, what="offline alert")
+    print(f"\noffline alert fired {time.monotonic() - started:.1f} s after the kill")
+    # Leadership moved (the controller's failover), yet the partitions stay offline: the
+    # survivor leads them of record but is still recovering the dead leader's tail.
+    wait_until(
+        lambda: {p: b for p, b in c.leaders(topic).items() if p in victims_partitions}
+        == {p: survivor for p in victims_partitions},
+        timeout=30, interval=0.5, what="failover to the survivor",
+    )
+    http = c.broker(survivor).http
+    wait_until(lambda: metric_sum(http, "oxbow_recoveries_pending") >= 1, timeout=15, interval=0.5,
+               what="a recovery waiting for the dead leader")
+    time.sleep(6)  # past the longest recovery backoff (5 s): retries keep failing
+    assert metric_sum(http, "oxbow_offline_partitions") == len(victims_partitions)
+    assert "OxbowOfflinePartitions" in prom.firing()
+
+    c.restart(victim)
+    restarted = time.monotonic()
+    wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=60, interval=0.5, what="every alert cleared")
+    print(f"offline alert cleared {time.monotonic() - restarted:.1f} s after the restart")
+    assert metric_sum(http, "oxbow_offline_partitions") == 0
+    # What the tail held is served again: nothing acknowledged was lost while offline.
+    records = read_all(c.bootstrap, topic, 4, timeout=60)
+    got = sorted(r.value for recs in records.values() for r in recs)
+    assert got == sorted(v["value"] for v in values)
+
+
+def group_series(http: str, name: str, group: str) -> dict[int, float]:
+    """partition -> value of `name`'s samples for `group` in one scrape of `http`."""
+    out = {}
+    for line in scrape(http).splitlines():
+        if line.startswith(name + "{") and f'group="{group}"' in line:
+            partition = int(re.search(r'partition="(\d+)"', line).group(1))
+            out[partition] = float(line.split()[-1])
+    return out
+
+
+def test_a_coordinator_reports_lag_for_partitions_led_by_other_brokers(cluster):
+    """A group's coordinator knows its committed offsets but leads only some of its
+    partitions: it asks the other leaders for their high watermarks (one ListOffsets per
+    broker every 5 s), so lag in records and seconds covers every partition, from one
+    broker."""
+    c = cluster(3)
+    topic = unique("spread")
+    group = unique("g")
+    partitions = 6
+    create_topic(c.bootstrap, topic, partitions=partitions)
+    # Partition p holds p + 1 records; the group commits offset 1 everywhere: lag p.
+    produce_all(producer(c.bootstrap), topic,
+                [{"value": b"v", "partition": p} for p in range(partitions) for _ in range(p + 1)], timeout=30)
+    leaders = c.leaders(topic)
+    assert len(set(leaders.values())) >= 2, f"partitions not spread over brokers: {leaders}"
+    con = consumer(c.bootstrap, **{"group.id": group})
+    try:
+        con.commit(offsets=[TopicPartition(topic, p, 1) for p in range(partitions)], asynchronous=False)
+    finally:
+        con.close()
+    want = {p: float(p) for p in range(partitions)}
+    seen: dict[int, dict] = {}
+
+    def complete() -> bool:
+        for b in c.brokers:
+            seen[b.broker_id] = group_series(b.http, "oxbow_consumer_group_lag", group)
+        return want in seen.values()
+
+    try:
+        wait_until(complete, timeout=30, interval=1, what="lag of every partition on the coordinator")
+    except AssertionError:
+        pytest.fail(f"lag per broker: {seen}, leaders: {leaders}")
+    coordinator = next(b for b in c.brokers if seen[b.broker_id] == want)
+    assert [b.broker_id for b in c.brokers if seen[b.broker_id]] == [coordinator.broker_id], seen
+    led_here = {p for p, b in leaders.items() if b == coordinator.broker_id}
+    assert led_here != set(range(partitions)), "the coordinator leads every partition: nothing to show"
+    seconds = group_series(coordinator.http, "oxbow_consumer_group_lag_seconds", group)
+    assert set(seconds) == set(range(partitions)), seconds
+    # Every broker reports its metadata watches; the controller its own too (its queue).
+    watches = {
+        b.broker_id: set(re.findall(r'oxbow_metadata_watch_queued_events\{watch="(\w+)"\}', scrape(b.http)))
+        for b in c.brokers
+    }
+    assert all({"brokers", "topics", "security"} <= w for w in watches.values()), watches
+    assert sum("controller_topics" in w for w in watches.values()) == 1, watches
+
+
 def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(broker, prometheus):
     topic = unique("lag")
     group = unique("group")
@@ -254,6 +372,12 @@ def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(
             con.close()
 
     consume_all_and_commit()
+    # The group's join was timed, and the consumer's reads came from the partition's tail.
+    assert metric_sum(broker.http, "oxbow_group_rebalances_total") >= 1
+    assert metric_sum(broker.http, "oxbow_group_rebalance_seconds_count") >= 1
+    tail_reads = [line for line in scrape(broker.http).splitlines()
+                  if line.startswith('oxbow_fetch_read_seconds_count{source="tail"}')]
+    assert tail_reads and float(tail_reads[0].split()[-1]) >= 1, tail_reads
     prom = prometheus([host_port(broker.http)], {"OxbowConsumerLagSeconds": ("> 300", "> 4")})
     wait_until(lambda: prom.targets_up() == 1, timeout=30, interval=0.5, what="target up")
     # The consumer is gone; records keep arriving: their age grows past the threshold.
@@ -269,6 +393,25 @@ def test_a_stopped_consumer_fires_the_lag_alert_which_clears_when_it_catches_up(
     assert lag and lag[0] > 4
     consume_all_and_commit()
     wait_until(lambda: "OxbowConsumerLagSeconds" not in prom.firing(), timeout=30, interval=0.5, what="lag alert cleared")
+
+
+def test_fetch_reads_are_timed_by_the_tier_they_came_from(broker):
+    """After a restart a partition's records are in the object store only: the first
+    consumer's reads are GETs, a second consumer's come from the read cache they filled."""
+    topic = unique("tiers")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce_all(producer(broker.bootstrap), topic, [{"value": b"r", "partition": 0}] * 20)
+    broker.restart()  # graceful: everything sealed; memory and the (memory-only) cache empty
+
+    def reads(source: str) -> float:
+        return metric_sum(broker.http, f'oxbow_fetch_read_seconds_count{{source="{source}"}}')
+
+    assert reads("object_store") == reads("cache_memory") == 0
+    for _ in range(2):
+        got = consume_partitions(broker.bootstrap, topic, [0], timeout=30)
+        assert len(got[0]) == 20
+    assert reads("object_store") >= 1
+    assert reads("cache_memory") >= 1
 
 
 def test_series_stay_bounded_at_1000_partitions(broker):

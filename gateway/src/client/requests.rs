@@ -227,6 +227,41 @@ pub fn list_offsets(
     }
 }
 
+/// ListOffsets of the latest offset (the high watermark, read_uncommitted) of many
+/// partitions at once: `topics` is (name, partitions).
+pub fn list_latest_offsets(
+    version: i16,
+    topics: &[(String, Vec<i32>)],
+    timeout: Duration,
+) -> ListOffsetsRequest {
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(CONSUMER_REPLICA_ID.into())
+        .with_topics(
+            topics
+                .iter()
+                .map(|(name, partitions)| {
+                    ListOffsetsTopic::default()
+                        .with_name(topic_name(name))
+                        .with_partitions(
+                            partitions
+                                .iter()
+                                .map(|p| {
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(*p)
+                                        .with_timestamp(-1)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    if version >= 10 {
+        request.with_timeout_ms(duration_ms(timeout))
+    } else {
+        request
+    }
+}
+
 /// DeleteRecords of one partition below `offset` (`-1`: the high watermark).
 pub fn delete_records(
     _version: i16,

@@ -38,6 +38,10 @@ pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
 const RETRY: Duration = Duration::from_millis(500);
 /// Compare-and-swaps in flight at once.
 const CAS_CONCURRENCY: usize = 16;
+/// The controller's watches on `/metrics` (`oxbow_metadata_watch_*{watch}`): their queues
+/// are its event queue (Kafka's `EventQueueSize`).
+const CONTROLLER_BROKERS: &str = "controller_brokers";
+const CONTROLLER_TOPICS: &str = "controller_topics";
 /// Bound on one readiness probe (connect + ApiVersions).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 
@@ -155,6 +159,8 @@ struct Leading<'a> {
     lease: &'a LeaseGuard,
     core: ControllerCore,
     start: Instant,
+    /// Times each batch of events (`oxbow_controller_event_batch_seconds`).
+    batch_time: &'a prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Leading<'_> {
@@ -170,6 +176,13 @@ impl Leading<'_> {
 
     /// [`Self::feed`] for a burst of events, decided once (see `ControllerCore::step_all`).
     async fn feed_all(&mut self, events: Vec<Event>) -> Result<(), LeadError> {
+        let started = Instant::now();
+        let fed = self.feed_all_untimed(events).await;
+        self.batch_time.observe(started.elapsed().as_secs_f64());
+        fed
+    }
+
+    async fn feed_all_untimed(&mut self, events: Vec<Event>) -> Result<(), LeadError> {
         let now = self.now_ms();
         let mut actions = self.core.step_all(now, events);
         while !actions.is_empty() {
@@ -274,10 +287,14 @@ async fn lead(
         lease,
         core: ControllerCore::new(settings.clone()),
         start: Instant::now(),
+        batch_time: &view.watch_metrics.controller_batch,
     };
+    let metrics = &view.watch_metrics;
     let mut controller_watch = metadata.watch_controller().await?;
     let mut brokers: Watch<BrokerEvent> = metadata.watch_brokers().await?;
+    metrics.watching(CONTROLLER_BROKERS, brokers.queue());
     let mut topics: Watch<TopicEvent> = metadata.watch_topics().await?;
+    metrics.watching(CONTROLLER_TOPICS, topics.queue());
     state.relist().await?;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -322,7 +339,9 @@ async fn lead(
                 Some(BrokerEvent::Joined(reg)) => Event::BrokerJoined(reg),
                 Some(BrokerEvent::Left(id)) => Event::BrokerLeft(id),
                 None => {
+                    metrics.ended(CONTROLLER_BROKERS);
                     brokers = metadata.watch_brokers().await?;
+                    metrics.watching(CONTROLLER_BROKERS, brokers.queue());
                     state.relist().await?;
                     continue;
                 }
@@ -345,7 +364,9 @@ async fn lead(
                     continue;
                 }
                 None => {
+                    metrics.ended(CONTROLLER_TOPICS);
                     topics = metadata.watch_topics().await?;
+                    metrics.watching(CONTROLLER_TOPICS, topics.queue());
                     state.relist().await?;
                     continue;
                 }

@@ -128,6 +128,11 @@ struct Membership {
 impl Followed for Membership {
     type Event = BrokerEvent;
     const WHAT: &'static str = "brokers";
+    const METRIC: &'static str = "brokers";
+
+    fn metrics(&self) -> &super::watch_metrics::WatchMetrics {
+        &self.broker.cluster.watch_metrics
+    }
 
     async fn subscribe(&self) -> oxbow_metadata::Result<Watch<BrokerEvent>> {
         self.broker.metadata.watch_brokers().await
@@ -200,6 +205,11 @@ struct TopicFollower<'a> {
 impl Followed for TopicFollower<'_> {
     type Event = TopicEvent;
     const WHAT: &'static str = "topics";
+    const METRIC: &'static str = "topics";
+
+    fn metrics(&self) -> &super::watch_metrics::WatchMetrics {
+        &self.broker.cluster.watch_metrics
+    }
 
     async fn subscribe(&self) -> oxbow_metadata::Result<Watch<TopicEvent>> {
         self.broker.metadata.watch_topics().await

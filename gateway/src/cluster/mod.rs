@@ -38,6 +38,7 @@ pub mod history_state;
 pub mod placement;
 pub mod reclaim;
 pub mod watch_loop;
+pub mod watch_metrics;
 
 use oxbow_metadata::{BrokerId, BrokerRegistration};
 use std::collections::BTreeMap;
@@ -55,6 +56,8 @@ pub struct ClusterView {
     /// Each live broker's WAL replicas and in-sync replicas as last recorded
     /// (`follower::run_wal_sets`): a partition's replicas and ISR in Metadata.
     wal_sets: RwLock<BTreeMap<BrokerId, WalCopies>>,
+    /// How far behind the metadata service this view and the controller are.
+    pub watch_metrics: watch_metrics::WatchMetrics,
 }
 
 /// A broker's WAL replicas and the in-sync ones among them, as recorded.
@@ -89,6 +92,7 @@ impl ClusterView {
             brokers: RwLock::new(brokers.into_iter().map(|b| (b.broker_id, b)).collect()),
             controller: AtomicI32::new(-1),
             wal_sets: RwLock::new(BTreeMap::new()),
+            watch_metrics: Default::default(),
         }
     }
 

@@ -6,6 +6,7 @@
 //! event are applied — is its [`Followed`] implementation.
 
 use super::controller::RECONCILE_EVERY;
+use super::watch_metrics::WatchMetrics;
 use oxbow_metadata::Watch;
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +28,10 @@ pub(crate) trait Followed {
     type Event: Send;
     /// What is followed, for the logs ("brokers", "topics", …).
     const WHAT: &'static str;
+    /// Its name on `/metrics` (`oxbow_metadata_watch_*{watch}`).
+    const METRIC: &'static str;
+    /// Where its watch's queue is reported.
+    fn metrics(&self) -> &WatchMetrics;
     /// Subscribes to changes.
     fn subscribe(&self) -> impl Future<Output = oxbow_metadata::Result<Watch<Self::Event>>> + Send;
     /// Lists everything and makes the copy that list.
@@ -39,7 +44,10 @@ pub(crate) trait Followed {
 pub(crate) async fn follow<F: Followed>(followed: &F, shutdown: &CancellationToken) {
     while !shutdown.is_cancelled() {
         let mut watch = match followed.subscribe().await {
-            Ok(w) => w,
+            Ok(w) => {
+                followed.metrics().watching(F::METRIC, w.queue());
+                w
+            }
             Err(e) => {
                 tracing::debug!(error = %e, what = F::WHAT, "watching failed; retrying");
                 pause(shutdown).await;
@@ -59,7 +67,10 @@ pub(crate) async fn follow<F: Followed>(followed: &F, shutdown: &CancellationTok
                 _ = &mut relist => break,
                 event = watch.recv() => match event {
                     Some(first) => followed.apply(first, &mut watch),
-                    None => break,
+                    None => {
+                        followed.metrics().ended(F::METRIC);
+                        break;
+                    }
                 },
             }
         }

@@ -144,6 +144,17 @@ pub enum Action {
     Sync(MemberId, SyncResult),
 }
 
+/// Rebalances begun and ended since the driver last took them ([`Group::take_rebalances`]):
+/// the coordinator turns them into metrics, the group keeps no clock of its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rebalances {
+    /// Rebalances begun: the group entered `PreparingRebalance` from `Empty` or `Stable`
+    /// (one that restarts while completing is the same rebalance).
+    pub begun: u32,
+    /// How long the last one to reach `Stable` took, from its beginning (ms).
+    pub completed_ms: Option<u64>,
+}
+
 /// A group's state; see the module docs.
 #[derive(Clone, Debug)]
 pub struct Group {
@@ -162,6 +173,10 @@ pub struct Group {
     rebalance_deadline_ms: u64,
     initial_delay_until_ms: u64,
     initial_rebalance_delay_ms: u64,
+    /// When the rebalance under way began (`None`: none is).
+    rebalance_began_ms: Option<u64>,
+    /// Not yet taken by the driver.
+    rebalances: Rebalances,
 }
 
 impl Group {
@@ -184,6 +199,23 @@ impl Group {
             rebalance_deadline_ms: 0,
             initial_delay_until_ms: 0,
             initial_rebalance_delay_ms,
+            rebalance_began_ms: None,
+            rebalances: Rebalances::default(),
+        }
+    }
+
+    /// The rebalances begun and completed since the last call.
+    pub fn take_rebalances(&mut self) -> Rebalances {
+        std::mem::take(&mut self.rebalances)
+    }
+
+    /// Ends the rebalance under way, if any: `stable` if it reached `Stable` at `now_ms`
+    /// (timed), else it was abandoned (every member left).
+    fn end_rebalance(&mut self, now_ms: u64, stable: bool) {
+        if let Some(began) = self.rebalance_began_ms.take() {
+            if stable {
+                self.rebalances.completed_ms = Some(now_ms.saturating_sub(began));
+            }
         }
     }
 
@@ -295,6 +327,10 @@ impl Group {
             .max()
             .unwrap_or(0);
         self.rebalance_deadline_ms = now_ms + timeout;
+        if self.rebalance_began_ms.is_none() {
+            self.rebalance_began_ms = Some(now_ms);
+            self.rebalances.begun = self.rebalances.begun.saturating_add(1);
+        }
         self.state = GroupState::PreparingRebalance;
     }
 
@@ -349,6 +385,7 @@ impl Group {
             self.protocol = None;
             self.leader = None;
             self.joining.clear();
+            self.end_rebalance(now_ms, false);
             return;
         }
         self.protocol = self.select_protocol();
@@ -551,6 +588,7 @@ impl Group {
                         m.assignment = assigned.remove(&m.id).unwrap_or_default();
                     }
                     self.state = GroupState::Stable;
+                    self.end_rebalance(now_ms, true);
                     for m in std::mem::take(&mut self.syncing) {
                         let result = self.sync_result(&m);
                         actions.push(Action::Sync(m, result));
@@ -627,6 +665,7 @@ impl Group {
                 if self.members.is_empty() {
                     self.generation += 1;
                     self.state = GroupState::Empty;
+                    self.end_rebalance(now_ms, false);
                     self.protocol = None;
                     self.leader = None;
                     for m in std::mem::take(&mut self.syncing) {

@@ -5,9 +5,11 @@
 //! Sources, the same as `/metrics` reads: committed offsets from the coordinator's cache
 //! (groups coordinated here; the metadata service, uncached, for the others, so a read here
 //! never leaves a stale cache behind for a group another broker commits to), and high
-//! watermarks from the partitions led here. A partition led elsewhere has no high watermark
-//! here: its lag is `None` rather than a guess from the catalog (which trails the leader by
-//! a flush interval).
+//! watermarks from the partitions led here, and for partitions led elsewhere as their
+//! leaders answered the sampler every 5 s (`remote_high_watermarks`: only partitions a
+//! group coordinated here committed). A partition whose leader did not answer lately has
+//! no high watermark here: its lag is `None` rather than a guess from the catalog (which
+//! trails the leader by a flush interval).
 //!
 //! Lifecycle: [`LagHistory`] lives in the broker (`Broker::samples`); `crate::samples`
 //! appends one sample per group per tick. Nothing is stored anywhere else.
@@ -32,13 +34,15 @@ pub struct PartitionLag {
     pub lag: Option<i64>,
 }
 
-/// The high watermark of `topic`-`partition` if this broker leads it.
+/// The high watermark of `topic`-`partition`: from memory if this broker leads it, else as
+/// its leader last answered the sampler (`remote_high_watermarks`, at most 15 s old).
 pub fn high_watermark(broker: &Broker, topic: &str, partition: i32) -> Option<Offset> {
     let t = broker.topic(topic)?;
-    let p = broker
-        .log
-        .get(&TopicPartition::new(t.topic_id, partition))?;
-    p.offsets().ok().map(|(_, hw, _)| hw)
+    let tp = TopicPartition::new(t.topic_id, partition);
+    match broker.log.get(&tp) {
+        Some(p) => p.offsets().ok().map(|(_, hw, _)| hw),
+        None => broker.samples.remote.get(&tp),
+    }
 }
 
 /// Each committed offset's lag against `high_watermark`, in (topic, partition) order.
@@ -100,7 +104,8 @@ pub async fn group_lags(
 pub struct LagSample {
     /// Wall-clock time of the sample, ms since the Unix epoch (the chart's x axis).
     pub time_ms: i64,
-    /// Sum of the lags of the partitions led here that the group committed.
+    /// Sum of the lags of the partitions the group committed whose high watermark is known
+    /// here (led here, or answered by their leader lately).
     pub total_lag: i64,
 }
 

@@ -26,12 +26,15 @@ pub mod assignor;
 pub mod group;
 pub mod lag;
 pub mod protocol;
+mod rebalance_metrics;
+pub mod remote_high_watermarks;
 mod txn_offsets;
 
 use group::{Action, Group, JoinRequest, JoinResult, MemberId, Reply, SyncResult};
 use kafka_protocol::error::ResponseError;
 use oxbow_metadata::group::{CommittedOffset, PendingTxnOffsets};
 use oxbow_metadata::MetadataStore;
+pub use rebalance_metrics::RebalanceMetrics;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -79,7 +82,10 @@ impl Slot {
         }
     }
 
-    fn deliver(&mut self, actions: Vec<Action>) {
+    /// Answers the parked requests `actions` name, and notes the rebalances the group
+    /// began or completed in `metrics`.
+    fn deliver(&mut self, actions: Vec<Action>, metrics: &RebalanceMetrics) {
+        metrics.note(self.group.take_rebalances());
         for a in actions {
             match a {
                 Action::Join(m, r) => {
@@ -190,6 +196,8 @@ pub struct Coordinator {
     /// markers ask it here: they name offsets partitions, not groups; every other call is
     /// for a group the Kafka handler has checked already.
     coordinates: Coordinates,
+    /// Rebalances of the groups coordinated here.
+    rebalances: RebalanceMetrics,
 }
 
 fn now_wall_ms() -> i64 {
@@ -208,6 +216,7 @@ impl Coordinator {
             groups: Mutex::new(HashMap::new()),
             offsets: Mutex::new(HashMap::new()),
             coordinates: Arc::new(|_: &str| true),
+            rebalances: RebalanceMetrics::default(),
         }
     }
 
@@ -223,6 +232,11 @@ impl Coordinator {
 
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// The rebalance metrics of the groups coordinated here.
+    pub fn rebalance_metrics(&self) -> &RebalanceMetrics {
+        &self.rebalances
     }
 
     fn slot(&self, group_id: &str) -> Arc<Mutex<Slot>> {
@@ -299,7 +313,7 @@ impl Coordinator {
             let (reply, actions) = s.group.join(req, now);
             let rx = match reply {
                 Reply::Now(r) => {
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     return r;
                 }
                 Reply::Later(member) => {
@@ -310,7 +324,7 @@ impl Coordinator {
                     rx
                 }
             };
-            s.deliver(actions);
+            s.deliver(actions, &self.rebalances);
             rx
         };
         match tokio::time::timeout(wait, rx).await {
@@ -353,13 +367,13 @@ impl Coordinator {
                     .sync(member_id, instance_id, generation, assignments, now);
             match reply {
                 Reply::Now(r) => {
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     return r;
                 }
                 Reply::Later(member) => {
                     let (tx, rx) = oneshot::channel();
                     s.syncs.insert(member, tx);
-                    s.deliver(actions);
+                    s.deliver(actions, &self.rebalances);
                     (rx, wait)
                 }
             }
@@ -395,7 +409,7 @@ impl Coordinator {
         let mut s = Self::lock(&slot);
         let now = self.now_ms();
         let (code, actions) = s.group.leave(member_id, instance_id, now);
-        s.deliver(actions);
+        s.deliver(actions, &self.rebalances);
         code
     }
 
@@ -416,7 +430,7 @@ impl Coordinator {
                 let mut s = Self::lock(&slot);
                 let now = self.now_ms();
                 let actions = s.group.tick(now);
-                s.deliver(actions);
+                s.deliver(actions, &self.rebalances);
             }
         }
     }

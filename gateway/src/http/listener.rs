@@ -373,11 +373,15 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     let permits = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    broker
+        .metrics
+        .http_connections_max
+        .store(limits.connections_max.max(1) as u64, Ordering::Relaxed);
     let routed = TowerToHyperService::new(router);
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = permits.clone().acquire_owned() => match p {
+            p = crate::metrics::connection_slot(&permits, &broker.metrics.http_connection_slot_waits) => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },

@@ -143,7 +143,7 @@ pub async fn serve(
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = limit.clone().acquire_owned() => match p {
+            p = crate::metrics::connection_slot(&limit, &broker.metrics.connection_slot_waits) => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },

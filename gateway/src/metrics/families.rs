@@ -32,6 +32,7 @@ impl Collector for BrokerFamilies {
         compaction(b, &mut s)?;
         metadata(b, &mut s)?;
         super::health::cluster(b, &mut s)?;
+        super::health::watches(b, &mut s)?;
         super::health::runtime(&mut s)?;
         super::health::disks(b, &mut s)?;
         partitions(b, &mut s)?;
@@ -78,6 +79,27 @@ fn connections(b: &Broker, s: &mut Scrape) -> fmt::Result {
         "oxbow_http_connections_open",
         "Open HTTP connections (at most --http-connections-max).",
         get(&m.http_connections_open),
+    )?;
+    s.gauges(
+        "oxbow_connections_max",
+        "The bound on open connections, by listener kind (--connections-max over all Kafka \
+         listeners, --http-connections-max): open / max is the listener's saturation.",
+        &[
+            (label("listener", "kafka"), get(&m.connections_max)),
+            (label("listener", "http"), get(&m.http_connections_max)),
+        ],
+    )?;
+    s.counters(
+        "oxbow_connection_slot_waits_total",
+        "Accepts that found every connection slot taken (the listener saturated): the \
+         connection waited in the kernel's accept backlog until another closed.",
+        &[
+            (label("listener", "kafka"), get(&m.connection_slot_waits)),
+            (
+                label("listener", "http"),
+                get(&m.http_connection_slot_waits),
+            ),
+        ],
     )?;
     s.counter(
         "oxbow_tls_handshake_failures_total",

@@ -96,6 +96,30 @@ pub(super) fn cluster(b: &Broker, s: &mut Scrape) -> fmt::Result {
     )
 }
 
+/// How far behind the metadata service this broker's watches are (`cluster::watch_metrics`).
+pub(super) fn watches(b: &Broker, s: &mut Scrape) -> fmt::Result {
+    let mut queued = Vec::new();
+    let mut ends = Vec::new();
+    for (name, q, e) in b.cluster.watch_metrics.snapshot() {
+        let labels: Labels = vec![("watch", name.to_string())];
+        queued.push((labels.clone(), q as u64));
+        ends.push((labels, e));
+    }
+    s.gauges(
+        "oxbow_metadata_watch_queued_events",
+        "Changes the metadata service delivered to this broker that it has not applied yet, \
+         per watch (brokers, topics, security: this broker's view; controller_*: the \
+         controller's event queue, Kafka's EventQueueSize). A watch ends at 1024.",
+        &queued,
+    )?;
+    s.counters(
+        "oxbow_metadata_watch_ends_total",
+        "Watches that ended (fell 1024 events behind, or the metadata service lost the \
+         stream) and were replaced by a full re-list, per watch.",
+        &ends,
+    )
+}
+
 /// The async runtime's load: tokio's stable runtime metrics. `1 - rate(busy) / workers` is
 /// the share of time the workers were idle (Kafka's NetworkProcessorAvgIdlePercent).
 pub(super) fn runtime(s: &mut Scrape) -> fmt::Result {

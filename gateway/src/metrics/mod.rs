@@ -39,6 +39,13 @@ pub struct Metrics {
     pub connections_idle_closed: AtomicU64,
     pub connections_read_timed_out: AtomicU64,
     pub http_connections_open: AtomicU64,
+    /// `--connections-max` and `--http-connections-max`: what the open counts are bounded
+    /// by (a listener is saturated at its bound).
+    pub connections_max: AtomicU64,
+    pub http_connections_max: AtomicU64,
+    /// Accepts that found every connection slot taken and waited for one to close.
+    pub connection_slot_waits: AtomicU64,
+    pub http_connection_slot_waits: AtomicU64,
     pub http_connections_idle_closed: AtomicU64,
     pub http_connections_read_timed_out: AtomicU64,
     /// TLS handshakes that failed or timed out (plaintext to a TLS port, an untrusted or
@@ -92,6 +99,10 @@ impl Default for Metrics {
             connections_idle_closed: AtomicU64::new(0),
             connections_read_timed_out: AtomicU64::new(0),
             http_connections_open: AtomicU64::new(0),
+            connections_max: AtomicU64::new(0),
+            http_connections_max: AtomicU64::new(0),
+            connection_slot_waits: AtomicU64::new(0),
+            http_connection_slot_waits: AtomicU64::new(0),
             http_connections_idle_closed: AtomicU64::new(0),
             http_connections_read_timed_out: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
@@ -143,6 +154,22 @@ impl Metrics {
     }
 }
 
+/// A connection slot from `slots`; counted in `waits` when none is free at once (the
+/// listener is saturated: the connection waits in the kernel's accept backlog).
+pub async fn connection_slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    waits: &AtomicU64,
+) -> Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    match slots.clone().try_acquire_owned() {
+        Ok(p) => Ok(p),
+        Err(tokio::sync::TryAcquireError::Closed) => slots.clone().acquire_owned().await,
+        Err(tokio::sync::TryAcquireError::NoPermits) => {
+            waits.fetch_add(1, Ordering::Relaxed);
+            slots.clone().acquire_owned().await
+        }
+    }
+}
+
 /// Every metric of `broker`, in the Prometheus text format (0.0.4): the families read
 /// from its state ([`families`]) and the histograms its parts keep, through one registry.
 pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
@@ -151,6 +178,18 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
     broker.metrics.request_latency.register(&mut registry);
     broker.log.register_latency(&mut registry);
     broker.metadata.register_metrics(&mut registry);
+    broker
+        .coordinator
+        .rebalance_metrics()
+        .register(&mut registry);
+    registry.register_with_unit(
+        "oxbow_controller_event_batch",
+        "Time the controller took to decide and apply one batch of events (its partition \
+         compare-and-swaps included; Kafka's EventQueueProcessingTimeMs); only the \
+         controller records any",
+        prometheus_client::registry::Unit::Seconds,
+        broker.cluster.watch_metrics.controller_batch.clone(),
+    );
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
         tracing::warn!(error = %e, "cannot render the metrics");
@@ -158,15 +197,21 @@ pub fn render(broker: &Arc<crate::broker::Broker>) -> String {
     out
 }
 
-/// Notes every partition led here's high watermark for consumer lag in seconds
+/// Notes every partition led here's high watermark (and those led elsewhere that its
+/// groups committed, as their leaders last answered) for consumer lag in seconds
 /// ([`lag::LagClock`]) and how many brokers are live; called by the one sampling loop
 /// (`crate::samples::run_sampler`, every 5 s).
 pub fn sample(broker: &crate::broker::Broker) {
-    let highs = broker
+    let mut highs: Vec<_> = broker
         .log
         .open_partitions()
         .into_iter()
-        .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)));
+        .filter_map(|p| Some((p.topic_partition, p.offsets().ok()?.1)))
+        .collect();
+    // A partition that moved here keeps its old leader's answer for a while: memory wins.
+    let here: std::collections::HashSet<_> = highs.iter().map(|(tp, _)| *tp).collect();
+    let remote = broker.samples.remote.fresh();
+    highs.extend(remote.into_iter().filter(|(tp, _)| !here.contains(tp)));
     broker.metrics.lag_clock.sample(lag::now_ms(), highs);
     health::note_live_brokers(broker);
 }

@@ -126,19 +126,32 @@ async fn list_all(metadata: &dyn MetadataStore) -> oxbow_metadata::Result<Vec<Se
 pub async fn run_security_follower(
     metadata: Arc<dyn MetadataStore>,
     cache: Arc<SecurityCache>,
+    view: Arc<crate::cluster::ClusterView>,
     shutdown: CancellationToken,
 ) {
-    follow(&SecurityFollower { metadata, cache }, &shutdown).await
+    let followed = SecurityFollower {
+        metadata,
+        cache,
+        view,
+    };
+    follow(&followed, &shutdown).await
 }
 
 struct SecurityFollower {
     metadata: Arc<dyn MetadataStore>,
     cache: Arc<SecurityCache>,
+    /// Where the watch's queue is reported.
+    view: Arc<crate::cluster::ClusterView>,
 }
 
 impl Followed for SecurityFollower {
     type Event = SecurityEvent;
     const WHAT: &'static str = "security records";
+    const METRIC: &'static str = "security";
+
+    fn metrics(&self) -> &crate::cluster::watch_metrics::WatchMetrics {
+        &self.view.watch_metrics
+    }
 
     async fn subscribe(&self) -> oxbow_metadata::Result<Watch<SecurityEvent>> {
         self.metadata.watch_security().await

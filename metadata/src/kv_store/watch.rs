@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::keys;
 use crate::kv::{EventKind, KeyRange, Kv, WatchEvent};
 use crate::types::BrokerId;
-use crate::watch::{BrokerEvent, TopicEvent, Watch, WATCH_CAPACITY};
+use crate::watch::{BrokerEvent, TopicEvent, Watch, WatchQueue, WATCH_CAPACITY};
 use std::future::Future;
 use tokio::sync::mpsc;
 
@@ -27,10 +27,13 @@ where
     Fut: Future<Output = Option<T>> + Send,
 {
     let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
+    let queued = WatchQueue::default();
     if let Some(first) = first {
         // A fresh channel has room for one event.
+        queued.add();
         let _ = tx.try_send(first);
     }
+    let counter = queued.clone();
     let task = tokio::spawn(async move {
         loop {
             let batch = tokio::select! {
@@ -43,6 +46,7 @@ where
             let Some(batch) = batch else { return };
             for event in batch {
                 if let Some(item) = map(event).await {
+                    counter.add();
                     if tx.send(item).await.is_err() {
                         return;
                     }
@@ -50,7 +54,7 @@ where
             }
         }
     });
-    Watch::new(rx, Some(task))
+    Watch::counted(rx, Some(task), queued)
 }
 
 impl<K: Kv> KvStore<K> {

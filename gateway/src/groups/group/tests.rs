@@ -287,3 +287,37 @@ fn protocol_vote_picks_the_most_preferred_common_protocol() {
     g.tick(1);
     assert_eq!(g.protocol.as_deref(), Some("cooperative-sticky"));
 }
+
+fn rebalances(begun: u32, completed_ms: Option<u64>) -> Rebalances {
+    Rebalances {
+        begun,
+        completed_ms,
+    }
+}
+
+#[test]
+fn a_rebalance_is_timed_from_preparing_to_stable_and_an_abandoned_one_is_not() {
+    let mut g = Group::new("g", 0);
+    let (a, _, _) = join_new(&mut g, 1_000);
+    assert_eq!(g.state, GroupState::CompletingRebalance);
+    assert_eq!(g.take_rebalances(), rebalances(1, None));
+    g.sync(&a, None, 1, vec![(a.clone(), Bytes::new())], 1_250);
+    assert_eq!(g.state, GroupState::Stable);
+    assert_eq!(g.take_rebalances(), rebalances(0, Some(250)));
+    assert_eq!(g.take_rebalances(), Rebalances::default(), "taken once");
+    // A second member: a rebalance begins; its join alone does not complete it (the first
+    // must rejoin), and the rebalance times from the second's join.
+    let (b, _, _) = join_new(&mut g, 2_000);
+    assert_eq!(g.state, GroupState::PreparingRebalance);
+    g.join(req(&a, &["range"]), 2_100);
+    assert_eq!(g.state, GroupState::CompletingRebalance);
+    let leader = g.leader.clone().expect("leader");
+    g.sync(&leader, None, 2, vec![], 2_600);
+    assert_eq!(g.take_rebalances(), rebalances(1, Some(600)));
+    // Everyone leaves mid-rebalance: begun, never completed.
+    g.leave(&a, None, 3_000);
+    assert_eq!(g.state, GroupState::PreparingRebalance);
+    g.leave(&b, None, 3_100);
+    assert_eq!(g.state, GroupState::Empty);
+    assert_eq!(g.take_rebalances(), rebalances(1, None));
+}

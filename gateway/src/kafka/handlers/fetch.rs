@@ -36,7 +36,7 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
 use oxbow_metadata::{TopicMetadata, TopicPartition};
-use oxbow_segment_writer::{Isolation, Partition};
+use oxbow_segment_writer::{Isolation, Partition, ReadResult};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -316,6 +316,7 @@ async fn read_follower(
         .map_or(0, |p| p.log_start_offset);
     let tp = TopicPartition::new(topic.topic_id, w.partition);
     let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(*total));
+    let started = tokio::time::Instant::now();
     let read = broker
         .log
         .read_catalogued_isolated(
@@ -327,6 +328,7 @@ async fn read_follower(
             w.isolation,
         )
         .await;
+    time_read(broker, &read, started);
     let start = |offset: i64| if version >= 5 { offset } else { -1 };
     match read {
         Ok(r) if r.batches.is_empty() && w.fetch_offset > r.high_watermark && last => data
@@ -358,10 +360,12 @@ async fn read_one(
     // KIP-74: the first batch of the response is returned even if it exceeds the limits, so
     // a large batch can never stall a consumer.
     let min_one = *total == 0;
+    let started = tokio::time::Instant::now();
     let read = broker
         .log
         .read_isolated(p, w.fetch_offset, budget, min_one, w.isolation)
         .await;
+    time_read(broker, &read, started);
     match read {
         Ok(r) => with_read(data, r, total, version),
         Err(e) => {
@@ -371,6 +375,23 @@ async fn read_one(
                 .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
                 .with_log_start_offset(log_start(start))
                 .with_records(Some(Bytes::new()))
+        }
+    }
+}
+
+/// Records a read that returned data in `oxbow_fetch_read_seconds{source}` (empty reads, a
+/// long poll at the tail, are not: see `request_latency`).
+fn time_read(
+    broker: &Broker,
+    read: &oxbow_segment_writer::Result<ReadResult>,
+    started: tokio::time::Instant,
+) {
+    if let Ok(r) = read {
+        if !r.batches.is_empty() {
+            broker
+                .metrics
+                .request_latency
+                .fetch_read(r.source, started.elapsed());
         }
     }
 }
