@@ -938,7 +938,9 @@ async fn partition_tails_together_stay_within_the_tail_memory_budget() {
     // What left memory is read from the object store, in full.
     let r = log.read(&p0, 0, 1 << 20, true).await.expect("read");
     assert_eq!(r.batches.len(), 12);
+}
 
+#[tokio::test]
 async fn a_read_reports_the_slowest_tier_it_came_from() {
     use oxbow_segment_writer::ReadSource;
     let dir = tempfile::tempdir().expect("tmp");
