@@ -44,7 +44,7 @@ enum Command {
 }
 
 /// jemalloc rather than glibc's malloc: see the dependency's note in `Cargo.toml` and
-/// ARCHITECTURE decision 34.
+/// ARCHITECTURE decision 35.
 #[cfg(all(target_os = "linux", not(target_env = "musl")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
