@@ -100,6 +100,9 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--retention-ms", type=int, default=120_000,
+                    help="--log-retention-ms of the broker: the soak writes tens of GB to the "
+                         "local object store, which must not fill the disk")
     ap.add_argument("--broker-arg", action="append", default=[])
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the broker")
     ap.add_argument("--json")
@@ -115,7 +118,9 @@ def main() -> int:
     log = open(os.path.join(work, "broker.log"), "wb")
     broker = subprocess.Popen(
         [a.oxbow_bin, "serve", "--data-dir", os.path.join(work, "data"),
-         "--kafka-addr", kafka, "--http-addr", http, *a.broker_arg],
+         "--kafka-addr", kafka, "--http-addr", http,
+         "--log-retention-ms", str(a.retention_ms), "--compaction-delete-delay", "30s",
+         *a.broker_arg],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     load = None
     samples: list[dict] = []

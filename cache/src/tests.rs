@@ -109,7 +109,11 @@ async fn large_ranges_never_take_a_pool_past_its_budget() {
         let len = (1 + i % 14) << 20;
         c.insert_recent(&format!("r{i}"), 0, len as u64, Bytes::from(vec![0u8; len]));
         c.insert_scanned(&format!("s{i}"), 0, len as u64, Bytes::from(vec![0u8; len]));
-        assert!(c.usage_bytes() <= 32 << 20, "usage {} after {i}", c.usage_bytes());
+        assert!(
+            c.usage_bytes() <= 32 << 20,
+            "usage {} after {i}",
+            c.usage_bytes()
+        );
     }
     // A range within half a shard is cached; a larger one is not (its readers GET it).
     c.insert_recent("small", 0, 4 << 20, Bytes::from(vec![1u8; 4 << 20]));
