@@ -59,7 +59,10 @@ pub mod scram_users;
 pub mod versions;
 
 pub use admin::BROKER_DEFAULT;
-pub use data::{FetchResult, PartitionFetch, ProduceOptions, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+pub use data::{
+    FetchResult, PartitionFetch, PartitionRawFetch, ProduceOptions, RawFetch, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+};
 pub use error::{ClientError, KafkaCode};
 pub use groups::{GroupDescription, GroupListing, GroupMember, GroupOffset};
 pub use kafka_client::{parse_bootstrap, Client, ClientOptions};
