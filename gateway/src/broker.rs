@@ -88,6 +88,8 @@ pub struct Broker {
     /// ACL bindings, SCRAM credentials and client quotas, as the metadata service holds
     /// them (kept current by `security::cache::run_security_follower`).
     pub security: Arc<crate::security::cache::SecurityCache>,
+    /// Cluster links and mirror topics, and the mirror tasks running here (issue 20).
+    pub mirrors: Arc<crate::mirror::Mirrors>,
     /// Client quotas and their meters (derived from `security`).
     pub quotas: crate::security::quota::Quotas,
     /// ACL decisions over `security` (see [`Broker::authz`]).
@@ -159,6 +161,7 @@ impl Broker {
         ));
         let security =
             Arc::new(crate::security::cache::SecurityCache::load(metadata.as_ref()).await?);
+        let mirrors = Arc::new(crate::mirror::Mirrors::load(metadata.as_ref()).await?);
         let (view, me) = (cluster.clone(), settings.broker_id);
         let coordinator = Arc::new(
             crate::groups::Coordinator::new(
@@ -183,6 +186,7 @@ impl Broker {
             cluster,
             quotas: crate::security::quota::Quotas::new(security.clone()),
             security,
+            mirrors,
             metadata,
             leadership: Leadership::new(log.clone()),
             log,
@@ -309,6 +313,11 @@ impl Broker {
     /// A new producer id, never handed out before (by any broker, across restarts).
     pub async fn next_producer_id(&self) -> Result<i64> {
         let mut ids = self.producer_ids.lock().await;
+        // Ids a mirror copied from a source cluster are taken (see
+        // `Mirrors::reserve_producer_ids_through`): skip the rest of a block below them.
+        if ids.0 <= self.mirrors.producer_id_floor() {
+            ids.0 = ids.1;
+        }
         if ids.0 >= ids.1 {
             let first = self
                 .metadata
@@ -468,6 +477,7 @@ impl Broker {
         if oxbow_metadata::topic::is_internal_topic(&topic.name) {
             return Err(internal_topic(&topic.name, "produced to"));
         }
+        self.check_writable(&topic.name, partition)?;
         let tp = TopicPartition::new(topic.topic_id, partition);
         // Held until the batch is queued: a handoff closing the gate waits for it.
         let permit = self.leadership.append_permit(tp, &topic.name).await?;
@@ -484,6 +494,23 @@ impl Broker {
         };
         drop(permit);
         Ok(pending)
+    }
+
+    /// Refuses client writes to a mirror topic not promoted, or promoted while its
+    /// partition's mirror task here is still stopping ([`crate::mirror::Mirrors::check_writable`]).
+    pub fn check_writable(&self, topic: &str, partition: PartitionId) -> Result<()> {
+        match self.mirrors.check_writable(topic, partition) {
+            Ok(()) => Ok(()),
+            Err(why)
+                if self
+                    .mirrors
+                    .topic(topic)
+                    .is_some_and(|m| m.value.read_only()) =>
+            {
+                Err(BrokerError::ReadOnlyMirror(why))
+            }
+            Err(why) => Err(BrokerError::MirrorStopping(why)),
+        }
     }
 
     /// Writes the COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction into a
