@@ -153,11 +153,8 @@ impl Link {
 pub enum MirrorState {
     /// Read-only; the leaders fetch from the source.
     Mirroring,
-    /// Read-only; the leaders stop mirroring and then open the topic for writes. The
-    /// broker that asked for promotion moves it to `Promoted` once every partition's task
-    /// has stopped.
-    Promoting,
-    /// An ordinary topic now: writable, never mirrored again.
+    /// An ordinary topic now, never mirrored again: writable on each partition once its
+    /// leader has stopped and awaited the partition's mirror task.
     Promoted,
     /// Mirroring stopped on an error the link cannot get past by retrying (the source
     /// topic is gone, its partition count shrank, its log no longer matches); read-only.

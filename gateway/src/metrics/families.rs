@@ -539,14 +539,14 @@ fn mirrors(b: &Broker, s: &mut Scrape) -> fmt::Result {
     }
     s.gauges(
         "oxbow_mirror_lag_records",
-        "Source high watermark minus the mirror's log end, per mirror partition led here, at \
-         its task's last fetch.",
+        "Records the source held past the mirror's log end when it answered the last fetch, \
+         per mirror partition led here (0 only when fully caught up).",
         &records,
     )?;
     s.gauges(
         "oxbow_mirror_lag_seconds",
-        "Age of the newest source batch mirrored while still behind (0 when caught up), per \
-         mirror partition led here.",
+        "Age, by the source's timestamps, of the oldest record the last fetch brought when it \
+         was mirrored (0 when it brought nothing), per mirror partition led here.",
         &seconds,
     )?;
     let bytes: Vec<(super::scrape::Labels, u64)> = b

@@ -44,9 +44,11 @@ pub struct Versioned<T> {
 /// Per-partition figures of a running mirror task, for `/metrics` and `describe`.
 #[derive(Debug, Default)]
 pub struct PartitionLag {
-    /// Source high watermark minus the mirror's log end at the last fetch.
+    /// Source high watermark when it answered the last fetch, minus the mirror's log end
+    /// when that fetch was sent (0 only when fully caught up).
     pub records: AtomicI64,
-    /// Age of the newest source batch not yet mirrored, in ms (0 when caught up).
+    /// How old (by the source's timestamps) the oldest record the last fetch brought was
+    /// when it was mirrored, in ms (0 when it brought nothing).
     pub ms: AtomicI64,
     /// Source high watermark at the last fetch.
     pub source_high_watermark: AtomicI64,
@@ -324,7 +326,6 @@ impl Mirrors {
 pub fn state_name(s: MirrorState) -> &'static str {
     match s {
         MirrorState::Mirroring => "mirroring",
-        MirrorState::Promoting => "promoting",
         MirrorState::Promoted => "promoted",
         MirrorState::Failed => "failed",
     }

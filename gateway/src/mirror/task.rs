@@ -210,12 +210,28 @@ impl Task {
             Err(e) => return Err(classify(e)),
         };
         let min_isr = topic.configs.min_insync_replicas();
-        let mut pending = Vec::new();
+        let mut pending: Vec<oxbow_segment_writer::PendingAppend> = Vec::new();
         let mut appended_bytes = 0u64;
-        let mut newest_ts = -1i64;
+        // The oldest record timestamp this fetch brought (its first data batch's newest).
+        let mut oldest_ts = -1i64;
         let mut max_producer_id = -1i64;
         let mut pos = 0usize;
-        while let Ok(Some(h)) = batch::peek_header(&raw.records[pos..]) {
+        loop {
+            // A partial last batch (the fetch's byte limit) is fetched whole next time; a
+            // header that does not parse (magic 0 or 1, a bad length) cannot be mirrored.
+            let h = match batch::peek_header(&raw.records[pos..]) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(e) => {
+                    for a in pending {
+                        let _ = a.wait().await;
+                    }
+                    return Err(StepError::Fail(format!(
+                        "source {}-{} sent a batch that cannot be mirrored: {e}",
+                        self.source_topic, self.partition
+                    )));
+                }
+            };
             let one = &raw.records[pos..pos + h.size];
             pos += h.size;
             match self
@@ -227,7 +243,9 @@ impl Task {
                 Ok(Mirrored::Skipped) => {}
                 Ok(Mirrored::Queued(q)) => {
                     appended_bytes += one.len() as u64;
-                    newest_ts = newest_ts.max(h.max_timestamp);
+                    if oldest_ts < 0 && h.record_count > 0 {
+                        oldest_ts = h.max_timestamp;
+                    }
                     max_producer_id = max_producer_id.max(h.producer_id);
                     pending.extend(q);
                 }
@@ -261,16 +279,18 @@ impl Task {
         }
         *skip_to = None;
         self.bytes.fetch_add(appended_bytes, Ordering::Relaxed);
-        let (_, _, log_end) = p.offsets().map_err(|e| StepError::retry(e, false))?;
-        let behind = (raw.high_watermark - log_end).max(0);
+        // Lag as the source answered this fetch: what it held past the mirror's end then
+        // (0 only when the mirror was fully caught up), and how old the oldest record it
+        // brought was when mirrored (by the source's timestamps; 0 if nothing new).
+        let behind = (raw.high_watermark - from).max(0);
         self.lag.records.store(behind, Ordering::Relaxed);
         self.lag
             .source_high_watermark
             .store(raw.high_watermark, Ordering::Relaxed);
-        let age_ms = if behind == 0 || newest_ts < 0 {
+        let age_ms = if oldest_ts < 0 {
             0
         } else {
-            (crate::metrics::lag::now_ms() as i64 - newest_ts).max(0)
+            (crate::metrics::lag::now_ms() as i64 - oldest_ts).max(0)
         };
         self.lag.ms.store(age_ms, Ordering::Relaxed);
         Ok(())
