@@ -335,7 +335,7 @@ def test_apache_kafka_to_oxbow_with_transactions_and_source_pause(tmp_path_facto
         kafka.close()
 
 
-def test_network_cut_mid_mirror_resumes_without_gap_or_duplicate(broker_factory):
+def test_network_cut_and_source_killed_mid_mirror_resume_without_gap_or_duplicate(broker_factory):
     # The source advertises a LINK listener at the proxy's port: the link's connections all
     # go through the proxy, the test's producers use the PLAINTEXT listener directly.
     src = broker_factory("mirror-src-n", start=False)
@@ -373,6 +373,14 @@ def test_network_cut_mid_mirror_resumes_without_gap_or_duplicate(broker_factory)
         assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
         metrics = requests.get(f"{dst.http}/metrics", timeout=10).text
         assert "oxbow_mirror_lag_records" in metrics and 'oxbow_mirror_bytes_total{link="viaproxy"}' in metrics
+        # The source killed -9 mid-stream and restarted on its data: the mirror goes on.
+        produce_varied(src.bootstrap, topic, 2, 2000)
+        src.kill9()
+        time.sleep(2)
+        src.start()
+        produce_varied(src.bootstrap, topic, 2, 1000)
+        wait_mirrored(src.bootstrap, dst.bootstrap, topic, range(2), timeout=90)
+        assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
     finally:
         proxy.close()
 
