@@ -219,6 +219,23 @@ def test_oxbow_to_oxbow_offsets_groups_promotion(broker_factory):
     wait_mirrored(src.bootstrap, dst.bootstrap, topic, range(3))
     assert_identical(read_all(src.bootstrap, topic, range(3)), read_all(dst.bootstrap, topic, range(3)))
 
+    # The source's log start (DeleteRecords, retention) becomes the mirror's.
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})  # outlives its futures
+    for f in admin.delete_records([TopicPartition(topic, 0, 100)], request_timeout=30).values():
+        assert f.result(60).low_watermark == 100
+
+    def low_watermark():
+        c = Consumer({"bootstrap.servers": dst.bootstrap, "group.id": "mirror-e2e-lw", "log_level": 3})
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[0] == 100 or None
+        finally:
+            c.close()
+
+    wait_until(low_watermark, timeout=MIRROR_TIMEOUT, what="the mirror's log start following the source's")
+    assert_identical(read_all(src.bootstrap, topic, range(3)), read_all(dst.bootstrap, topic, range(3)))
+
     # Read-only: a producer to the mirror topic is refused with INVALID_REQUEST, at once.
     p = Producer({"bootstrap.servers": dst.bootstrap, "enable.idempotence": False, "retries": 0, "log_level": 3})
     errs = []

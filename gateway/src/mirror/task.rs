@@ -293,7 +293,31 @@ impl Task {
             (crate::metrics::lag::now_ms() as i64 - oldest_ts).max(0)
         };
         self.lag.ms.store(age_ms, Ordering::Relaxed);
+        self.follow_log_start(&p, raw.log_start_offset).await;
         Ok(())
+    }
+
+    /// The source's log start (its retention, DeleteRecords) becomes the mirror's, as far
+    /// as the mirror has sealed (a log start never passes what the object store holds; the
+    /// rest follows on a later fetch). A failure is logged and tried again next fetch.
+    async fn follow_log_start(&self, p: &oxbow_segment_writer::Partition, source_start: i64) {
+        let Ok((start, _, _)) = p.offsets() else {
+            return;
+        };
+        if source_start <= start {
+            return;
+        }
+        let log = &self.broker.log;
+        let sealed = match log.wait_sealed(p, source_start, Duration::ZERO).await {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let to = source_start.min(sealed);
+        if to > start {
+            if let Err(e) = log.advance_log_start(p, to).await {
+                tracing::debug!(partition = %self.label(), error = %e, "mirror log start not moved yet");
+            }
+        }
     }
 }
 
