@@ -506,6 +506,23 @@ def test_bad_links_say_why_and_corrupt_nothing(broker_factory):
     produce_varied(src.bootstrap, topic, 3, 300)
     wait_mirrored(src.bootstrap, dst.bootstrap, topic, range(3))
     assert_identical(read_all(src.bootstrap, topic, range(3)), read_all(dst.bootstrap, topic, range(3)))
+    # A source config change is followed (the overrides Oxbow knows).
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+    res = ConfigResource(
+        ResourceType.TOPIC, topic,
+        incremental_configs=[ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    a.incremental_alter_configs([res], request_timeout=15)[res].result(timeout=15)
+
+    def config_followed():
+        d = AdminClient({"bootstrap.servers": dst.bootstrap})
+        r = ConfigResource(ResourceType.TOPIC, topic)
+        got = d.describe_configs([r], request_timeout=15)[r].result(timeout=15)
+        e = got.get("retention.ms")
+        return e is not None and e.value == "86400000" and e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    wait_until(config_followed, timeout=MIRROR_TIMEOUT, what="the source's retention.ms on the mirror")
     before = read_all(dst.bootstrap, topic, range(3))
     for f in a.delete_topics([topic]).values():
         f.result(30)

@@ -34,6 +34,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// Most bytes of source data one link's tasks hold on one broker at once (fetched and not
+/// yet appended), whatever its partition count: each fetch takes its
+/// [`task::FETCH_BYTES`] from this budget first. Its trade-off: a link mirroring more than
+/// 16 partitions per broker fetches at most 16 at a time.
+pub const LINK_INFLIGHT_BYTES: usize = 64 << 20;
+
 /// A link or mirror topic with the version it was read at.
 #[derive(Clone, Debug)]
 pub struct Versioned<T> {
@@ -71,6 +77,8 @@ pub struct Mirrors {
     pub changed: Notify,
     /// Bytes appended by mirror tasks, per link.
     bytes: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
+    /// Each link's fetch budget on this broker ([`LINK_INFLIGHT_BYTES`]).
+    budgets: Mutex<BTreeMap<String, Arc<tokio::sync::Semaphore>>>,
     /// The largest producer id of a batch mirrored here, once the cluster's producer-id
     /// allocator has been moved past it ([`Self::reserve_producer_ids_through`]): -1 none.
     producer_id_floor: AtomicI64,
@@ -82,6 +90,7 @@ impl Default for Mirrors {
             inner: Mutex::default(),
             changed: Notify::new(),
             bytes: Mutex::default(),
+            budgets: Mutex::default(),
             producer_id_floor: AtomicI64::new(-1),
         }
     }
@@ -303,6 +312,17 @@ impl Mirrors {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.entry(link.to_string()).or_default().clone()
+    }
+
+    /// The fetch budget of `link`'s tasks here, in KiB permits ([`LINK_INFLIGHT_BYTES`]).
+    pub fn link_budget(&self, link: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut m = self
+            .budgets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.entry(link.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(LINK_INFLIGHT_BYTES >> 10)))
+            .clone()
     }
 
     /// Bytes mirrored per link since this broker started.

@@ -255,7 +255,10 @@ async fn reconcile_topics(
                             .map_err(|e| format!("growing mirror topic '{name}' to {n}: {e}"))?;
                         tracing::info!(topic = %name, partitions = n, "mirror topic grown with its source");
                     }
-                    Some(_) => {}
+                    Some(_) => {
+                        follow_configs(broker, mirrors, link, client, &name, &m.value.source_topic)
+                            .await
+                    }
                     None => {
                         create_mirror_topic(broker, client, &name, &m.value.source_topic, n).await?
                     }
@@ -296,6 +299,69 @@ async fn reconcile_topics(
     Ok(())
 }
 
+/// The source topic's own overrides, where Oxbow knows the config.
+async fn source_overrides(
+    client: &mut crate::client::Client,
+    source_topic: &str,
+) -> Option<BTreeMap<String, String>> {
+    let entries = client.describe_configs(source_topic).await.ok()?;
+    Some(
+        entries
+            .into_iter()
+            .filter(|e| {
+                matches!(e.source, crate::client::ConfigSource::DynamicTopic)
+                    && !e.is_sensitive
+                    && oxbow_metadata::topic_configs::lookup(&e.name).is_some()
+            })
+            .filter_map(|e| e.value.map(|v| (e.name, v)))
+            .collect(),
+    )
+}
+
+/// A mirror topic's overrides are its source's (those Oxbow knows): a change at the source
+/// is applied here by the next round; overrides set only here are replaced.
+async fn follow_configs(
+    broker: &Arc<Broker>,
+    mirrors: &Arc<Mirrors>,
+    link: &Link,
+    client: &mut crate::client::Client,
+    name: &str,
+    source_topic: &str,
+) {
+    let (Some(desired), Some(topic)) = (
+        source_overrides(client, source_topic).await,
+        broker.topic(name),
+    ) else {
+        return;
+    };
+    let current: BTreeMap<String, String> = topic
+        .configs
+        .describe()
+        .into_iter()
+        .filter(|c| !c.is_default)
+        .map(|c| (c.name.to_string(), c.value))
+        .collect();
+    if desired == current {
+        return;
+    }
+    match broker
+        .alter_topic_configs(
+            name,
+            oxbow_metadata::ConfigAlteration::Replace(desired),
+            false,
+        )
+        .await
+    {
+        Ok(_) => tracing::info!(topic = %name, "mirror topic configs follow the source's"),
+        Err(e) => mirrors.set_link_error(
+            &link.name,
+            Some(format!(
+                "source configs of '{source_topic}' not applied to '{name}': {e}"
+            )),
+        ),
+    }
+}
+
 async fn create_mirror_topic(
     broker: &Arc<Broker>,
     client: &mut crate::client::Client,
@@ -303,21 +369,8 @@ async fn create_mirror_topic(
     source_topic: &str,
     partitions: usize,
 ) -> Result<(), String> {
-    // The source's own overrides, where Oxbow knows the config.
-    let configs: BTreeMap<String, String> = client
-        .describe_configs(source_topic)
+    let configs = source_overrides(client, source_topic)
         .await
-        .map(|entries| {
-            entries
-                .into_iter()
-                .filter(|e| {
-                    matches!(e.source, crate::client::ConfigSource::DynamicTopic)
-                        && !e.is_sensitive
-                        && oxbow_metadata::topic_configs::lookup(&e.name).is_some()
-                })
-                .filter_map(|e| e.value.map(|v| (e.name, v)))
-                .collect()
-        })
         .unwrap_or_default();
     let spec = TopicSpec {
         name: name.to_string(),

@@ -12,9 +12,9 @@
 //! end no longer holds what was mirrored (it lost data, or it is another cluster): the
 //! task stops and the topic is marked failed rather than appending a different history.
 //!
-//! Bounds: one fetch in flight per partition, at most [`FETCH_BYTES`] per fetch (the
-//! client's frame limit bounds a hostile answer), one connection set per task, every
-//! request under the client's timeout. Errors are retried after [`RETRY_BACKOFF`], and
+//! Bounds: one fetch in flight per partition, at most [`FETCH_BYTES`] per fetch and
+//! [`super::LINK_INFLIGHT_BYTES`] per link and broker (the client's frame limit bounds a
+//! hostile answer), one connection set per task, every request under the client's timeout. Errors are retried after [`RETRY_BACKOFF`], and
 //! reported as the link's last error (`oxbow links describe`).
 
 use super::{Mirrors, PartitionLag};
@@ -164,6 +164,12 @@ impl Task {
         let Some(c) = client.as_mut() else {
             return Err(StepError::Stop);
         };
+        // The link's budget first: held until this fetch's batches are appended.
+        let budget = self.mirrors.link_budget(&self.link.name);
+        let _permit = budget
+            .acquire_many((FETCH_BYTES >> 10) as u32)
+            .await
+            .map_err(|_| StepError::Stop)?;
         let fetched = c
             .fetch_raw_many(
                 &self.source_topic,
