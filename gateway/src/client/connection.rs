@@ -15,6 +15,9 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Most bytes reserved for a response before they arrive; larger frames grow as read.
+const FRAME_PREALLOCATE_MAX: usize = 1 << 20;
+
 use super::error::{connect_reason, ClientError};
 use super::frame::{self, FrameError, LENGTH_PREFIX_BYTES};
 use super::versions::ApiVersionTable;
@@ -250,8 +253,20 @@ impl Connection {
             self.stream.read_exact(&mut prefix).await?;
             let len = frame::response_len(prefix)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            let mut buf = vec![0u8; len];
-            self.stream.read_exact(&mut buf).await?;
+            // Grown as bytes arrive, never sized by the peer's length alone: a hostile
+            // broker (a mirror's source, issue 20) could otherwise make every connection
+            // allocate the frame limit up front (decision 21).
+            let mut buf = Vec::with_capacity(len.min(FRAME_PREALLOCATE_MAX));
+            (&mut self.stream)
+                .take(len as u64)
+                .read_to_end(&mut buf)
+                .await?;
+            if buf.len() != len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("response frame ended after {} of {len} bytes", buf.len()),
+                ));
+            }
             Ok::<_, std::io::Error>(Bytes::from(buf))
         };
         let frame_bytes = match tokio::time::timeout(waited, read).await {
