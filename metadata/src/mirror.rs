@@ -80,6 +80,9 @@ pub struct LinkSecurity {
     /// service; never returned by the HTTP API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl_password: Option<String>,
+    /// Speak TLS to the source, trusting these CA certificates (PEM); `None`: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_ca_pem: Option<String>,
 }
 
 /// A named link to one source cluster.
@@ -116,6 +119,14 @@ impl Link {
         }
         for p in self.topics.iter().chain(&self.groups) {
             Pattern::parse(p)?;
+        }
+        if let Some(pem) = &self.security.ssl_ca_pem {
+            if !pem.contains("-----BEGIN CERTIFICATE-----") || pem.len() > 32 << 10 {
+                return Err(Error::InvalidRequest(format!(
+                    "link '{}': ssl_ca_pem must hold PEM CA certificates, at most 32 KiB",
+                    self.name
+                )));
+            }
         }
         if let Some(m) = &self.security.sasl_mechanism {
             if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {

@@ -482,6 +482,33 @@ def topic_names_of(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
+def test_tls_source_trusted_and_untrusted(broker_factory, tmp_path):
+    """A source with an SSL listener: a link trusting its CA mirrors over TLS; one trusting
+    another CA is refused at create, naming the TLS failure."""
+    from test_tls import Certs
+
+    certs = Certs(tmp_path)
+    (ssl_port,) = brokers.free_ports(1)
+    src = broker_factory("mirror-src-t", start=False)
+    ssl_addr = f"127.0.0.1:{ssl_port}"
+    src.options["extra_args"] = [
+        "--listeners", f"PLAINTEXT://{src.bootstrap},SSL://{ssl_addr}",
+        "--ssl-certificate-file", str(certs.server),
+        "--ssl-key-file", str(certs.server_key),
+    ]
+    src.start()
+    dst = broker_factory("mirror-dst-t")
+    topic = unique("tls")
+    create_topic(src.bootstrap, topic, partitions=2)
+    produce_varied(src.bootstrap, topic, 2, 500)
+    r = links(dst, "create", "untrusted", "--bootstrap", ssl_addr, "--topics", topic,
+              "--ssl-ca-file", str(certs.other_ca), check=False)
+    assert r.returncode != 0 and "tls" in r.stderr.lower(), r.stderr
+    links(dst, "create", "tls", "--bootstrap", ssl_addr, "--topics", topic, "--ssl-ca-file", str(certs.ca))
+    wait_mirrored(src.bootstrap, dst.bootstrap, topic, range(2))
+    assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
+
+
 def test_bad_links_say_why_and_corrupt_nothing(broker_factory):
     src = broker_factory("mirror-src-b")
     dst = broker_factory("mirror-dst-b")

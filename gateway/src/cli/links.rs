@@ -51,6 +51,9 @@ pub enum LinksCommand {
         /// File whose first line is the SASL password.
         #[arg(long)]
         sasl_password_file: Option<std::path::PathBuf>,
+        /// Speak TLS to the source, trusting the CA certificates in this PEM file.
+        #[arg(long)]
+        ssl_ca_file: Option<std::path::PathBuf>,
         /// Create it even if the source does not answer now.
         #[arg(long)]
         skip_validation: bool,
@@ -159,8 +162,16 @@ pub async fn run(args: LinksArgs) -> anyhow::Result<()> {
             sasl_mechanism,
             sasl_username,
             sasl_password_file,
+            ssl_ca_file,
             skip_validation,
         } => {
+            let ca = match ssl_ca_file {
+                Some(p) => Some(
+                    std::fs::read_to_string(&p)
+                        .with_context(|| format!("reading --ssl-ca-file {}", p.display()))?,
+                ),
+                None => None,
+            };
             let password = match sasl_password_file {
                 Some(p) => Some(
                     std::fs::read_to_string(&p)
@@ -180,6 +191,7 @@ pub async fn run(args: LinksArgs) -> anyhow::Result<()> {
                 "sasl_mechanism": sasl_mechanism,
                 "sasl_username": sasl_username,
                 "sasl_password": password,
+                "ssl_ca_pem": ca,
                 "skip_validation": skip_validation,
             });
             api.call(Method::POST, &links, Some(body)).await?;

@@ -9,7 +9,8 @@
 //! # Layout
 //! - [`kafka_client`]: [`Client`], connections per broker, metadata cache, routing to
 //!   partition leaders; `admin.rs` and `data.rs` add the operations.
-//! - [`connection`]: one TCP connection, ApiVersions handshake, timeouts.
+//! - [`connection`]: one TCP connection (TLS over it if asked), ApiVersions handshake,
+//!   timeouts.
 //! - [`frame`], [`versions`], [`requests`], [`records`], [`metadata`]: sans-I/O pieces
 //!   (framing, version negotiation, request builders, record batches, typed metadata).
 //! - [`partitioner`]: the Java client's murmur2 key partitioner, shared with the HTTP API.

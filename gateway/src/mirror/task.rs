@@ -78,10 +78,17 @@ pub fn client_options(link: &Link) -> Result<ClientOptions, String> {
             ))
         }
     };
+    let tls = match &link.security.ssl_ca_pem {
+        None => None,
+        Some(pem) => Some(crate::client::connection::tls_config_from_pem(
+            pem.as_bytes(),
+        )?),
+    };
     Ok(ClientOptions {
         timeout: SOURCE_TIMEOUT,
         client_id: format!("oxbow-mirror-{}", link.name),
         sasl,
+        tls,
     })
 }
 

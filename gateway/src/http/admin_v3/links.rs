@@ -6,7 +6,7 @@
 //! - `GET /v3/clusters/{c}/links`: every link with its state and last error.
 //! - `POST /v3/clusters/{c}/links`: `{"link_name", "bootstrap_servers", "topics": [..],
 //!   "groups": [..], "sasl_mechanism"?, "sasl_username"?, "sasl_password"?,
-//!   "skip_validation"?: false}` → 201; the source is asked for its topics first with the
+//!   "ssl_ca_pem"? (TLS to the source, trusting these CAs), "skip_validation"?: false}` → 201; the source is asked for its topics first with the
 //!   link's credentials (422/42209 naming the failure if it does not answer), unless
 //!   `skip_validation`.
 //! - `GET /v3/clusters/{c}/links/{l}`: the link and each mirror topic with its state,
@@ -49,6 +49,9 @@ pub(crate) struct CreateLink {
     sasl_username: Option<String>,
     #[serde(default)]
     sasl_password: Option<String>,
+    /// TLS to the source, trusting these CA certificates (PEM).
+    #[serde(default)]
+    ssl_ca_pem: Option<String>,
     #[serde(default)]
     skip_validation: bool,
 }
@@ -65,6 +68,8 @@ struct LinkView {
     groups: Vec<String>,
     sasl_mechanism: Option<String>,
     sasl_username: Option<String>,
+    /// Whether the link speaks TLS to the source.
+    tls: bool,
     /// The last error this broker's tasks or reconciler hit for the link (a wrong password,
     /// an unreachable source), cleared by the next success.
     last_error: Option<String>,
@@ -114,6 +119,7 @@ fn link_view(app: &AppState, cluster_id: &str, link: &Link) -> LinkView {
         groups: link.groups.clone(),
         sasl_mechanism: link.security.sasl_mechanism.clone(),
         sasl_username: link.security.sasl_username.clone(),
+        tls: link.security.ssl_ca_pem.is_some(),
         last_error: mirrors.link_error(&link.name),
         mirror_topics,
     }
@@ -156,6 +162,7 @@ pub(crate) async fn create(
             sasl_mechanism: r.sasl_mechanism,
             sasl_username: r.sasl_username,
             sasl_password: r.sasl_password,
+            ssl_ca_pem: r.ssl_ca_pem,
         },
         topics: r.topics,
         groups: r.groups,
