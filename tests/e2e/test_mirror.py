@@ -482,9 +482,10 @@ def topic_names_of(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
-def test_tls_source_trusted_and_untrusted(broker_factory, tmp_path):
+def test_tls_source_pause_resume_and_promotion_at_lag_zero(broker_factory, tmp_path):
     """A source with an SSL listener: a link trusting its CA mirrors over TLS; one trusting
-    another CA is refused at create, naming the TLS failure."""
+    another CA is refused at create, naming the TLS failure. Pause holds the mirror where
+    it is, resume catches up, promotion waiting for lag zero gives up nothing."""
     from test_tls import Certs
 
     certs = Certs(tmp_path)
@@ -506,6 +507,18 @@ def test_tls_source_trusted_and_untrusted(broker_factory, tmp_path):
     assert r.returncode != 0 and "tls" in r.stderr.lower(), r.stderr
     links(dst, "create", "tls", "--bootstrap", ssl_addr, "--topics", topic, "--ssl-ca-file", str(certs.ca))
     wait_mirrored(src.bootstrap, dst.bootstrap, topic, range(2))
+    assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
+    # Paused: nothing more arrives, the topic stays read-only; resumed: it catches up.
+    links(dst, "pause", "tls")
+    assert "paused" in links(dst, "list").stdout
+    held = high_watermarks(dst.bootstrap, topic, range(2))
+    produce_varied(src.bootstrap, topic, 2, 300)
+    time.sleep(3)
+    assert high_watermarks(dst.bootstrap, topic, range(2)) == held
+    links(dst, "resume", "tls")
+    # Promotion that first waits for lag zero: nothing given up.
+    out = links(dst, "promote", "tls", "--wait-for-lag-zero", "30s").stdout
+    assert f"{topic}: promoted (lag at promotion 0 records" in out, out
     assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
 
 
