@@ -104,8 +104,9 @@ pub struct Broker {
     /// (`transactions::verify`), apart from the markers' so neither waits on the other.
     pub(crate) verify_peers: crate::transactions::peers::PeerPool,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
-    /// The block of producer ids reserved for this broker: (next, end).
-    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// The block of producer ids reserved for this broker: (next, end, the mirror
+    /// promotion count when it was reserved; see [`Broker::next_producer_id`]).
+    producer_ids: tokio::sync::Mutex<(i64, i64, u64)>,
 }
 
 /// Producer ids reserved from the metadata service at a time: one durable write per block.
@@ -193,7 +194,7 @@ impl Broker {
             metrics: Metrics::default(),
             samples: Default::default(),
             topics: RwLock::new(topics),
-            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            producer_ids: tokio::sync::Mutex::new((0, 0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),
             marker_peers: crate::transactions::peers::PeerPool::new(
                 "oxbow-txn-markers",
@@ -313,9 +314,14 @@ impl Broker {
     /// A new producer id, never handed out before (by any broker, across restarts).
     pub async fn next_producer_id(&self) -> Result<i64> {
         let mut ids = self.producer_ids.lock().await;
-        // Ids a mirror copied from a source cluster are taken (see
-        // `Mirrors::reserve_producer_ids_through`): skip the rest of a block below them.
-        if ids.0 <= self.mirrors.producer_id_floor() {
+        // Ids a mirror copied from a source cluster are taken: every mirror task moves the
+        // cluster's allocator past them before its batches count
+        // (`Mirrors::reserve_producer_ids_through`), but a block reserved earlier may hold
+        // some. They matter once a mirror topic is promoted (producers of this cluster may
+        // then write where those ids have state), so a block reserved before the latest
+        // promotion seen here, or below a mirrored id seen here, is dropped.
+        let promotions = self.mirrors.promotions();
+        if ids.0 <= self.mirrors.producer_id_floor() || ids.2 != promotions {
             ids.0 = ids.1;
         }
         if ids.0 >= ids.1 {
@@ -323,7 +329,7 @@ impl Broker {
                 .metadata
                 .allocate_producer_ids(PRODUCER_ID_BLOCK)
                 .await?;
-            *ids = (first, first + i64::from(PRODUCER_ID_BLOCK));
+            *ids = (first, first + i64::from(PRODUCER_ID_BLOCK), promotions);
         }
         let id = ids.0;
         ids.0 += 1;

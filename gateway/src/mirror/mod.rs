@@ -79,6 +79,8 @@ pub struct Mirrors {
     bytes: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     /// Each link's fetch budget on this broker ([`LINK_INFLIGHT_BYTES`]).
     budgets: Mutex<BTreeMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Mirror topics seen turning promoted (a generation: [`Self::promotions`]).
+    promotions: AtomicU64,
     /// The largest producer id of a batch mirrored here, once the cluster's producer-id
     /// allocator has been moved past it ([`Self::reserve_producer_ids_through`]): -1 none.
     producer_id_floor: AtomicI64,
@@ -91,6 +93,7 @@ impl Default for Mirrors {
             changed: Notify::new(),
             bytes: Mutex::default(),
             budgets: Mutex::default(),
+            promotions: AtomicU64::new(0),
             producer_id_floor: AtomicI64::new(-1),
         }
     }
@@ -126,6 +129,22 @@ impl Mirrors {
         Ok(())
     }
 
+    /// Counts a promotion if a topic read-only in `before` is no longer (promoted, or its
+    /// record gone).
+    fn note_released(&self, before: &BTreeSet<String>, now: &Inner) {
+        let still = read_only_topics(now);
+        if before.iter().any(|t| !still.contains(t)) {
+            self.promotions.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// How many times this broker saw a mirror topic become promoted (or a mirror record
+    /// go), which is when a producer-id block reserved earlier must be dropped
+    /// ([`crate::broker::Broker::next_producer_id`]).
+    pub fn promotions(&self) -> u64 {
+        self.promotions.load(Ordering::Acquire)
+    }
+
     /// Producer ids at or below this came from a mirrored source (-1: none).
     pub fn producer_id_floor(&self) -> i64 {
         self.producer_id_floor.load(Ordering::Acquire)
@@ -149,11 +168,13 @@ impl Mirrors {
     pub fn replace(&self, records: Vec<MirrorRecord>) {
         {
             let mut inner = self.lock();
+            let before = read_only_topics(&inner);
             inner.links.clear();
             inner.topics.clear();
             for r in records {
                 insert(&mut inner, r);
             }
+            self.note_released(&before, &inner);
         }
         self.changed.notify_one();
     }
@@ -170,7 +191,9 @@ impl Mirrors {
                     }
                     .is_some_and(|held| held > r.version);
                     if !stale {
+                        let before = read_only_topics(&inner);
                         insert(&mut inner, r);
+                        self.note_released(&before, &inner);
                     }
                 }
                 MirrorEvent::Deleted { kind, name } => match kind {
@@ -178,7 +201,9 @@ impl Mirrors {
                         inner.links.remove(&name);
                     }
                     MirrorKind::Topic => {
+                        let before = read_only_topics(&inner);
                         inner.topics.remove(&name);
+                        self.note_released(&before, &inner);
                     }
                 },
             }
@@ -356,6 +381,16 @@ pub fn state_name(s: MirrorState) -> &'static str {
     }
 }
 
+/// The mirror topics producers may not write to yet.
+fn read_only_topics(inner: &Inner) -> BTreeSet<String> {
+    inner
+        .topics
+        .values()
+        .filter(|t| t.value.read_only())
+        .map(|t| t.value.topic.clone())
+        .collect()
+}
+
 fn insert(inner: &mut Inner, r: MirrorRecord) {
     match r.kind {
         MirrorKind::Link => match Link::decode(&r.value) {
@@ -480,10 +515,24 @@ mod tests {
         assert!(m.check_writable("t", 1).is_ok());
         m.stopped("t", 0);
         assert!(m.check_writable("t", 0).is_ok());
+        assert_eq!(
+            m.promotions(),
+            1,
+            "producer-id blocks reserved before are dropped"
+        );
         assert!(m.try_start("t", 0).is_none(), "never mirrored again");
         // A late event of the older state does not undo the promotion.
         m.apply(MirrorEvent::Put(topic(MirrorState::Mirroring, 2)));
         assert!(m.check_writable("t", 0).is_ok());
+        m.replace(vec![
+            link(LinkState::Active),
+            topic(MirrorState::Promoted, 3),
+        ]);
+        assert_eq!(
+            m.promotions(),
+            1,
+            "a relist that changes nothing is no promotion"
+        );
     }
 
     #[test]
