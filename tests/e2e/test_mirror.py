@@ -20,6 +20,7 @@ import time
 import pytest
 import requests
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 import brokers
 from brokers import oxbow_bin
@@ -220,8 +221,6 @@ def test_oxbow_to_oxbow_offsets_groups_promotion(broker_factory):
     assert_identical(read_all(src.bootstrap, topic, range(3)), read_all(dst.bootstrap, topic, range(3)))
 
     # The source's log start (DeleteRecords, retention) becomes the mirror's.
-    from confluent_kafka.admin import AdminClient
-
     admin = AdminClient({"bootstrap.servers": src.bootstrap})  # outlives its futures
     for f in admin.delete_records([TopicPartition(topic, 0, 100)], request_timeout=30).values():
         assert f.result(60).low_watermark == 100
@@ -477,8 +476,6 @@ def test_sasl_source_right_and_wrong_credentials(broker_factory, tmp_path):
 
 
 def topic_names_of(bootstrap: str) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
@@ -522,6 +519,37 @@ def test_tls_source_pause_resume_and_promotion_at_lag_zero(broker_factory, tmp_p
     assert_identical(read_all(src.bootstrap, topic, range(2)), read_all(dst.bootstrap, topic, range(2)))
 
 
+def test_links_are_guarded_by_cluster_acls(broker_factory):
+    """With --authorizer acl, reading links needs DESCRIBE on the cluster and changing them
+    ALTER on the cluster (a link carries credentials to another cluster and rewrites topics)."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    dst = broker_factory(
+        "mirror-dst-acl",
+        extra_args=["--http-authentication", "basic", "--authorizer", "acl", "--allow-everyone-if-no-acl-found"],
+    )
+    run([str(oxbow_bin()), "users", "-b", dst.bootstrap, "create", "alice", "--mechanism", "SCRAM-SHA-256"],
+        input="alice-secret\n", timeout=60)
+
+    def cluster_acl(principal, op):
+        return AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, principal, "*", op,
+                          AclPermissionType.ALLOW)
+
+    client = AdminClient({"bootstrap.servers": dst.bootstrap})
+    acls = [cluster_acl("User:owner", AclOperation.ALTER), cluster_acl("User:alice", AclOperation.DESCRIBE)]
+    for f in client.create_acls(acls, request_timeout=30).values():
+        f.result(timeout=30)
+    alice = ("alice", "alice-secret")
+    cid = requests.get(f"{dst.http}/v3/clusters", auth=alice, timeout=10).json()["data"][0]["cluster_id"]
+    base = f"{dst.http}/v3/clusters/{cid}/links"
+    wait_until(lambda: requests.get(base, auth=alice, timeout=10).status_code == 200, timeout=15,
+               what="alice may describe links")
+    body = {"link_name": "l", "bootstrap_servers": "127.0.0.1:1", "topics": ["t"], "skip_validation": True}
+    r = requests.post(base, json=body, auth=alice, timeout=10)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    assert "User:alice" in r.json()["message"] and "ALTER" in r.json()["message"].upper(), r.text
+
+
 def test_bad_links_say_why_and_corrupt_nothing(broker_factory):
     src = broker_factory("mirror-src-b")
     dst = broker_factory("mirror-dst-b")
@@ -538,7 +566,7 @@ def test_bad_links_say_why_and_corrupt_nothing(broker_factory):
     produce_varied(src.bootstrap, topic, 1, 100)
     links(dst, "create", "grow", "--bootstrap", src.bootstrap, "--topics", topic)
     wait_mirrored(src.bootstrap, dst.bootstrap, topic, [0])
-    from confluent_kafka.admin import AdminClient, NewPartitions
+    from confluent_kafka.admin import NewPartitions
 
     a = AdminClient({"bootstrap.servers": src.bootstrap})
     for f in a.create_partitions([NewPartitions(topic, 3)]).values():
