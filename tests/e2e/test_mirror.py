@@ -96,6 +96,16 @@ def wait_mirrored(src: str, dst: str, topic: str, partitions, timeout: float = M
     return wait_until(same, timeout=timeout, what=f"{topic} mirrored to the destination")
 
 
+def offsets_on(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
+    """The group's committed offsets there (without joining it)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+    finally:
+        c.close()
+    return {t.partition: t.offset for t in got}
+
+
 def produce_varied(bootstrap: str, topic: str, partitions: int, n: int, **conf) -> None:
     """n records with keys, headers and explicit (old) timestamps, round-robin over the partitions."""
     p = producer(bootstrap, **conf)
@@ -245,16 +255,17 @@ def test_oxbow_to_oxbow_offsets_groups_promotion(broker_factory):
 
     # The group's offsets arrive unchanged; a consumer of it resumes there on the destination.
     def offsets_copied():
-        c = Consumer({"bootstrap.servers": dst.bootstrap, "group.id": group, "log_level": 3})
-        try:
-            got = c.committed([TopicPartition(topic, p) for p in committed], timeout=10)
-        finally:
-            c.close()
-        return {t.partition: t.offset for t in got} == committed or None
+        return offsets_on(dst.bootstrap, group, topic, committed) == committed or None
 
     wait_until(offsets_copied, timeout=MIRROR_TIMEOUT, what="group offsets mirrored")
     c = Consumer(
-        {"bootstrap.servers": dst.bootstrap, "group.id": group, "auto.offset.reset": "earliest", "log_level": 3}
+        {
+            "bootstrap.servers": dst.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
     )
     c.subscribe([topic])
     first: dict[int, int] = {}
@@ -263,8 +274,20 @@ def test_oxbow_to_oxbow_offsets_groups_promotion(broker_factory):
         m = c.poll(0.5)
         if m is not None and m.error() is None:
             first.setdefault(m.partition(), m.offset())
-    c.close()
     assert first == committed, f"resumed at {first}, committed {committed}: nothing skipped, nothing re-read"
+    # While the group has members here, the source's newer commits do not move it.
+    s = Consumer({"bootstrap.servers": src.bootstrap, "group.id": group, "log_level": 3})
+    s.commit(offsets=[TopicPartition(topic, 0, 900)], asynchronous=False)
+    s.close()
+    until = time.monotonic() + 7  # more than a reconcile round (5 s)
+    while time.monotonic() < until:
+        c.poll(0.2)  # stays a member
+    assert offsets_on(dst.bootstrap, group, topic, [0]) == {0: 400}, "an active group was moved"
+    c.close()
+    wait_until(
+        lambda: offsets_on(dst.bootstrap, group, topic, [0]) == {0: 900} or None,
+        timeout=MIRROR_TIMEOUT, what="the source's commit once the group is empty here",
+    )
 
     # Promote during load: the source keeps taking writes while the mirror is promoted.
     stop = threading.Event()
