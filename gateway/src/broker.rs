@@ -28,6 +28,7 @@ use std::time::Duration;
 #[cfg(test)]
 pub(crate) mod testing;
 mod topics;
+mod writes;
 
 /// Settings of the broker's front ends.
 #[derive(Clone, Debug)]
@@ -311,31 +312,6 @@ impl Broker {
         self.cluster.coordinator_for(group_id) == self.settings.broker_id
     }
 
-    /// A new producer id, never handed out before (by any broker, across restarts).
-    pub async fn next_producer_id(&self) -> Result<i64> {
-        let mut ids = self.producer_ids.lock().await;
-        // Ids a mirror copied from a source cluster are taken: every mirror task moves the
-        // cluster's allocator past them before its batches count
-        // (`Mirrors::reserve_producer_ids_through`), but a block reserved earlier may hold
-        // some. They matter once a mirror topic is promoted (producers of this cluster may
-        // then write where those ids have state), so a block reserved before the latest
-        // promotion seen here, or below a mirrored id seen here, is dropped.
-        let promotions = self.mirrors.promotions();
-        if ids.0 <= self.mirrors.producer_id_floor() || ids.2 != promotions {
-            ids.0 = ids.1;
-        }
-        if ids.0 >= ids.1 {
-            let first = self
-                .metadata
-                .allocate_producer_ids(PRODUCER_ID_BLOCK)
-                .await?;
-            *ids = (first, first + i64::from(PRODUCER_ID_BLOCK), promotions);
-        }
-        let id = ids.0;
-        ids.0 += 1;
-        Ok(id)
-    }
-
     /// A topic by name, if it exists.
     pub fn topic(&self, name: &str) -> Option<Arc<TopicMetadata>> {
         self.topics.read().ok()?.get(name).cloned()
@@ -500,23 +476,6 @@ impl Broker {
         };
         drop(permit);
         Ok(pending)
-    }
-
-    /// Refuses client writes to a mirror topic not promoted, or promoted while its
-    /// partition's mirror task here is still stopping ([`crate::mirror::Mirrors::check_writable`]).
-    pub fn check_writable(&self, topic: &str, partition: PartitionId) -> Result<()> {
-        match self.mirrors.check_writable(topic, partition) {
-            Ok(()) => Ok(()),
-            Err(why)
-                if self
-                    .mirrors
-                    .topic(topic)
-                    .is_some_and(|m| m.value.read_only()) =>
-            {
-                Err(BrokerError::ReadOnlyMirror(why))
-            }
-            Err(why) => Err(BrokerError::MirrorStopping(why)),
-        }
     }
 
     /// Writes the COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction into a
