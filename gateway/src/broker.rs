@@ -28,6 +28,7 @@ use std::time::Duration;
 #[cfg(test)]
 pub(crate) mod testing;
 mod topics;
+mod writes;
 
 /// Settings of the broker's front ends.
 #[derive(Clone, Debug)]
@@ -88,6 +89,8 @@ pub struct Broker {
     /// ACL bindings, SCRAM credentials and client quotas, as the metadata service holds
     /// them (kept current by `security::cache::run_security_follower`).
     pub security: Arc<crate::security::cache::SecurityCache>,
+    /// Cluster links and mirror topics, and the mirror tasks running here (issue 20).
+    pub mirrors: Arc<crate::mirror::Mirrors>,
     /// Client quotas and their meters (derived from `security`).
     pub quotas: crate::security::quota::Quotas,
     /// ACL decisions over `security` (see [`Broker::authz`]).
@@ -102,8 +105,9 @@ pub struct Broker {
     /// (`transactions::verify`), apart from the markers' so neither waits on the other.
     pub(crate) verify_peers: crate::transactions::peers::PeerPool,
     topics: RwLock<HashMap<String, Arc<TopicMetadata>>>,
-    /// The block of producer ids reserved for this broker: (next, end).
-    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// The block of producer ids reserved for this broker: (next, end, the mirror
+    /// promotion count when it was reserved; see [`Broker::next_producer_id`]).
+    producer_ids: tokio::sync::Mutex<(i64, i64, u64)>,
 }
 
 /// Producer ids reserved from the metadata service at a time: one durable write per block.
@@ -159,6 +163,7 @@ impl Broker {
         ));
         let security =
             Arc::new(crate::security::cache::SecurityCache::load(metadata.as_ref()).await?);
+        let mirrors = Arc::new(crate::mirror::Mirrors::load(metadata.as_ref()).await?);
         let (view, me) = (cluster.clone(), settings.broker_id);
         let coordinator = Arc::new(
             crate::groups::Coordinator::new(
@@ -183,13 +188,14 @@ impl Broker {
             cluster,
             quotas: crate::security::quota::Quotas::new(security.clone()),
             security,
+            mirrors,
             metadata,
             leadership: Leadership::new(log.clone()),
             log,
             metrics: Metrics::default(),
             samples: Default::default(),
             topics: RwLock::new(topics),
-            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            producer_ids: tokio::sync::Mutex::new((0, 0, 0)),
             forwarders: tokio::sync::Mutex::new(HashMap::new()),
             marker_peers: crate::transactions::peers::PeerPool::new(
                 "oxbow-txn-markers",
@@ -304,21 +310,6 @@ impl Broker {
     /// Whether this broker coordinates `group_id` (always, on one node).
     pub fn coordinates(&self, group_id: &str) -> bool {
         self.cluster.coordinator_for(group_id) == self.settings.broker_id
-    }
-
-    /// A new producer id, never handed out before (by any broker, across restarts).
-    pub async fn next_producer_id(&self) -> Result<i64> {
-        let mut ids = self.producer_ids.lock().await;
-        if ids.0 >= ids.1 {
-            let first = self
-                .metadata
-                .allocate_producer_ids(PRODUCER_ID_BLOCK)
-                .await?;
-            *ids = (first, first + i64::from(PRODUCER_ID_BLOCK));
-        }
-        let id = ids.0;
-        ids.0 += 1;
-        Ok(id)
     }
 
     /// A topic by name, if it exists.
@@ -468,6 +459,7 @@ impl Broker {
         if oxbow_metadata::topic::is_internal_topic(&topic.name) {
             return Err(internal_topic(&topic.name, "produced to"));
         }
+        self.check_writable(&topic.name, partition)?;
         let tp = TopicPartition::new(topic.topic_id, partition);
         // Held until the batch is queued: a handoff closing the gate waits for it.
         let permit = self.leadership.append_permit(tp, &topic.name).await?;

@@ -23,6 +23,18 @@ pub enum BrokerError {
     InvalidRequest(String),
     #[error("unsupported compression: {0}")]
     UnsupportedCompression(String),
+    /// Produce (or DeleteRecords) to a mirror topic not promoted (issue 20). Kafka's
+    /// INVALID_REQUEST, as a linked topic answers: librdkafka and the Java client fail the
+    /// batch at once (not retriable) without making the producer fatal, so the
+    /// application sees the reason instead of retrying into a topic that stays read-only.
+    #[error("{0}")]
+    ReadOnlyMirror(String),
+    /// Produce to a promoted mirror topic whose partition's mirror task is still stopping
+    /// (milliseconds): NOT_LEADER_OR_FOLLOWER, retriable, so clients try again.
+    #[error("{0}")]
+    MirrorStopping(String),
+    #[error("no cluster link named '{0}'")]
+    UnknownLink(String),
 }
 
 /// A Kafka error code and the HTTP status plus REST Proxy error code for the same failure.
@@ -58,6 +70,11 @@ impl BrokerError {
             BrokerError::UnsupportedCompression(_) => {
                 mapped(ResponseError::UnsupportedCompressionType, 415, 41502)
             }
+            BrokerError::ReadOnlyMirror(_) => mapped(ResponseError::InvalidRequest, 422, 42208),
+            BrokerError::MirrorStopping(_) => {
+                mapped(ResponseError::NotLeaderOrFollower, 503, 50302)
+            }
+            BrokerError::UnknownLink(_) => mapped(ResponseError::InvalidRequest, 404, 40406),
         }
     }
 

@@ -27,6 +27,7 @@ pub mod groups;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
+pub mod mirror;
 pub mod records;
 pub mod retention;
 pub mod samples;

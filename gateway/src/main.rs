@@ -41,6 +41,9 @@ enum Command {
     Users(cli::UsersArgs),
     /// ACLs (with `serve --authorizer acl`): add, list, remove.
     Acls(cli::AclsArgs),
+    /// Cluster links and mirror topics: create, list, describe, pause, resume, delete,
+    /// promote (talks to a broker's HTTP API).
+    Links(cli::LinksArgs),
 }
 
 /// jemalloc rather than glibc's malloc: see the dependency's note in `Cargo.toml` and
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
             Command::Partitions(args) => cli::cluster::run_partitions(args).await,
             Command::Users(args) => cli::users::run(args).await,
             Command::Acls(args) => cli::acls::run(args).await,
+            Command::Links(args) => cli::links::run(args).await,
         }
     });
     match result {

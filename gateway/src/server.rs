@@ -397,6 +397,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         broker.cluster.clone(),
         stop_serving.clone(),
     ));
+    // Cluster links (issue 20): follow the mirror records; run mirror tasks where this
+    // broker leads mirror partitions (stopped and awaited on shutdown).
+    background.spawn(crate::mirror::run_mirror_follower(
+        metadata.clone(),
+        broker.mirrors.clone(),
+        stop_serving.clone(),
+    ));
+    background.spawn(crate::mirror::supervisor::run_supervisor(
+        broker.clone(),
+        stop_serving.clone(),
+    ));
     background.spawn(cluster::follower::run_topic_follower(
         broker.clone(),
         handoff_tx,

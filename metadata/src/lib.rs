@@ -65,6 +65,7 @@ pub mod kv;
 pub mod kv_store;
 pub mod leader_epochs;
 pub mod lease;
+pub mod mirror;
 pub mod security;
 pub mod store;
 pub mod testing;
@@ -89,6 +90,10 @@ pub use group::{CommittedOffset, GroupRecord, PendingTxnOffsets};
 pub use kv_store::KvStore;
 pub use leader_epochs::{EpochStart, LeaderEpochHistory, LEADER_EPOCHS_MAX};
 pub use lease::{run_lease_keeper, LeaseGuard};
+pub use mirror::{
+    Link, LinkSecurity, LinkState, MirrorEvent, MirrorKind, MirrorRecord, MirrorState, MirrorTopic,
+    MIRROR_RECORD_BYTES_MAX,
+};
 pub use security::{SecurityEvent, SecurityKind, SecurityRecord, SECURITY_RECORD_BYTES_MAX};
 pub use store::{
     BrokerRegistration, Lease, LeaseId, MetadataFootprint, MetadataStore, LEASE_TTL_MIN,

@@ -437,6 +437,30 @@ pub trait MetadataStore: Send + Sync + 'static {
     /// Every change of every security record from now on (subscribe, then list: see
     /// [`crate::watch`]).
     async fn watch_security(&self) -> Result<Watch<SecurityEvent>>;
+
+    // ---- mirror records (cluster links and mirror topics, issue 20) ----
+
+    /// Every record of `kind`, sorted by name.
+    async fn mirror_records(&self, kind: crate::MirrorKind) -> Result<Vec<crate::MirrorRecord>>;
+    /// Compare-and-swap of one record, as [`Self::put_security_record`]; a name outside
+    /// `[a-zA-Z0-9._-]{1,249}` or a value over [`crate::MIRROR_RECORD_BYTES_MAX`] gives
+    /// [`crate::ErrorKind::Invalid`].
+    async fn put_mirror_record(
+        &self,
+        kind: crate::MirrorKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64>;
+    /// Deletes one record, as [`Self::delete_security_record`].
+    async fn delete_mirror_record(
+        &self,
+        kind: crate::MirrorKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()>;
+    /// Every change of every mirror record from now on (subscribe, then list).
+    async fn watch_mirror(&self) -> Result<Watch<crate::MirrorEvent>>;
 }
 
 /// The metadata service's size ([`MetadataStore::metadata_footprint`]).

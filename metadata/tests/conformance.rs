@@ -30,6 +30,9 @@ use wal_replicas::{wal_replica_sets, wal_set};
 #[path = "conformance/security.rs"]
 mod security;
 use security::security_records;
+#[path = "conformance/mirror.rs"]
+mod mirror;
+use mirror::mirror_records;
 #[path = "conformance/groups.rs"]
 mod groups;
 use groups::{committed, consumer_groups, pending_txn_offsets, transactional_ids};
@@ -629,6 +632,7 @@ async fn run_all(store: &dyn MetadataStore) {
     brokers_and_leases(store).await;
     wal_replica_sets(store).await;
     security_records(store).await;
+    mirror_records(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,6 +219,21 @@ pub fn with_max_timestamp(buf: &[u8], max_timestamp: i64) -> Vec<u8> {
     out
 }
 
+/// Whether the CRC-32C stored in a whole batch matches what it covers (attributes onward).
+pub fn crc_matches(buf: &[u8]) -> bool {
+    buf.len() >= BATCH_HEADER_BYTES
+        && u32_at(buf, OFFSET_CRC) == crc32c::crc32c(&buf[OFFSET_ATTRIBUTES..])
+}
+
+/// Recomputes and stores the CRC-32C of a whole batch built or patched in place.
+pub fn set_crc(buf: &mut [u8]) {
+    if buf.len() < BATCH_HEADER_BYTES {
+        return;
+    }
+    let crc = crc32c::crc32c(&buf[OFFSET_ATTRIBUTES..]);
+    buf[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Walks the whole batches stored back to back in `buf` (as in a sealed object range).
 /// Stops at the first incomplete or malformed header.
 pub fn iter_batches(buf: &Bytes) -> impl Iterator<Item = (BatchHeader, Bytes)> + '_ {

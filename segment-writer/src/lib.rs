@@ -38,6 +38,8 @@
 //!   [`compact_state`]: its pure planning and deletion ledger; [`key_compact`]: the pure
 //!   core of `cleanup.policy=compact` (latest record per key), with [`compress`].
 //! - [`read`]: reads from memory or from objects through the cache.
+//! - [`mirror`]: a mirror partition's source batches, pure: checked, skipped below the log
+//!   end, gaps covered by empty batches (issue 20); `log/mirror.rs` appends them.
 //! - [`objects`]: building the object store from a URL ([`local_store`]: the embedded
 //!   default's directory, written out a step at a time); [`faulty_store`]: one that fails
 //!   as S3 does (the simulation's and tests').
@@ -60,6 +62,7 @@ pub mod leadership;
 pub mod local_store;
 pub mod log;
 pub mod metered_store;
+pub mod mirror;
 pub mod object;
 pub mod objects;
 pub mod orphans;
@@ -90,8 +93,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use leadership::handoff_state::{Handoff, Moved};
 pub use leadership::{AppendPermit, Leadership};
 pub use log::{
-    Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Partition,
-    PendingAppend, PRODUCER_EXPIRATION_CHECK, PRODUCER_ID_EXPIRATION_DEFAULT,
+    Acks, AppendPolicy, Appended, Durability, LogComponents, LogManager, LogSettings, Mirrored,
+    Partition, PendingAppend, PRODUCER_EXPIRATION_CHECK, PRODUCER_ID_EXPIRATION_DEFAULT,
 };
 pub use read::{Isolation, ReadResult, ReadSource};
 pub use replica::serve_internal;

@@ -40,12 +40,14 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 mod append;
+mod mirror;
 mod open;
 mod partition_handle;
 mod recovery;
 mod retention;
 
 pub use append::{Acks, AppendPolicy, Appended, PendingAppend};
+pub use mirror::Mirrored;
 pub use partition_handle::Partition;
 use recovery::LogRecovery;
 

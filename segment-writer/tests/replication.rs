@@ -11,10 +11,13 @@
 
 use oxbow_cache::ReadCache;
 use oxbow_metadata::{BrokerRegistration, EmbeddedStore, MetadataStore, TopicMetadata, TopicSpec};
-use oxbow_segment_writer::batch::{self, testing::make_batch};
+use oxbow_segment_writer::batch::{
+    self,
+    testing::{make_batch, make_idempotent_batch},
+};
 use oxbow_segment_writer::{
     objects, run_sealer, serve_internal, Acks, AppendPolicy, ErrorKind, LogManager, LogSettings,
-    ReplicationSettings, WalSettings,
+    Mirrored, ReplicationSettings, WalSettings,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -500,6 +503,128 @@ async fn a_deposed_live_leader_keeps_its_tail_on_replicas_until_the_new_leader_r
     // Recovered: broker 1 may let go now.
     n1.log.release_holds().await.expect("release");
     for n in [n1, n2, n3] {
+        n.crash().await;
+    }
+}
+
+/// A source log a mirror follows (issue 20): 40 batches of producer 77 at their source
+/// offsets, with a gap of 7 offsets before the 26th (what a compacted source leaves).
+fn source_log() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut offset = 0i64;
+    for i in 0..40i64 {
+        if i == 25 {
+            offset += 7;
+        }
+        let mut b = make_idempotent_batch(3, 10_000 + i, 77, 0, (i * 3) as i32);
+        b[0..8].copy_from_slice(&offset.to_be_bytes());
+        out.push(b);
+        offset += 3;
+    }
+    out
+}
+
+fn last_offset(b: &[u8]) -> i64 {
+    batch::peek_header(b)
+        .expect("header")
+        .expect("whole")
+        .last_offset()
+}
+
+/// What a mirror task does on `log`: fetch from the partition's log end, here starting
+/// `refetch` batches early (a fetch may return what is held already), up to `source[..upto]`.
+async fn mirror_from_log_end(
+    log: &LogManager,
+    topic: &TopicMetadata,
+    source: &[Vec<u8>],
+    upto: usize,
+    refetch: usize,
+) {
+    let p = log.partition(topic, 0).await.expect("partition");
+    let (_, _, end) = p.offsets().expect("offsets");
+    let first = source
+        .iter()
+        .position(|b| last_offset(b) >= end)
+        .unwrap_or(source.len())
+        .saturating_sub(refetch);
+    for b in &source[first..upto] {
+        match log
+            .enqueue_mirrored(&p, b, 1 << 20, 2)
+            .await
+            .expect("mirror")
+        {
+            Mirrored::Skipped => {}
+            Mirrored::Queued(q) => {
+                for a in q {
+                    a.wait().await.expect("durable");
+                }
+            }
+        }
+    }
+}
+
+async fn read_batches(log: &LogManager, topic: &TopicMetadata) -> Vec<bytes::Bytes> {
+    let p = log.partition(topic, 0).await.expect("partition");
+    let mut out = Vec::new();
+    let mut next = 0;
+    loop {
+        let r = log.read(&p, next, 1 << 20, true).await.expect("read");
+        if r.batches.is_empty() {
+            return out;
+        }
+        for b in r.batches {
+            next = last_offset(&b) + 1;
+            out.push(b);
+        }
+    }
+}
+
+/// The mirror's log is the source's, byte for byte but the leader epoch, with one empty
+/// batch exactly over the gap, contiguous from 0: no gap, no duplicate.
+fn assert_mirrors(held: &[bytes::Bytes], source: &[Vec<u8>]) {
+    let mut data = Vec::new();
+    let mut next = 0;
+    for b in held {
+        let h = batch::peek_header(b).expect("header").expect("whole");
+        assert_eq!(h.base_offset, next, "contiguous, nothing twice");
+        next = h.last_offset() + 1;
+        if h.record_count > 0 {
+            data.push(b.clone());
+        } else {
+            assert_eq!(
+                (h.base_offset, h.last_offset()),
+                (75, 81),
+                "the filler spans the gap"
+            );
+        }
+    }
+    assert_eq!(data.len(), source.len());
+    for (m, s) in data.iter().zip(source) {
+        assert_eq!(&m[..12], &s[..12]);
+        assert_eq!(&m[16..], &s[16..], "same bytes but the leader epoch");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_resumes_on_a_new_leader_without_gap_or_duplicate() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("mirrored", 1, "2").await;
+    wait_in_sync(&n1, 3).await;
+    let source = source_log();
+    // Broker 1 mirrors past the gap, acknowledged (in its WAL and two replicas), then dies.
+    mirror_from_log_end(&n1.log, &topic, &source, 30, 0).await;
+    n1.crash().await;
+    c.move_partition(&topic, 2, 1).await;
+    // Broker 2 recovers the tail, then mirrors on from its log end, re-fetching a little.
+    mirror_from_log_end(&n2.log, &topic, &source, source.len(), 3).await;
+    assert_mirrors(&read_batches(&n2.log, &topic).await, &source);
+    // The same from the object store.
+    n2.log.seal_once().await.expect("seal");
+    assert_mirrors(&read_batches(&n2.log, &topic).await, &source);
+    for n in [n2, n3] {
         n.crash().await;
     }
 }

@@ -13,6 +13,8 @@
 //! - [`acls`]: `oxbow acls add|list|remove`
 //! - [`cluster`]: `oxbow cluster describe`, `oxbow partitions reassign|list-reassignments`
 //! - [`users`]: `oxbow users create|list|delete` (SCRAM credentials)
+//! - [`links`]: `oxbow links create|list|describe|pause|resume|delete|promote` (cluster
+//!   links and mirror topics, over the HTTP API)
 
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ pub mod client_auth;
 pub mod cluster;
 pub mod consume;
 pub mod groups;
+pub mod links;
 #[cfg(test)]
 mod live_tests;
 pub mod produce;
@@ -33,6 +36,7 @@ pub use acls::AclsArgs;
 pub use cluster::{ClusterArgs, PartitionsArgs};
 pub use consume::ConsumeArgs;
 pub use groups::GroupsArgs;
+pub use links::LinksArgs;
 pub use produce::ProduceArgs;
 pub use topics::TopicsArgs;
 pub use users::UsersArgs;

@@ -15,6 +15,9 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Most bytes reserved for a response before they arrive; larger frames grow as read.
+const FRAME_PREALLOCATE_MAX: usize = 1 << 20;
+
 use super::error::{connect_reason, ClientError};
 use super::frame::{self, FrameError, LENGTH_PREFIX_BYTES};
 use super::versions::ApiVersionTable;
@@ -26,12 +29,15 @@ const API_VERSIONS_PREFERRED: i16 = 3;
 /// Kafka's error code for UNSUPPORTED_VERSION.
 const UNSUPPORTED_VERSION: i16 = 35;
 
+/// A connection's byte stream: plain TCP, or TLS over it.
+type Stream = tokio_util::either::Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+
 /// A connected, handshaken broker connection.
 #[derive(Debug)]
 pub struct Connection {
     /// `host:port` as dialled; used in every error message.
     addr: String,
-    stream: TcpStream,
+    stream: Stream,
     versions: ApiVersionTable,
     client_id: StrBytes,
     next_correlation_id: i32,
@@ -41,18 +47,76 @@ pub struct Connection {
     broken: bool,
 }
 
+/// The TLS handshake of a client connection to `addr`, its host the server name checked.
+async fn tls_handshake(
+    addr: &str,
+    stream: TcpStream,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+        ClientError::Invalid(format!("{addr}: '{host}' is not a TLS server name: {e}"))
+    })?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(ClientError::Unreachable {
+            addr: addr.to_string(),
+            reason: format!("TLS handshake failed: {e}"),
+        }),
+        Err(_) => Err(ClientError::Unreachable {
+            addr: addr.to_string(),
+            reason: format!(
+                "TLS handshake not done within {}",
+                humantime::format_duration(timeout)
+            ),
+        }),
+    }
+}
+
+/// A client TLS configuration trusting the CA certificates in `pem` (PEM, one or more).
+pub fn tls_config_from_pem(pem: &[u8]) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut n = 0;
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("CA certificates: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA certificate refused: {e}"))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err("no CA certificate in the PEM given".into());
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
 impl Connection {
     /// Connects to `addr` and performs the ApiVersions handshake.
     pub async fn open(addr: &str, timeout: Duration, client_id: &str) -> Result<Self, ClientError> {
-        Self::open_with(addr, timeout, client_id, None).await
+        Self::open_with(addr, timeout, client_id, None, None).await
     }
 
-    /// [`Connection::open`], then SASL authentication as `sasl` if given.
+    /// [`Connection::open`] over TLS with `tls` if given, then SASL authentication as
+    /// `sasl` if given.
     pub async fn open_with(
         addr: &str,
         timeout: Duration,
         client_id: &str,
         sasl: Option<&super::sasl::SaslCredentials>,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Self, ClientError> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
@@ -74,6 +138,12 @@ impl Connection {
             addr: addr.to_string(),
             error,
         })?;
+        let stream = match tls {
+            None => tokio_util::either::Either::Left(stream),
+            Some(config) => tokio_util::either::Either::Right(
+                tls_handshake(addr, stream, config.clone(), timeout).await?,
+            ),
+        };
         let mut conn = Connection {
             addr: addr.to_string(),
             stream,
@@ -250,8 +320,20 @@ impl Connection {
             self.stream.read_exact(&mut prefix).await?;
             let len = frame::response_len(prefix)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-            let mut buf = vec![0u8; len];
-            self.stream.read_exact(&mut buf).await?;
+            // Grown as bytes arrive, never sized by the peer's length alone: a hostile
+            // broker (a mirror's source, issue 20) could otherwise make every connection
+            // allocate the frame limit up front (decision 21).
+            let mut buf = Vec::with_capacity(len.min(FRAME_PREALLOCATE_MAX));
+            (&mut self.stream)
+                .take(len as u64)
+                .read_to_end(&mut buf)
+                .await?;
+            if buf.len() != len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("response frame ended after {} of {len} bytes", buf.len()),
+                ));
+            }
             Ok::<_, std::io::Error>(Bytes::from(buf))
         };
         let frame_bytes = match tokio::time::timeout(waited, read).await {

@@ -53,6 +53,23 @@ pub struct FetchResult {
     pub log_start_offset: i64,
 }
 
+/// One partition's record batches as the broker sent them ([`Client::fetch_raw_many`]).
+#[derive(Debug, Clone)]
+pub struct RawFetch {
+    /// Whole and partial record batches, back to back (a partial last one is possible).
+    pub records: bytes::Bytes,
+    pub high_watermark: i64,
+    /// `-1` if the broker did not say (Fetch < v5).
+    pub log_start_offset: i64,
+}
+
+/// One partition's outcome in [`Client::fetch_raw_many`].
+#[derive(Debug)]
+pub struct PartitionRawFetch {
+    pub partition: i32,
+    pub result: Result<RawFetch, ClientError>,
+}
+
 /// One partition's outcome in [`Client::fetch_many`].
 #[derive(Debug)]
 pub struct PartitionFetch {
@@ -197,8 +214,47 @@ impl Client {
         max_wait: Duration,
         max_bytes: i32,
     ) -> Result<Vec<PartitionFetch>, ClientError> {
+        let raw = self
+            .fetch_raw_many(topic, positions, max_wait, max_bytes)
+            .await?;
+        let offsets: BTreeMap<i32, i64> = positions.iter().copied().collect();
+        let addr = self.bootstrap_addr().to_string();
+        Ok(raw
+            .into_iter()
+            .map(|p| {
+                let offset = offsets.get(&p.partition).copied().unwrap_or(0);
+                let partition = p.partition;
+                let result = p.result.and_then(|raw| {
+                    let decoded =
+                        decode_fetched(raw.records, offset).map_err(|e| ClientError::Protocol {
+                            addr: addr.clone(),
+                            detail: format!("{topic}-{partition}: {e}"),
+                        })?;
+                    Ok(FetchResult {
+                        records: decoded.records,
+                        next_offset: decoded.next_offset,
+                        high_watermark: raw.high_watermark,
+                        log_start_offset: raw.log_start_offset,
+                    })
+                });
+                PartitionFetch { partition, result }
+            })
+            .collect())
+    }
+
+    /// [`Self::fetch_many`] without decoding: each partition's record batches exactly as
+    /// the broker sent them (read_uncommitted: every batch, control batches included), for
+    /// a mirror that stores them as they are. `max_bytes` bounds each partition (the
+    /// broker may still send one larger first batch, KIP-74).
+    pub async fn fetch_raw_many(
+        &mut self,
+        topic: &str,
+        positions: &[(i32, i64)],
+        max_wait: Duration,
+        max_bytes: i32,
+    ) -> Result<Vec<PartitionRawFetch>, ClientError> {
         let mut by_leader: BTreeMap<i32, Vec<(i32, i64)>> = BTreeMap::new();
-        let mut results: BTreeMap<i32, Result<FetchResult, ClientError>> = BTreeMap::new();
+        let mut results: BTreeMap<i32, Result<RawFetch, ClientError>> = BTreeMap::new();
         let mut topic_id = uuid::Uuid::nil();
         for &(partition, offset) in positions {
             match self.route(topic, partition).await {
@@ -235,18 +291,10 @@ impl Client {
                 let result = ClientError::check(part.error_code, None, || {
                     format!("fetch from {topic}-{partition} at offset {offset}")
                 })
-                .and_then(|()| {
-                    let decoded = decode_fetched(part.records.clone().unwrap_or_default(), offset)
-                        .map_err(|e| ClientError::Protocol {
-                            addr: format!("broker {leader}"),
-                            detail: format!("{topic}-{partition}: {e}"),
-                        })?;
-                    Ok(FetchResult {
-                        records: decoded.records,
-                        next_offset: decoded.next_offset,
-                        high_watermark: part.high_watermark,
-                        log_start_offset: part.log_start_offset,
-                    })
+                .map(|()| RawFetch {
+                    records: part.records.clone().unwrap_or_default(),
+                    high_watermark: part.high_watermark,
+                    log_start_offset: part.log_start_offset,
                 });
                 stale |= result.as_ref().is_err_and(ClientError::is_retriable);
                 results.insert(partition, result);
@@ -257,7 +305,7 @@ impl Client {
         }
         Ok(positions
             .iter()
-            .map(|&(partition, _)| PartitionFetch {
+            .map(|&(partition, _)| PartitionRawFetch {
                 partition,
                 result: results.remove(&partition).unwrap_or_else(|| {
                     Err(ClientError::Protocol {

@@ -35,6 +35,9 @@ pub struct ClientOptions {
     pub client_id: String,
     /// Authenticate every connection with SASL (a SASL_PLAINTEXT listener).
     pub sasl: Option<super::sasl::SaslCredentials>,
+    /// Speak TLS on every connection (an SSL or SASL_SSL listener), verifying the broker
+    /// against this configuration's roots; the server name is the dialled host.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ClientOptions {
@@ -43,6 +46,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(10),
             client_id: "oxbow-cli".to_string(),
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -117,6 +121,7 @@ async fn open_first(addrs: &[String], options: &ClientOptions) -> Result<Connect
             options.timeout,
             &options.client_id,
             options.sasl.as_ref(),
+            options.tls.as_ref(),
         )
         .await
         {
@@ -375,6 +380,7 @@ impl Client {
                 self.options.timeout,
                 &self.options.client_id,
                 self.options.sasl.as_ref(),
+                self.options.tls.as_ref(),
             )
             .await?;
             self.nodes.insert(node_id, conn);

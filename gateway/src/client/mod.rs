@@ -9,7 +9,8 @@
 //! # Layout
 //! - [`kafka_client`]: [`Client`], connections per broker, metadata cache, routing to
 //!   partition leaders; `admin.rs` and `data.rs` add the operations.
-//! - [`connection`]: one TCP connection, ApiVersions handshake, timeouts.
+//! - [`connection`]: one TCP connection (TLS over it if asked), ApiVersions handshake,
+//!   timeouts.
 //! - [`frame`], [`versions`], [`requests`], [`records`], [`metadata`]: sans-I/O pieces
 //!   (framing, version negotiation, request builders, record batches, typed metadata).
 //! - [`partitioner`]: the Java client's murmur2 key partitioner, shared with the HTTP API.
@@ -59,7 +60,10 @@ pub mod scram_users;
 pub mod versions;
 
 pub use admin::BROKER_DEFAULT;
-pub use data::{FetchResult, PartitionFetch, ProduceOptions, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+pub use data::{
+    FetchResult, PartitionFetch, PartitionRawFetch, ProduceOptions, RawFetch, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+};
 pub use error::{ClientError, KafkaCode};
 pub use groups::{GroupDescription, GroupListing, GroupMember, GroupOffset};
 pub use kafka_client::{parse_bootstrap, Client, ClientOptions};

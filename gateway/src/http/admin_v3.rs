@@ -6,6 +6,7 @@
 //! - `GET /v3/clusters/{c}/topics/{t}/partitions[/{p}]` ([`partitions`])
 //! - `GET /v3/clusters/{c}/consumer-groups[/{g}[/consumers|/lags|/lag-summary]]`
 //!   ([`groups`])
+//! - `/v3/clusters/{c}/links…`: cluster links and mirror topics ([`links`])
 //! - `GET /v3/clusters/{c}/topics`, `POST /v3/clusters/{c}/topics` (201 with the topic)
 //! - `GET /v3/clusters/{c}/topics/{t}`, `DELETE /v3/clusters/{c}/topics/{t}` (204)
 //! - `GET /v3/clusters/{c}/topics/{t}/configs` (every topic config), `GET|PUT|DELETE
@@ -25,6 +26,7 @@
 
 pub(crate) mod brokers;
 pub(crate) mod groups;
+pub(crate) mod links;
 pub(crate) mod partitions;
 
 use super::body::{json, parse_json, require_json};

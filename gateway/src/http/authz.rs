@@ -14,6 +14,8 @@
 //! | `POST /v3/…/topics` | CREATE on cluster or topic (checked by the handler: the name is in the body) |
 //! | `/consumers/{g}…` | READ group (+ READ topic to subscribe, assign and at every poll: the handlers) |
 //! | `GET /v3/…/brokers[/{b}]` | DESCRIBE cluster |
+//! | `GET /v3/…/links[/{l}[/mirrors]]` | DESCRIBE cluster |
+//! | `POST`/`DELETE /v3/…/links…` (create, pause, resume, delete, promote) | ALTER cluster |
 //! | `GET /v3/…/consumer-groups/{g}[/…]` | DESCRIBE group (lags: partitions of topics it may not DESCRIBE are left out, by the handler) |
 //!
 //! Lists (`GET /topics`, `GET /v3/…/topics`, `GET /v3/…/consumer-groups`) leave out what
@@ -147,6 +149,17 @@ fn path_checks(
             ResourceType::Cluster,
             CLUSTER_NAME,
         );
+    }
+    if route.starts_with("/v3/clusters/{cluster}/links") {
+        // Cluster links (issue 20): a link reaches another cluster with the credentials it
+        // holds and rewrites topics here, so changing one is ALTER on the cluster, as
+        // Kafka's broker-level admin operations; reading is DESCRIBE on the cluster.
+        let op = if method == Method::GET {
+            Op::Describe
+        } else {
+            Op::Alter
+        };
+        return require(broker, session, op, ResourceType::Cluster, CLUSTER_NAME);
     }
     if route.starts_with("/v3/clusters/{cluster}/consumer-groups/") {
         if let Some(g) = param("group") {

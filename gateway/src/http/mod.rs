@@ -210,6 +210,26 @@ pub fn router(state: HttpState) -> Router {
             "/v3/clusters/{cluster}/consumer-groups/{group}/lag-summary",
             get(admin_v3::groups::lag_summary),
         )
+        .route(
+            "/v3/clusters/{cluster}/links",
+            get(admin_v3::links::list).post(admin_v3::links::create),
+        )
+        .route(
+            "/v3/clusters/{cluster}/links/{link}",
+            get(admin_v3::links::describe).delete(admin_v3::links::delete),
+        )
+        .route(
+            "/v3/clusters/{cluster}/links/{link}/pause",
+            post(admin_v3::links::pause),
+        )
+        .route(
+            "/v3/clusters/{cluster}/links/{link}/resume",
+            post(admin_v3::links::resume),
+        )
+        .route(
+            "/v3/clusters/{cluster}/links/{link}/mirrors:promote",
+            post(admin_v3::links::promote),
+        )
         .merge(console::routes())
         .merge(consumers::routes())
         // Every route above (not the fallback): ACL checks, and the request's session.

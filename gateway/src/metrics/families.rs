@@ -37,6 +37,7 @@ impl Collector for BrokerFamilies {
         super::health::disks(b, &mut s)?;
         partitions(b, &mut s)?;
         groups(b, &mut s)?;
+        mirrors(b, &mut s)?;
         quotas(b, &mut s)
     }
 }
@@ -578,6 +579,70 @@ fn groups(b: &Broker, s: &mut Scrape) -> fmt::Result {
          partition (0 when caught up): from the partition's offset-to-append-time samples \
          (every 5 s, older ones thinned), so a lower bound past the oldest sample kept.",
         &lag_seconds,
+    )
+}
+
+/// Most mirror partitions shown per scrape (3 series each), as for partitions.
+const MIRROR_SERIES_MAX: usize = 1000;
+
+/// Mirror topics (issue 20): lag of the partitions whose mirror task runs here, bytes
+/// mirrored per link, and each link's state as this broker sees it.
+fn mirrors(b: &Broker, s: &mut Scrape) -> fmt::Result {
+    let mut records = Vec::new();
+    let mut seconds = Vec::new();
+    for ((topic, partition), lag) in b.mirrors.running().into_iter().take(MIRROR_SERIES_MAX) {
+        let labels = vec![("topic", topic), ("partition", partition.to_string())];
+        records.push((labels.clone(), lag.records.load(Ordering::Relaxed)));
+        seconds.push((labels, lag.ms.load(Ordering::Relaxed) as f64 / 1000.0));
+    }
+    s.gauges(
+        "oxbow_mirror_lag_records",
+        "Records the source held past the mirror's log end when it answered the last fetch, \
+         per mirror partition led here (0 only when fully caught up).",
+        &records,
+    )?;
+    s.gauges(
+        "oxbow_mirror_lag_seconds",
+        "Age, by the source's timestamps, of the oldest record the last fetch brought when it \
+         was mirrored (0 when it brought nothing), per mirror partition led here.",
+        &seconds,
+    )?;
+    let bytes: Vec<(super::scrape::Labels, u64)> = b
+        .mirrors
+        .bytes_by_link()
+        .into_iter()
+        .map(|(link, n)| (label("link", link), n))
+        .collect();
+    s.counters(
+        "oxbow_mirror_bytes_total",
+        "Bytes of source batches appended by this broker's mirror tasks, per link.",
+        &bytes,
+    )?;
+    let mut states = Vec::new();
+    for l in b.mirrors.links() {
+        let failing = b.mirrors.link_error(&l.value.name).is_some();
+        for (state, on) in [
+            (
+                "active",
+                l.value.state == oxbow_metadata::LinkState::Active && !failing,
+            ),
+            ("paused", l.value.state == oxbow_metadata::LinkState::Paused),
+            (
+                "error",
+                l.value.state == oxbow_metadata::LinkState::Active && failing,
+            ),
+        ] {
+            states.push((
+                vec![("link", l.value.name.clone()), ("state", state.to_string())],
+                i64::from(on),
+            ));
+        }
+    }
+    s.gauges(
+        "oxbow_mirror_link_state",
+        "1 for a link's current state (active, paused, or error: active but its last attempt \
+         here failed), else 0.",
+        &states,
     )
 }
 

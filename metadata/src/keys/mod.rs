@@ -18,6 +18,7 @@
 //! | [`txn_offsets`] | `txn-offsets/{group}/{producer_id:020}`                | `PendingTxnOffsets`        | no               |
 //! | [`wal_replicas`]| `wal_replicas/{broker_id:010}`                         | `WalReplicaSet`            | no               |
 //! | [`controller`]  | `controller`                                           | `{"broker_id"}`            | yes              |
+//! | [`mirror`]      | `mirror/{links,topics}/{name}`                         | JSON ([`crate::mirror`])  | no               |
 //! | [`security`]    | `security/{acls,scram,quotas}/{name}`                  | opaque (the broker's JSON) | no               |
 //!
 //! Topics, their ids and their partition states share the `topics/` prefix so one etcd
@@ -42,6 +43,7 @@ pub mod catalog;
 pub mod controller;
 pub mod counter;
 pub mod group;
+pub mod mirror;
 pub mod object_index;
 pub mod offset;
 pub mod partition;

@@ -20,6 +20,8 @@
 mod catalog;
 mod catalog_follow;
 mod catalog_index;
+mod groups;
+mod mirror;
 mod reclaim;
 mod security;
 mod topics;
@@ -30,7 +32,7 @@ mod watch;
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};
 use crate::clock::{Clock, OsRng, Rng, SystemClock};
 use crate::error::{Error, Result};
-use crate::group::{validate_group_id, CommittedOffset, GroupRecord, PendingTxnOffsets};
+use crate::group::{CommittedOffset, GroupRecord, PendingTxnOffsets};
 use crate::keys::{self, topic::TopicRecord, Root};
 use crate::kv::{Compare, Get, KeyRange, KeyValue, Kv, Op, RangeResponse, Txn};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore, LEASE_TTL_MIN};
@@ -41,7 +43,6 @@ use crate::types::{BrokerId, Offset, PartitionId, TopicId};
 use crate::wal_replicas::WalReplicaSet;
 use crate::watch::{BrokerEvent, TopicEvent, Watch};
 use bytes::Bytes;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -445,36 +446,11 @@ impl<K: Kv> MetadataStore for KvStore<K> {
     }
 
     async fn commit_offsets(&self, group_id: &str, offsets: Vec<CommittedOffset>) -> Result<()> {
-        validate_group_id(group_id)?;
-        let root = &self.root;
-        let mut puts = Vec::with_capacity(offsets.len());
-        for o in &offsets {
-            puts.push(Op::put(
-                keys::offset::ser_key(root, group_id, &o.topic, o.partition),
-                keys::offset::ser_value(o)?,
-            ));
-        }
-        // One transaction per TXN_OPS_MAX partitions: a larger commit is atomic per chunk
-        // only (each partition's offset is still written whole).
-        let txns = puts
-            .chunks(TXN_OPS_MAX)
-            .map(|ops| self.kv.txn(Txn::new().then(ops.to_vec())));
-        for r in futures::future::join_all(txns).await {
-            r?;
-        }
-        Ok(())
+        self.store_offsets(group_id, offsets).await
     }
 
     async fn fetch_offsets(&self, group_id: &str) -> Result<Vec<CommittedOffset>> {
-        let prefix = keys::offset::group_prefix(&self.root, group_id);
-        let resp = self.kv.range(Get::prefix(prefix)).await?;
-        let mut out = resp
-            .kvs
-            .iter()
-            .map(|kv| keys::offset::deser_value(&kv.key, &kv.value))
-            .collect::<Result<Vec<_>>>()?;
-        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        Ok(out)
+        self.read_offsets(group_id).await
     }
 
     async fn delete_offsets(
@@ -482,29 +458,11 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         group_id: &str,
         partitions: Option<Vec<(String, PartitionId)>>,
     ) -> Result<()> {
-        let root = &self.root;
-        let ops: Vec<Op> = match &partitions {
-            None => vec![Op::delete(KeyRange::prefix(keys::offset::group_prefix(
-                root, group_id,
-            )))],
-            Some(list) => list
-                .iter()
-                .map(|(t, p)| {
-                    Op::delete(KeyRange::key(keys::offset::ser_key(root, group_id, t, *p)))
-                })
-                .collect(),
-        };
-        for chunk in ops.chunks(TXN_OPS_MAX) {
-            self.kv.txn(Txn::new().then(chunk.to_vec())).await?;
-        }
-        Ok(())
+        self.remove_offsets(group_id, partitions).await
     }
 
     async fn group(&self, group_id: &str) -> Result<Option<GroupRecord>> {
-        let resp = self.get(keys::group::ser_key(&self.root, group_id)).await?;
-        first(&resp)
-            .map(|kv| keys::group::deser_value(group_id, &kv.key, &kv.value))
-            .transpose()
+        self.read_group(group_id).await
     }
 
     async fn put_group(
@@ -513,76 +471,15 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         expected_version: Option<u64>,
         data: Bytes,
     ) -> Result<GroupRecord> {
-        validate_group_id(group_id)?;
-        let key = keys::group::ser_key(&self.root, group_id);
-        self.versioned(
-            &key,
-            &format!("group '{group_id}'"),
-            |kv| keys::group::deser_value(group_id, &kv.key, &kv.value),
-            |current| {
-                let current = current.map(|g| g.version);
-                if current != expected_version {
-                    return Err(Error::Conflict(format!(
-                        "group '{group_id}' (version {current:?}, expected {expected_version:?})"
-                    )));
-                }
-                let record = GroupRecord {
-                    group_id: group_id.to_string(),
-                    version: expected_version.unwrap_or(0) + 1,
-                    data: data.clone(),
-                };
-                Ok((
-                    vec![Op::put(key.clone(), keys::group::ser_value(&record)?)],
-                    record,
-                ))
-            },
-        )
-        .await
+        self.write_group(group_id, expected_version, data).await
     }
 
     async fn delete_group(&self, group_id: &str, expected_version: u64) -> Result<()> {
-        let root = &self.root;
-        let key = keys::group::ser_key(root, group_id);
-        let offsets = keys::offset::group_prefix(root, group_id);
-        self.versioned(
-            &key,
-            &format!("group '{group_id}'"),
-            |kv| keys::group::deser_value(group_id, &kv.key, &kv.value),
-            |current| match current {
-                None => Err(Error::UnknownGroup(group_id.to_string())),
-                Some(g) if g.version != expected_version => Err(Error::Conflict(format!(
-                    "group '{group_id}' (version {}, expected {expected_version})",
-                    g.version
-                ))),
-                Some(_) => Ok((
-                    vec![
-                        Op::delete(KeyRange::key(key.clone())),
-                        Op::delete(KeyRange::prefix(offsets.clone())),
-                    ],
-                    (),
-                )),
-            },
-        )
-        .await
+        self.remove_group(group_id, expected_version).await
     }
 
     async fn list_groups(&self) -> Result<Vec<String>> {
-        let root = &self.root;
-        let resp = self
-            .kv
-            .txn(Txn::new().then([
-                Op::Get(Get::prefix(keys::group::prefix(root)).keys_only()),
-                Op::Get(Get::prefix(keys::offset::prefix(root)).keys_only()),
-            ]))
-            .await?;
-        let mut out = BTreeSet::new();
-        for kv in &resp.get(0)?.kvs {
-            out.insert(keys::group::deser_key(root, &kv.key)?);
-        }
-        for kv in &resp.get(1)?.kvs {
-            out.insert(keys::offset::deser_key(root, &kv.key)?);
-        }
-        Ok(out.into_iter().collect())
+        self.group_names().await
     }
 
     async fn put_txn_offsets(
@@ -784,6 +681,33 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         expected_version: Option<i64>,
     ) -> Result<()> {
         self.delete_security(kind, name, expected_version).await
+    }
+
+    async fn mirror_records(&self, kind: crate::MirrorKind) -> Result<Vec<crate::MirrorRecord>> {
+        self.list_mirror(kind).await
+    }
+
+    async fn put_mirror_record(
+        &self,
+        kind: crate::MirrorKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64> {
+        self.put_mirror(kind, name, value, expected_version).await
+    }
+
+    async fn delete_mirror_record(
+        &self,
+        kind: crate::MirrorKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()> {
+        self.delete_mirror(kind, name, expected_version).await
+    }
+
+    async fn watch_mirror(&self) -> Result<Watch<crate::MirrorEvent>> {
+        self.subscribe_mirror().await
     }
 
     async fn watch_security(&self) -> Result<Watch<crate::SecurityEvent>> {

@@ -94,15 +94,15 @@ pub struct Appended {
 /// is as durable as the producer's `acks` asked.
 pub struct PendingAppend {
     pub appended: Appended,
-    durable: Option<Durable>,
+    pub(super) durable: Option<Durable>,
     /// For `acks=all`: the in-sync set must still be large enough when the ack goes out.
-    insync_check: Option<(Arc<Replicator>, i32)>,
+    pub(super) insync_check: Option<(Arc<Replicator>, i32)>,
     /// Checked again once durable: the lease may have lapsed while the batch waited.
-    lease: Option<LeaseGuard>,
+    pub(super) lease: Option<LeaseGuard>,
 }
 
 /// What [`LogManager::append_ordered`] did.
-enum Queued {
+pub(super) enum Queued {
     /// A retry of the batch already at this offset.
     Duplicate(Offset),
     /// Held at this offset; durable once this resolves.
@@ -110,7 +110,7 @@ enum Queued {
 }
 
 /// What an `acks=all` append waits for.
-enum Durable {
+pub(super) enum Durable {
     /// The WAL's commit callback (local fsync and every in-sync replica).
     Wal(oneshot::Receiver<Result<u64>>),
     /// `--durability direct`: the batch is durable once sealed, which is when the high
@@ -172,7 +172,7 @@ impl PendingAppend {
     }
 }
 
-fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
+pub(super) fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
     match lease {
         Some(g) if !g.is_valid() => Err(Error::LeaseExpired),
         _ => Ok(()),
@@ -431,7 +431,7 @@ impl LogManager {
     /// failed (direct: if memory holds the unsealed budget), asks `admit` (the sequence
     /// check, or a marker's epoch check), stamps the batch with its offset and the leader
     /// epoch (and `log_append_time_ms`), holds it in the partition and queues its WAL write.
-    async fn append_ordered(
+    pub(super) async fn append_ordered(
         &self,
         partition: &Arc<Partition>,
         header: &BatchHeader,

@@ -447,4 +447,42 @@ impl MetadataStore for FaultyMetadata {
         self.read()?;
         self.inner.watch_security().await
     }
+    async fn mirror_records(
+        &self,
+        kind: oxbow_metadata::MirrorKind,
+    ) -> Result<Vec<oxbow_metadata::MirrorRecord>> {
+        self.read()?;
+        self.inner.mirror_records(kind).await
+    }
+    async fn put_mirror_record(
+        &self,
+        kind: oxbow_metadata::MirrorKind,
+        name: &str,
+        value: Vec<u8>,
+        expected_version: Option<i64>,
+    ) -> Result<i64> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .put_mirror_record(kind, name, value, expected_version)
+            .await;
+        self.after_write(r)
+    }
+    async fn delete_mirror_record(
+        &self,
+        kind: oxbow_metadata::MirrorKind,
+        name: &str,
+        expected_version: Option<i64>,
+    ) -> Result<()> {
+        self.before_write()?;
+        let r = self
+            .inner
+            .delete_mirror_record(kind, name, expected_version)
+            .await;
+        self.after_write(r)
+    }
+    async fn watch_mirror(&self) -> Result<Watch<oxbow_metadata::MirrorEvent>> {
+        self.read()?;
+        self.inner.watch_mirror().await
+    }
 }

@@ -79,6 +79,10 @@ async fn delete(
     if !topic.configs.deletes() {
         return Err(ResponseError::PolicyViolation);
     }
+    // A mirror topic's log is its source's (issue 20): not trimmed by clients until promoted.
+    broker
+        .check_writable(&topic.name, partition)
+        .map_err(|e| e.mapped().kafka)?;
     let (log_start, hw, _) = part
         .offsets()
         .map_err(|_| ResponseError::UnknownServerError)?;
