@@ -402,6 +402,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     background.spawn(crate::mirror::run_mirror_follower(
         metadata.clone(),
         broker.mirrors.clone(),
+        broker.cluster.clone(),
         stop_serving.clone(),
     ));
     background.spawn(crate::mirror::supervisor::run_supervisor(

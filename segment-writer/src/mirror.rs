@@ -26,6 +26,10 @@ use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD};
 use crate::error::{Error, Result};
 use oxbow_metadata::Offset;
 
+/// Most empty batches one gap may take ([`gap_filler`]): about 8.8 × 10¹² offsets, far
+/// past any real compaction gap or source log start, and 250 KiB of fillers.
+pub const GAP_FILLERS_MAX: i64 = 4096;
+
 /// What to do with one checked source batch ([`plan`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MirrorStep {
@@ -98,6 +102,17 @@ pub fn plan(log_end: Offset, h: &BatchHeader) -> Result<MirrorStep> {
     }
     if h.base_offset == log_end {
         return Ok(MirrorStep::Append);
+    }
+    // Each filler spans at most i32::MAX offsets; a hostile source's batch at a huge base
+    // offset must not make the broker build (and log) billions of them.
+    let fillers = (h.base_offset - log_end) / (i64::from(i32::MAX) - 1) + 1;
+    if fillers > GAP_FILLERS_MAX {
+        return Err(Error::InvalidRecord(format!(
+            "source batch at offset {} leaves a gap of {} offsets after the mirror's log end \
+             {log_end}: more than {GAP_FILLERS_MAX} empty batches would cover it",
+            h.base_offset,
+            h.base_offset - log_end
+        )));
     }
     Ok(MirrorStep::FillThenAppend {
         from: log_end,
@@ -205,6 +220,14 @@ mod tests {
             plan(10, &h(15)).expect("plan"),
             MirrorStep::FillThenAppend { from: 10, to: 14 }
         );
+        // A hostile jump (a batch near i64::MAX) is refused, not filled.
+        assert!(plan(10, &h(i64::MAX - 10)).is_err());
+        let far = 10 + GAP_FILLERS_MAX * (i64::from(i32::MAX) - 1);
+        assert!(plan(10, &h(far)).is_err());
+        assert!(matches!(
+            plan(10, &h(far - i64::from(i32::MAX))),
+            Ok(MirrorStep::FillThenAppend { .. })
+        ));
     }
 
     #[test]

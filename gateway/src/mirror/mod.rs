@@ -430,19 +430,35 @@ async fn list_all(metadata: &dyn MetadataStore) -> oxbow_metadata::Result<Vec<Mi
 pub async fn run_mirror_follower(
     metadata: Arc<dyn MetadataStore>,
     mirrors: Arc<Mirrors>,
+    cluster: Arc<crate::cluster::ClusterView>,
     shutdown: CancellationToken,
 ) {
-    follow(&Follower { metadata, mirrors }, &shutdown).await
+    follow(
+        &Follower {
+            metadata,
+            mirrors,
+            cluster,
+        },
+        &shutdown,
+    )
+    .await
 }
 
 struct Follower {
     metadata: Arc<dyn MetadataStore>,
     mirrors: Arc<Mirrors>,
+    /// Where its watch's queue is reported (`oxbow_metadata_watch_*{watch="mirror"}`).
+    cluster: Arc<crate::cluster::ClusterView>,
 }
 
 impl Followed for Follower {
     type Event = MirrorEvent;
     const WHAT: &'static str = "mirror records";
+    const METRIC: &'static str = "mirror";
+
+    fn metrics(&self) -> &crate::cluster::watch_metrics::WatchMetrics {
+        &self.cluster.watch_metrics
+    }
 
     async fn subscribe(&self) -> oxbow_metadata::Result<Watch<MirrorEvent>> {
         self.metadata.watch_mirror().await
