@@ -27,6 +27,7 @@ mod security;
 mod topics;
 mod transactions;
 mod txn_offsets;
+mod versioned;
 mod watch;
 
 use crate::catalog::{CatalogCommit, CatalogEntry, CatalogReplace};

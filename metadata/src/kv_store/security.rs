@@ -3,20 +3,11 @@
 
 use super::watch::forward;
 use super::KvStore;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys;
-use crate::kv::{CmpOp, Compare, EventKind, Get, KeyRange, Kv, Op, Target, Txn};
+use crate::kv::{EventKind, Get, KeyRange, Kv};
 use crate::security::{validate, SecurityEvent, SecurityKind, SecurityRecord};
 use crate::watch::Watch;
-
-/// Holds iff the record at `key` is at `version` (its modification revision).
-fn at_version(key: &str, version: i64) -> Compare {
-    Compare::new(
-        KeyRange::key(key),
-        Target::ModRevision(version),
-        CmpOp::Equal,
-    )
-}
 
 impl<K: Kv> KvStore<K> {
     pub(super) async fn list_security(&self, kind: SecurityKind) -> Result<Vec<SecurityRecord>> {
@@ -47,21 +38,9 @@ impl<K: Kv> KvStore<K> {
     ) -> Result<i64> {
         validate(name, &value)?;
         let key = keys::security::ser_key(&self.root, kind, name);
-        let when = match expected_version {
-            None => Compare::absent(key.clone()),
-            Some(v) => at_version(&key, v),
-        };
-        let resp = self
-            .kv
-            .txn(Txn::new().when([when]).then([Op::put(key, value)]))
-            .await?;
-        if !resp.succeeded {
-            return Err(Error::Conflict(format!(
-                "{} record '{name}' (expected version {expected_version:?})",
-                kind.segment()
-            )));
-        }
-        Ok(resp.revision)
+        let what = format!("{} record '{name}'", kind.segment());
+        self.put_versioned(key, value, expected_version, &what)
+            .await
     }
 
     pub(super) async fn delete_security(
@@ -71,19 +50,8 @@ impl<K: Kv> KvStore<K> {
         expected_version: Option<i64>,
     ) -> Result<()> {
         let key = keys::security::ser_key(&self.root, kind, name);
-        let txn = match expected_version {
-            None => Txn::new().then([Op::delete(KeyRange::key(key))]),
-            Some(v) => Txn::new()
-                .when([at_version(&key, v)])
-                .then([Op::delete(KeyRange::key(key))]),
-        };
-        if !self.kv.txn(txn).await?.succeeded {
-            return Err(Error::Conflict(format!(
-                "{} record '{name}' (expected version {expected_version:?})",
-                kind.segment()
-            )));
-        }
-        Ok(())
+        let what = format!("{} record '{name}'", kind.segment());
+        self.delete_versioned(key, expected_version, &what).await
     }
 
     pub(super) async fn subscribe_security(&self) -> Result<Watch<SecurityEvent>> {
