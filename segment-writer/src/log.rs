@@ -135,6 +135,18 @@ pub struct LogMetrics {
     pub object_store: crate::metered_store::StoreMeter,
 }
 
+impl LogMetrics {
+    /// One batch of `bytes` holding `records` appended as leader (a produce or a mirrored
+    /// batch).
+    pub(crate) fn count_append(&self, bytes: usize, records: i32) {
+        self.appended_batches.fetch_add(1, Ordering::Relaxed);
+        self.appended_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.appended_records
+            .fetch_add(u64::try_from(records).unwrap_or(0), Ordering::Relaxed);
+    }
+}
+
 /// The partitions this broker leads, with the WAL, object store and catalog behind them.
 pub struct LogManager {
     pub(crate) settings: LogSettings,

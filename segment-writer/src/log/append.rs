@@ -314,15 +314,7 @@ impl LogManager {
             }
             Queued::Appended(base_offset, durable) => (base_offset, durable),
         };
-        self.metrics
-            .appended_batches
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .appended_bytes
-            .fetch_add(raw.len() as u64, Ordering::Relaxed);
-        self.metrics
-            .appended_records
-            .fetch_add(header.record_count as u64, Ordering::Relaxed);
+        self.metrics.count_append(raw.len(), header.record_count);
         Ok(PendingAppend {
             appended: Appended {
                 base_offset,

@@ -24,7 +24,6 @@ use crate::mirror::{self, MirrorStep};
 use crate::partition::SequenceCheck;
 use crate::Appended;
 use oxbow_metadata::Offset;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What [`LogManager::enqueue_mirrored`] did with one source batch.
@@ -107,15 +106,7 @@ impl LogManager {
                 "a mirrored batch was taken for a retry".into(),
             ));
         };
-        self.metrics
-            .appended_batches
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .appended_bytes
-            .fetch_add(raw.len() as u64, Ordering::Relaxed);
-        self.metrics
-            .appended_records
-            .fetch_add(header.record_count.max(0) as u64, Ordering::Relaxed);
+        self.metrics.count_append(raw.len(), header.record_count);
         Ok(PendingAppend {
             appended: Appended {
                 base_offset,
