@@ -32,6 +32,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -90,6 +91,8 @@ where
         limits.request_read_timeout,
     );
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
+    // Each request's share of the request memory, in `pending`'s order.
+    let mut held: VecDeque<Option<OwnedSemaphorePermit>> = VecDeque::new();
     let mut closing = false;
     let mut result = Ok(());
     let mut idle = IdleClock::new(limits.idle_max);
@@ -108,19 +111,9 @@ where
                     // throttle from now, not from when the response goes out, or a
                     // pipelining client would have many more requests read first.
                     mute(&mut muted_until, d.throttle);
-                    pending.push_back(match permit {
-                        // The request's memory is given back once it is answered.
-                        Some(permit) => {
-                            let answer = d.pending;
-                            async move {
-                                let out = answer.await;
-                                drop(permit);
-                                out
-                            }
-                            .boxed()
-                        }
-                        None => d.pending,
-                    });
+                    pending.push_back(d.pending);
+                    // Given back when its answer comes out of `pending` (in order).
+                    held.push_back(permit);
                     if d.authenticated {
                         frames.set_max_frame_bytes(broker.settings.max_request_bytes);
                     }
@@ -144,7 +137,8 @@ where
             .deadline(pending.is_empty() && !closing && muted_until.is_none() && room.is_none());
         tokio::select! {
             biased;
-            Some(response) = pending.next(), if !pending.is_empty() => match response {
+            // An answer out: its request's memory is given back (`held` is in its order).
+            Some(response) = pending.next(), if !pending.is_empty() => match (held.pop_front(), response).1 {
                 Outgoing::Send(bytes, throttle, timing) => {
                     mute(&mut muted_until, throttle);
                     broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
