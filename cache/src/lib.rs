@@ -12,8 +12,11 @@
 //!   local disk tier when there is one (`--cache-dir`): foyer's hybrid cache writes what
 //!   memory evicts to disk, so a reader minutes behind reads a local file instead of S3.
 //! - *scanned*: what readers fetched on a miss and what read-ahead prefetched
-//!   ([`ReadCache::insert_scanned`]): a quarter of the memory, S3-FIFO, so one pass over
-//!   cold data stays in its small queue and leaves the rest alone.
+//!   ([`ReadCache::insert_scanned`]): a quarter of the memory, LRU. Not S3-FIFO, as it was
+//!   at first: S3-FIFO admits a new range into a small queue (a tenth of a shard) and
+//!   evicts it unread when more arrive before it is read — which is what a prefetch is
+//!   (a window of 8 MiB spread over shards of 16 MiB overflowed it). Scans can only evict
+//!   each other here; *recent* is a pool of its own.
 //!
 //! A range read back from the disk tier is reported as such ([`Hit::from_disk`]): the
 //! caller checks it against its catalogue checksum, as it checks a GET (the disk is not
@@ -81,10 +84,13 @@ pub struct ReadCache {
     dir: Option<std::sync::Arc<std::path::PathBuf>>,
 }
 
-fn memory_pool(bytes: usize) -> foyer::Cache<String, Bytes> {
+fn memory_pool(
+    bytes: usize,
+    eviction: impl Into<foyer::EvictionConfig>,
+) -> foyer::Cache<String, Bytes> {
     foyer::CacheBuilder::new(bytes.max(1))
         .with_shards(shards_for(bytes))
-        .with_eviction_config(foyer::S3FifoConfig::default())
+        .with_eviction_config(eviction)
         .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
         .build()
 }
@@ -96,8 +102,11 @@ impl ReadCache {
     pub fn new(capacity_bytes: usize) -> Self {
         let scanned = capacity_bytes / SCANNED_SHARE_DIVISOR;
         ReadCache {
-            recent: Recent::Memory(memory_pool(capacity_bytes - scanned)),
-            scanned: memory_pool(scanned),
+            recent: Recent::Memory(memory_pool(
+                capacity_bytes - scanned,
+                foyer::S3FifoConfig::default(),
+            )),
+            scanned: memory_pool(scanned, foyer::LruConfig::default()),
             recent_entry_max: entry_max_for(capacity_bytes - scanned),
             scanned_entry_max: entry_max_for(scanned),
             dir: None,
@@ -140,7 +149,7 @@ impl ReadCache {
             .map_err(err)?;
         Ok(ReadCache {
             recent: Recent::Hybrid(hybrid),
-            scanned: memory_pool(scanned),
+            scanned: memory_pool(scanned, foyer::LruConfig::default()),
             recent_entry_max: entry_max_for(memory_bytes - scanned),
             scanned_entry_max: entry_max_for(scanned),
             dir: Some(std::sync::Arc::new(dir.to_path_buf())),
@@ -215,6 +224,23 @@ impl ReadCache {
         }
         self.scanned
             .insert(Self::key(object_key, start, len), bytes);
+    }
+
+    /// Whether the *scanned* pool takes a range of `len` bytes ([`entry_max_for`]): what
+    /// it would refuse is not worth prefetching.
+    pub fn scanned_takes(&self, len: u64) -> bool {
+        usize::try_from(len).is_ok_and(|len| len <= self.scanned_entry_max)
+    }
+
+    /// The largest range the *scanned* pool takes.
+    pub fn scanned_entry_max_bytes(&self) -> usize {
+        self.scanned_entry_max
+    }
+
+    /// The memory of the *scanned* pool (a quarter of the cache's): what read-ahead may
+    /// fill for all readers together before it evicts its own prefetches.
+    pub fn scanned_capacity_bytes(&self) -> usize {
+        self.scanned.capacity()
     }
 
     /// Bytes currently held in memory (both pools).

@@ -71,6 +71,7 @@ pub mod producer_state;
 pub mod producer_summary;
 pub mod read;
 pub mod read_ahead;
+pub mod read_pieces;
 pub mod records;
 pub mod replica;
 pub mod replica_proto;

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
+use crate::read_pieces::PieceMaps;
 use crate::segment::SegmentIndex;
 use crate::txn::{self, AbortedTxn, OutcomeScan};
 use bytes::Bytes;
@@ -19,6 +20,9 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
 use oxbow_metadata::{AbortWalk, CatalogEntry, EntryLayout, Offset, TopicPartition, WalkStep};
 use std::sync::atomic::Ordering;
+
+mod collect;
+use collect::Collect;
 
 /// Catalog entries fetched per lookup when reading from objects.
 const CATALOG_ENTRIES_PER_READ: usize = 16;
@@ -536,15 +540,17 @@ impl LogManager {
                 return Ok((hit.bytes, source));
             }
         }
+        if let Some(pending) = self.read_ahead.in_flight(entry) {
+            // Being prefetched: wait for that GET (its bytes are checked) rather than send
+            // a second one.
+            if let Some(bytes) = pending.await {
+                return Ok((bytes, ReadSource::ObjectStore));
+            }
+        }
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self.get_entry_range(entry).await?;
         self.checked(entry, &bytes)?;
-        self.cache.insert_scanned(
-            &entry.object_key,
-            entry.byte_start,
-            entry.byte_len,
-            bytes.clone(),
-        );
+        self.read_ahead.cache_read(entry, &bytes);
         Ok((bytes, ReadSource::ObjectStore))
     }
 
@@ -562,20 +568,17 @@ impl LogManager {
     /// Reads the batches of `entries` (one partition's, in offset order) from `acc.next` on
     /// into `acc`, until it is full. A segment entry is read through its index: the chunks
     /// from the one holding `acc.next`.
-    /// A range about to miss the cache starts read-ahead of the ranges after it
-    /// ([`crate::read_ahead`]).
+    /// Each range read keeps the read-ahead window after it fetched ([`crate::read_ahead`]).
     async fn read_entries(&self, entries: &[CatalogEntry], acc: &mut Collect) -> Result<()> {
         for (at, entry) in entries.iter().enumerate() {
             match entry.layout {
                 EntryLayout::Batches => {
-                    if !self.is_cached(entry) {
-                        self.read_ahead.after_miss(
-                            entries[at + 1..]
-                                .iter()
-                                .take_while(|e| e.layout == EntryLayout::Batches)
-                                .cloned(),
-                        );
-                    }
+                    self.read_ahead.ahead(
+                        entries[at + 1..]
+                            .iter()
+                            .take_while(|e| e.layout == EntryLayout::Batches)
+                            .cloned(),
+                    );
                     self.read_range_into(entry, acc).await?
                 }
                 EntryLayout::SegmentIndex => {
@@ -589,10 +592,8 @@ impl LogManager {
                         {
                             return Ok(());
                         }
-                        if !self.is_cached(&chunk) {
-                            self.read_ahead
-                                .after_miss((i + 1..).map_while(|j| index.chunk_entry(entry, j)));
-                        }
+                        self.read_ahead
+                            .ahead((i + 1..).map_while(|j| index.chunk_entry(entry, j)));
                         chunk.last_offset = chunk.last_offset.min(entry.last_offset);
                         self.read_range_into(&chunk, acc).await?;
                         i += 1;
@@ -611,39 +612,54 @@ impl LogManager {
         self.read_ahead.fetched.load(Ordering::Relaxed)
     }
 
-    fn is_cached(&self, entry: &CatalogEntry) -> bool {
-        self.cache
-            .contains(&entry.object_key, entry.byte_start, entry.byte_len)
-    }
-
     /// Reads one range of batches (a sealed object's chunk or a segment's chunk) into `acc`.
+    /// A range too large to cache whole is read from its cached pieces when they are
+    /// all there ([`crate::read_pieces`]).
     async fn read_range_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<()> {
+        if entry.layout == EntryLayout::Batches
+            && PieceMaps::wants(&self.cache, entry)
+            && self.read_pieces_into(entry, acc).await?
+        {
+            return Ok(());
+        }
         let (range, source) = self.read_entry_from(entry).await?;
         acc.source = acc.source.max(source);
-        for (h, b) in batch::iter_batches(&range) {
-            if h.last_offset() < acc.next {
-                continue;
-            }
-            if h.base_offset > entry.last_offset {
-                // Past what the entry serves (a clipped entry: the rest of its range is
-                // another entry's, or a deposed leader's tail that is never served).
-                break;
-            }
-            if acc.total + b.len() > acc.max_bytes && !(acc.min_one && acc.out.is_empty()) {
-                acc.stopped = true;
-                return Ok(());
-            }
-            acc.total += b.len();
-            acc.next = h.last_offset() + 1;
-            acc.out.push(b);
+        acc.take_range(entry, &range)
+    }
+
+    /// [`Self::read_range_into`] from the cached pieces of `entry`'s range, from the one
+    /// holding `acc.next`; `false` (with what was read kept in `acc`) when a piece is
+    /// missing or the range was never cut, so the caller reads the range itself.
+    async fn read_pieces_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<bool> {
+        let Some(cut) = self.read_ahead.pieces.get(entry) else {
+            return Ok(false);
+        };
+        let from = cut.partition_point(|p| p.last_offset < acc.next);
+        if from == cut.len() {
+            return Ok(false);
         }
-        if acc.next <= entry.last_offset {
-            return Err(Error::Internal(format!(
-                "object {} ends before offset {} its catalog entry promises",
-                entry.object_key, entry.last_offset
-            )));
+        for p in cut[from..]
+            .iter()
+            .take_while(|p| p.first_offset <= entry.last_offset)
+        {
+            // Pieces are cached in memory only; a hit from the disk tier under the same
+            // key would come with no checksum to check it against.
+            let Some(hit) = self
+                .cache
+                .get(&entry.object_key, p.start, p.len)
+                .await
+                .filter(|h| !h.from_disk)
+            else {
+                return Ok(false);
+            };
+            self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
+            acc.source = acc.source.max(ReadSource::CacheMemory);
+            if acc.take_batches(entry, &hit.bytes) {
+                return Ok(true);
+            }
         }
-        Ok(())
+        acc.check_reached(entry)?;
+        Ok(true)
     }
 
     /// The index of the segment a catalog entry names: fetched through the cache and
@@ -757,32 +773,4 @@ fn truncate_at(batches: &mut Vec<Bytes>, upper: Offset) {
         })
         .unwrap_or(batches.len());
     batches.truncate(keep);
-}
-
-/// A read in progress: what it has collected and where it stands.
-struct Collect {
-    out: Vec<Bytes>,
-    total: usize,
-    /// The next offset wanted.
-    next: Offset,
-    max_bytes: usize,
-    min_one: bool,
-    /// A batch did not fit: the read is complete.
-    stopped: bool,
-    /// The slowest tier read so far.
-    source: ReadSource,
-}
-
-impl Collect {
-    fn new(next: Offset, max_bytes: usize, min_one: bool) -> Self {
-        Collect {
-            out: Vec::new(),
-            total: 0,
-            next,
-            max_bytes,
-            min_one,
-            stopped: false,
-            source: ReadSource::Tail,
-        }
-    }
 }
