@@ -9,24 +9,31 @@ objects, being in memory). The rules are used as shipped except `for:` (0 s, as 
 test_monitoring.py), rate windows shortened to tens of seconds (or the alerts would take
 the shipped 5 or 10 minutes to clear) and the unsealed-bytes threshold (1 MiB, not 0.8 GiB).
 
+OxbowDiskFilling and OxbowWalUnhealthy need the WAL on a filesystem that can fill without
+harm: a broker runs in a mount namespace of its own (`unshare`, unprivileged through a
+user namespace) with a 32 MiB tmpfs on its WAL directory, which the test fills through
+/proc/PID/root.
+
 Not caused here: OxbowMetadataWatchBehind (a broker applies watch events in microseconds; a
 backlog of 100 takes a broker too busy to run its watch loop, which loopback cannot make
-without starving everything else — its counting is unit-tested instead), and OxbowDiskFilling
-and OxbowWalUnhealthy (they need the WAL on a small filesystem of its own; see the report
-of issue 19).
+without starving everything else — its counting is unit-tested instead).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, EtcdServer, ProducerThread, check_history, in_parallel, moto_server, read_all  # noqa: F401
+from cluster import Cluster, EtcdServer, ProducerThread, check_history, etcd_server, in_parallel, moto_server, read_all  # noqa: F401
 from helpers import create_topic, unique, wait_until
 from test_monitoring import UNCAUSED, host_port, metric_sum, prometheus  # noqa: F401 (fixture)
 
@@ -117,6 +124,14 @@ class S3Gate:
             with self.lock:
                 self.conns.discard(src)
                 self.conns.discard(dst)
+
+
+def wait_cleared(prom, timeout: float) -> None:
+    """Until no alert fires (but those that depend on the test machine's own disk)."""
+    try:
+        wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=timeout, interval=1, what="every alert cleared")
+    except AssertionError:
+        pytest.fail(f"still firing after {timeout} s: {sorted(prom.firing() - UNCAUSED)}")
 
 
 def sample(http: str, name: str) -> float:
@@ -238,7 +253,7 @@ def test_faults_fire_their_alerts_which_clear_after_repair(tmp_path, moto_server
         c.restart(controller)
 
         t = time.monotonic()
-        wait_until(lambda: prom.firing() - UNCAUSED == set(), timeout=90, interval=1, what="every alert cleared")
+        wait_cleared(prom, 90)
         print(f"\nfired after (s): { {a: round(s, 1) for a, s in sorted(fired.items())} }; "
               f"all cleared {time.monotonic() - t:.1f} s after the last repair")
         assert prod.finish(timeout=60) == 0, "deliveries left"
@@ -255,3 +270,116 @@ def test_faults_fire_their_alerts_which_clear_after_repair(tmp_path, moto_server
         c.close()
         gate.close()
         etcd.close()
+
+
+WAL_TMPFS_BYTES = 32 << 20
+
+
+def unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "mount -t tmpfs none /mnt"],
+        capture_output=True, timeout=10,
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+def on_wal_tmpfs(b) -> None:
+    """Makes broker `b` start in a mount namespace of its own with a fresh 32 MiB tmpfs on
+    its WAL directory (so each start is a start with a new, empty WAL disk)."""
+    inner = b.command
+
+    def command():
+        cmd, env = inner()
+        mount = 'mkdir -p "$1" && mount -t tmpfs -o size=%d oxbow-wal "$1" && shift && exec "$@"' % WAL_TMPFS_BYTES
+        wal = str(b.data_dir / "wal")
+        return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, "sh", wal, *cmd], env
+
+    b.command = command
+
+
+def wal_dir_seen_by(b) -> Path:
+    """The broker's WAL directory in its own mount namespace."""
+    return Path(f"/proc/{b.pid}/root") / str(b.data_dir / "wal").lstrip("/")
+
+
+def fill(path: Path, leave: int) -> None:
+    """Writes `path/filler` until `leave` bytes are free (0: until the filesystem is full)."""
+    st = os.statvfs(path)
+    want = st.f_bavail * st.f_frsize - leave
+    chunk = b"\0" * (1 << 20)
+    with open(path / "filler", "ab") as f:
+        while want > 0:
+            try:
+                want -= f.write(chunk[: min(len(chunk), want)])
+                f.flush()
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    return
+                raise
+
+
+def test_a_filling_wal_disk_fires_disk_filling_and_a_full_one_wal_unhealthy(tmp_path, etcd_server, moto_server, prometheus):  # noqa: F811
+    if not unshare_works():
+        pytest.skip("needs unprivileged user and mount namespaces (unshare -rm) for a WAL tmpfs")
+    gate = S3Gate(moto_server)
+    # Files of 2 MiB: the WAL needs a new one soon after uploads stop.
+    c = Cluster(tmp_path / "cluster", etcd_server, gate, flush_interval="250ms",
+                extra_args=["--wal-max-bytes", "16MiB", "--storage-failure-exit-delay", "10s"])
+    prod = None
+    try:
+        for _ in range(2):
+            c.add_broker(start=False)
+        victim = c.broker(2)
+        on_wal_tmpfs(victim)
+        in_parallel(lambda b: b.start(), c.brokers)
+        c.event("started brokers 1..2, broker 2's WAL on a tmpfs")
+        topic = unique("disk")
+        create_topic(c.bootstrap, topic, partitions=4, config={"min.insync.replicas": "2"})
+        prom = prometheus([host_port(b.http) for b in c.brokers], OVERRIDES)
+        wait_until(lambda: prom.targets_up() == 2, timeout=30, interval=0.5, what="2 targets up")
+        prod = ProducerThread(c.bootstrap, topic, name="d" + "x" * 1000, rate=1200)
+        prod.start()
+        time.sleep(3)  # a few evaluations on a healthy cluster
+        assert prom.firing() - UNCAUSED == set(), "a healthy cluster fires nothing"
+        wal = wal_dir_seen_by(victim)
+        st = os.statvfs(wal)
+        assert st.f_blocks * st.f_frsize == WAL_TMPFS_BYTES, "the WAL is not on the tmpfs"
+
+        # Something else fills the WAL's filesystem past 90%: a warning, the WAL still works.
+        fill(wal, leave=WAL_TMPFS_BYTES // 16)
+        c.event("broker 2's WAL filesystem filled to ~94%")
+        wait_until(lambda: "OxbowDiskFilling" in prom.firing(), timeout=20, interval=0.5, what="disk filling alert")
+        assert "OxbowWalUnhealthy" not in prom.firing()
+        (wal / "filler").unlink()
+        c.event("filler removed")
+        wait_until(lambda: "OxbowDiskFilling" not in prom.firing(), timeout=20, interval=0.5,
+                   what="disk filling alert cleared")
+
+        # Full, while uploads fail: the WAL needs a new file and cannot have one.
+        gate.close()
+        c.event("S3 unreachable")
+        fill(wal, leave=0)
+        c.event("broker 2's WAL filesystem full")
+        wait_until(lambda: {"OxbowWalUnhealthy", "OxbowDiskFilling"} <= prom.firing(), timeout=40, interval=0.5,
+                   what="WAL unhealthy and disk filling alerts")
+        # It exits (--storage-failure-exit-delay) for its supervisor to restart it: here, on
+        # a new empty WAL disk; S3 is back. Its acknowledged records are on broker 1's copy.
+        assert victim.proc.wait(timeout=30) == 74
+        c.event("broker 2 exited (storage failure)")
+        gate.open()
+        c.event("S3 reachable again")
+        c.restart(2)
+        wait_cleared(prom, 60)
+        assert prod.finish(timeout=60) == 0, "deliveries left"
+        summary = check_history([prod], read_all(c.bootstrap, topic, 4))
+        print(f"\nhistory: {summary}")
+        assert summary["problems"] == [], f"{summary}\n{c.history()}"
+        assert summary["acked"] > 0, summary
+    finally:
+        if prod is not None and prod.is_alive():
+            prod.stop_event.set()
+        print(f"\n--- cluster {c.name} history:\n{c.history()}")
+        c.close()
+        gate.close()
