@@ -1,5 +1,5 @@
 """The shipped alerting rules that need a fault to fire (deploy/monitoring/alerts.yml), caused
-one after another on one cluster watched by a real Prometheus: each fires while its
+one after another on a cluster watched by a real Prometheus: each fires while its
 condition holds, and all clear once the faults are repaired; every acknowledged record is
 still readable at the end.
 
@@ -299,6 +299,17 @@ def on_wal_tmpfs(b) -> None:
     b.command = command
 
 
+def firing_on(prom, b) -> set[str]:
+    """Alerts firing for broker `b`'s scrape target (the WAL disk alerts are per broker;
+    another broker's real disk may be fuller than the test's tmpfs)."""
+    instance = host_port(b.http)
+    return {
+        a["labels"]["alertname"]
+        for a in prom.api("alerts")["alerts"]
+        if a["state"] == "firing" and a["labels"].get("instance") == instance
+    }
+
+
 def wal_dir_seen_by(b) -> Path:
     """The broker's WAL directory in its own mount namespace."""
     return Path(f"/proc/{b.pid}/root") / str(b.data_dir / "wal").lstrip("/")
@@ -350,11 +361,12 @@ def test_a_filling_wal_disk_fires_disk_filling_and_a_full_one_wal_unhealthy(tmp_
         # Something else fills the WAL's filesystem past 90%: a warning, the WAL still works.
         fill(wal, leave=WAL_TMPFS_BYTES // 16)
         c.event("broker 2's WAL filesystem filled to ~94%")
-        wait_until(lambda: "OxbowDiskFilling" in prom.firing(), timeout=20, interval=0.5, what="disk filling alert")
+        wait_until(lambda: "OxbowDiskFilling" in firing_on(prom, victim), timeout=20, interval=0.5,
+                   what="disk filling alert")
         assert "OxbowWalUnhealthy" not in prom.firing()
         (wal / "filler").unlink()
         c.event("filler removed")
-        wait_until(lambda: "OxbowDiskFilling" not in prom.firing(), timeout=20, interval=0.5,
+        wait_until(lambda: "OxbowDiskFilling" not in firing_on(prom, victim), timeout=20, interval=0.5,
                    what="disk filling alert cleared")
 
         # Full, while uploads fail: the WAL needs a new file and cannot have one.
@@ -362,7 +374,7 @@ def test_a_filling_wal_disk_fires_disk_filling_and_a_full_one_wal_unhealthy(tmp_
         c.event("S3 unreachable")
         fill(wal, leave=0)
         c.event("broker 2's WAL filesystem full")
-        wait_until(lambda: {"OxbowWalUnhealthy", "OxbowDiskFilling"} <= prom.firing(), timeout=40, interval=0.5,
+        wait_until(lambda: {"OxbowWalUnhealthy", "OxbowDiskFilling"} <= firing_on(prom, victim), timeout=40, interval=0.5,
                    what="WAL unhealthy and disk filling alerts")
         # It exits (--storage-failure-exit-delay) for its supervisor to restart it: here, on
         # a new empty WAL disk; S3 is back. Its acknowledged records are on broker 1's copy.
