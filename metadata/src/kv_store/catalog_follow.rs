@@ -154,7 +154,7 @@ mod tests {
     // A real runtime and real waits: the applier runs on another worker.
     #![allow(clippy::disallowed_methods)]
 
-    use crate::kv::{Op, RedbKv, Txn};
+    use crate::kv::{Kv, Op, RedbKv, Txn};
     use crate::{MetadataStore, SystemClock};
     use std::sync::Arc;
     use std::time::Duration;
