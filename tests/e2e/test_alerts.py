@@ -377,12 +377,13 @@ def test_a_filling_wal_disk_fires_disk_filling_and_a_full_one_wal_unhealthy(tmp_
         c.event("broker 2's WAL filesystem full")
         wait_until(lambda: {"OxbowWalUnhealthy", "OxbowDiskFilling"} <= firing_on(prom, victim), timeout=40, interval=0.5,
                    what="WAL unhealthy and disk filling alerts")
-        # It exits (--storage-failure-exit-delay) for its supervisor to restart it: here, on
-        # a new empty WAL disk; S3 is back. Its acknowledged records are on broker 1's copy.
-        assert victim.proc.wait(timeout=30) == 74
-        c.event("broker 2 exited (storage failure)")
+        # S3 is back. The broker exits (--storage-failure-exit-delay, then a last seal of
+        # what it holds) for its supervisor to restart it: here, on a new empty WAL disk.
+        # Its acknowledged records are on broker 1's copy.
         gate.open()
         c.event("S3 reachable again")
+        assert victim.proc.wait(timeout=60) == 74
+        c.event("broker 2 exited (storage failure)")
         c.restart(2)
         wait_cleared(prom, 60)
         assert prod.finish(timeout=60) == 0, "deliveries left"
