@@ -139,6 +139,8 @@ async fn shutdown_signal() {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating --data-dir {}", args.data_dir.display()))?;
+    // Before anything is recorded; per process (see `latency`'s docs).
+    oxbow_segment_writer::latency::set_recording(args.latency_histograms);
     if args.max_request_bytes.as_u64() < 1024 {
         anyhow::bail!(
             "--max-request-bytes {} is too small (at least 1024)",

@@ -187,6 +187,13 @@ pub trait MetadataStore: Send + Sync + 'static {
     fn catalog_footprint(&self) -> Option<CatalogFootprint> {
         None
     }
+    /// How far behind the in-memory catalogue's watches are, if this store keeps one: (changes
+    /// delivered but not applied yet, watches that ended and were replaced by a re-scan).
+    /// A change here is one delivery of the metadata service (one revision's keys, or a
+    /// few revisions' when it batches them).
+    fn catalog_watch_lag(&self) -> Option<(usize, u64)> {
+        None
+    }
     /// Adds the backend's own metrics (etcd request latency) to `registry`; none by default.
     fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
     /// Whether the catalog key of a sealed object (`broker_id`'s `object_key`) is stored,

@@ -58,7 +58,9 @@ impl WatchQueue {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn taken(&self) {
+    /// One fewer on its way: taken by the subscriber, or not queued after all (the
+    /// feeding side's send failed and the watch ends).
+    pub(crate) fn taken(&self) {
         let _ = self
             .0
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -66,10 +68,6 @@ impl WatchQueue {
 }
 
 impl<T> Watch<T> {
-    pub(crate) fn new(rx: mpsc::Receiver<T>, task: Option<JoinHandle<()>>) -> Self {
-        Watch::counted(rx, task, WatchQueue::default())
-    }
-
     /// A watch whose feeding task counts what it queues in `queued`.
     pub(crate) fn counted(
         rx: mpsc::Receiver<T>,

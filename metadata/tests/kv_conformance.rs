@@ -339,6 +339,24 @@ async fn watches(kv: &dyn Kv, p: &str) {
         assert_eq!(batch[0].kv.mod_revision, deleted.revision);
         assert!(w.try_recv().is_none(), "nothing of other ranges");
     }
+    // Deliveries not taken yet are counted (`oxbow_metadata_watch_queued_events`): each
+    // revision is one (or fewer, if the service batches revisions), and taking it uncounts it.
+    let queue = from_now.queue();
+    assert_eq!(queue.queued(), 0);
+    put(kv, key(p, "q1"), "x").await;
+    put(kv, key(p, "q2"), "y").await;
+    eventually("deliveries counted", || {
+        let q = queue.clone();
+        async move { q.queued() >= 1 }
+    })
+    .await;
+    assert!(
+        queue.queued() <= 2,
+        "{} queued for 2 revisions",
+        queue.queued()
+    );
+    next_events(&mut from_now, 2, "queued").await;
+    assert_eq!(queue.queued(), 0, "all taken");
     // Dropping a watch is how a reader leaves; nothing else notices.
     drop(from_r2);
     put(kv, key(p, "w3"), "d").await;

@@ -8,10 +8,33 @@
 //! Buckets are the same for every latency ([`latency_histogram`]): 50 µs × √2ⁿ up to about
 //! 13 s, 37 of them, so a quantile read from them is within a factor √2 of the truth — fine
 //! enough to tell a 6 ms p99 from a 9 ms one, coarse enough to keep a series small.
+//!
+//! Every latency observed on a hot path goes through [`observe`], which is also the one
+//! off switch ([`set_recording`], the broker's `--latency-histograms false`): an observation
+//! takes the histogram's mutex and scans its buckets, and a produce records about ten of
+//! them. Off, the histograms stay registered and read zero, so dashboards show no data
+//! rather than an error. The switch is per process: it is a tuning knob of the broker
+//! process, set once by `oxbow serve` before anything is recorded; brokers sharing a
+//! process (tests) share it.
 
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether [`observe`] records (see the module docs).
+static RECORDING: AtomicBool = AtomicBool::new(true);
+
+/// Turns recording of every latency histogram on or off for this process.
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
+}
+
+/// Whether latency histograms are being recorded: a caller that would do work only to
+/// feed one (take timestamps, look up a labelled series) skips it when they are not.
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
 
 /// Number of finite buckets of [`latency_histogram`].
 const LATENCY_BUCKETS: u16 = 37;
@@ -31,9 +54,11 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     })
 }
 
-/// Records `d` in seconds.
+/// Records `d` in seconds, unless recording is off ([`set_recording`]).
 pub fn observe(h: &Histogram, d: Duration) {
-    h.observe(d.as_secs_f64());
+    if recording() {
+        h.observe(d.as_secs_f64());
+    }
 }
 
 /// The WAL's stages, recorded by its writer.

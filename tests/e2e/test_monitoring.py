@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -147,6 +148,15 @@ class Prometheus:
     def api(self, path: str) -> dict:
         with urllib.request.urlopen(f"{self.url}/api/v1/{path}", timeout=10) as r:
             return json.loads(r.read())["data"]
+
+    def rules(self) -> list[dict]:
+        """The rules as evaluated (overrides applied)."""
+        return [r for g in self.api("rules")["groups"] for r in g["rules"]]
+
+    def query(self, expr: str) -> list:
+        """`expr`'s instant value now, as (labels, value) pairs."""
+        q = urllib.parse.urlencode({"query": expr})
+        return [(r["metric"], r["value"][1]) for r in self.api(f"query?{q}")["result"]]
 
     def firing(self) -> set[str]:
         return {a["labels"]["alertname"] for a in self.api("alerts")["alerts"] if a["state"] == "firing"}

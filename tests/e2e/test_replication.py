@@ -9,13 +9,15 @@ from the WAL replicas, not from the object store.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 
 import pytest
+import requests
 
 from cluster import cluster, etcd_server, moto_server  # noqa: F401 (fixtures)
-from helpers import consume_partitions, create_topic, produce_all, producer, unique, wait_until
+from helpers import consume_partitions, create_topic, produce_all, producer, run, unique, wait_until
 from kafka_wire import KafkaConn, parse_produce_response_v3_to_v8, produce_body_v3_to_v8, record_batch
 
 pytestmark = pytest.mark.oxbow_only
@@ -119,7 +121,27 @@ def partition_replicas(bootstrap: str, topic: str, partition: int) -> tuple[list
     return sorted(p.replicas), sorted(p.isrs)
 
 
+def kcat_replicas(bootstrap: str, topic: str, partition: int) -> tuple[list[int], list[int]]:
+    """(replicas, ISR) of a partition in `kcat -L` (librdkafka 2.0's Metadata)."""
+    out = run(["kcat", "-b", bootstrap, "-L", "-t", topic, "-X", "socket.timeout.ms=10000"], timeout=30).stdout
+    m = re.search(rf"partition {partition}, leader -?\d+, replicas: ([\d,]*), isrs: ([\d,]*)", out)
+    assert m, out
+    ids = lambda s: sorted(int(x) for x in s.split(",") if x)  # noqa: E731
+    return ids(m.group(1)), ids(m.group(2))
+
+
+def wal_replica_ids(http: str, broker_id: int) -> list[int]:
+    """The WAL replicas `broker_id` has chosen, as recorded (the v3 brokers endpoint)."""
+    cluster_id = requests.get(f"{http}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
+    b = requests.get(f"{http}/v3/clusters/{cluster_id}/brokers/{broker_id}", timeout=10).json()
+    return sorted(b["wal_replica_ids"])
+
+
 def test_metadata_reports_the_wal_replicas_and_shows_a_lost_zone_as_under_replicated(cluster, java):
+    """A lost zone is shown as under-replicated both before and after the leader re-chooses
+    its WAL replicas among the survivors (at the lost broker's lease end): replicas stay
+    padded to the replication factor with the lost broker, which is not in the ISR
+    (decision 33). Checked with librdkafka's admin client, kcat and kafka-topics.sh."""
     c = cluster(3, flush_interval="250ms", extra_args=["--replica-lag-max", "1s"])
     topic = unique("urp")
     create_topic(c.bootstrap, topic, partitions=1, config={"min.insync.replicas": "2"})
@@ -131,6 +153,7 @@ def test_metadata_reports_the_wal_replicas_and_shows_a_lost_zone_as_under_replic
         lambda: partition_replicas(leader_addr, topic, 0) == ([1, 2, 3], [1, 2, 3]),
         timeout=20, interval=0.3, what="3 replicas, all in sync",
     )
+    assert kcat_replicas(leader_addr, topic, 0) == ([1, 2, 3], [1, 2, 3])
     tool = "org.apache.kafka.tools.TopicCommand"
 
     def under_replicated() -> str:
@@ -140,16 +163,33 @@ def test_metadata_reports_the_wal_replicas_and_shows_a_lost_zone_as_under_replic
     # A replica's zone goes away: the partition is under-replicated (ISR without it), in
     # librdkafka's view and in kafka-topics.sh's.
     victim = next(b for b in (1, 2, 3) if b != leader)
+    survivors = sorted({1, 2, 3} - {victim})
+    assert wal_replica_ids(c.broker(leader).http, leader) == sorted({1, 2, 3} - {leader})
     c.kill9(victim)
     wait_until(
-        lambda: partition_replicas(leader_addr, topic, 0)[1] == sorted({1, 2, 3} - {victim}),
+        lambda: partition_replicas(leader_addr, topic, 0)[1] == survivors,
         timeout=20, interval=0.3, what="the lost replica out of the ISR",
     )
     assert topic in under_replicated()
-    # It comes back and catches up: in sync again.
+    # Its lease ends and the leader re-chooses its WAL replicas among the survivors: the
+    # lost zone is still listed, as a replica out of the ISR, in every client's view.
+    wait_until(
+        lambda: victim not in wal_replica_ids(c.broker(leader).http, leader),
+        timeout=30, interval=0.3, what="the leader to re-choose its WAL replicas without the lost broker",
+    )
+    c.event(f"broker {leader} re-chose its WAL replicas without {victim}")
+    # Metadata re-reads the recorded sets every 2 s.
+    wait_until(
+        lambda: partition_replicas(leader_addr, topic, 0) == ([1, 2, 3], survivors),
+        timeout=10, interval=0.3, what="the lost replica still listed after the re-choice",
+    )
+    assert victim not in wal_replica_ids(c.broker(leader).http, leader), "re-chosen again?"
+    assert kcat_replicas(leader_addr, topic, 0) == ([1, 2, 3], survivors)
+    assert topic in under_replicated()
+    # It comes back and catches up: in sync again, and nothing padded.
     c.restart(victim)
     wait_until(
-        lambda: partition_replicas(leader_addr, topic, 0)[1] == [1, 2, 3],
+        lambda: partition_replicas(leader_addr, topic, 0) == ([1, 2, 3], [1, 2, 3]),
         timeout=40, interval=0.5, what="the replica back in the ISR",
     )
     assert topic not in under_replicated()

@@ -178,7 +178,7 @@ impl Leading<'_> {
     async fn feed_all(&mut self, events: Vec<Event>) -> Result<(), LeadError> {
         let started = Instant::now();
         let fed = self.feed_all_untimed(events).await;
-        self.batch_time.observe(started.elapsed().as_secs_f64());
+        oxbow_segment_writer::latency::observe(self.batch_time, started.elapsed());
         fed
     }
 

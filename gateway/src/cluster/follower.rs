@@ -98,6 +98,7 @@ pub async fn run_wal_sets(broker: Arc<Broker>, shutdown: CancellationToken) {
                         super::WalCopies {
                             replicas: set.replicas,
                             isr: set.isr,
+                            lost: Vec::new(),
                         },
                     );
                 }

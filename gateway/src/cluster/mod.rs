@@ -65,15 +65,44 @@ pub struct ClusterView {
 pub struct WalCopies {
     pub replicas: Vec<BrokerId>,
     pub isr: Vec<BrokerId>,
+    /// Brokers that left `replicas` while not live (their zone was lost and the broker
+    /// re-chose its replicas among the survivors), oldest first, as this view saw it; a
+    /// member is forgotten once it is live again. Metadata lists them as offline replicas
+    /// of a partition short of copies ([`ClusterView::partition_replicas`]).
+    pub lost: Vec<BrokerId>,
+}
+
+/// Most lost replicas remembered per broker (the replication factor's own bound).
+const LOST_MAX: usize = 16;
+
+/// `next`'s lost members, given the copies recorded `before` it: those already lost and
+/// the replicas dropped since, unless live again or chosen again.
+fn lost_members(
+    leader: BrokerId,
+    before: &WalCopies,
+    next: &WalCopies,
+    live: impl Fn(BrokerId) -> bool,
+) -> Vec<BrokerId> {
+    let mut lost: Vec<BrokerId> = Vec::new();
+    for b in before.lost.iter().chain(&before.replicas).copied() {
+        if b != leader && !live(b) && !next.replicas.contains(&b) && !lost.contains(&b) {
+            lost.push(b);
+        }
+    }
+    let excess = lost.len().saturating_sub(LOST_MAX);
+    lost.drain(..excess);
+    lost
 }
 
 /// A partition's replicas as Oxbow reports them (Metadata, the v3 partitions endpoint,
-/// the console): its leader and the brokers its leader's WAL is replicated to.
+/// the console): its leader and the brokers its leader's WAL is replicated to, and — while
+/// those are fewer than the copies wanted — the replicas lost since (decision 33).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionReplicas {
     /// Whether the leader holds a live lease (this broker always does while it answers).
     pub leader_live: bool,
-    /// The leader first, then its WAL replicas.
+    /// The leader first, then its WAL replicas, then lost ones ([`WalCopies::lost`], the
+    /// most recently lost first) until there are as many as the copies wanted.
     pub replicas: Vec<BrokerId>,
     /// The leader and the live WAL replicas recorded in sync; empty while the leader is
     /// not live (nothing can be acknowledged then).
@@ -96,11 +125,19 @@ impl ClusterView {
         }
     }
 
-    /// Replaces the recorded WAL replica sets (a full re-read).
-    pub fn set_wal_copies(&self, sets: BTreeMap<BrokerId, WalCopies>) {
-        if let Ok(mut m) = self.wal_sets.write() {
-            *m = sets;
+    /// Replaces the recorded WAL replica sets (a full re-read), carrying each broker's
+    /// lost replicas over ([`WalCopies::lost`]; `sets`' own are ignored).
+    pub fn set_wal_copies(&self, mut sets: BTreeMap<BrokerId, WalCopies>) {
+        // Lock order: `wal_sets`, then `brokers` (as in `partition_replicas`).
+        let Ok(mut m) = self.wal_sets.write() else {
+            return;
+        };
+        let live = |b: BrokerId| b == self.me || self.is_live(b);
+        for (leader, next) in sets.iter_mut() {
+            let before = m.get(leader).cloned().unwrap_or_default();
+            next.lost = lost_members(*leader, &before, next, live);
         }
+        *m = sets;
     }
 
     /// `leader`'s recorded WAL replicas and in-sync ones (none recorded: no replicas).
@@ -117,17 +154,33 @@ impl ClusterView {
     }
 
     /// The replicas, ISR and offline replicas of a partition `leader` leads, from its
-    /// recorded WAL copies and the live brokers.
-    pub fn partition_replicas(&self, leader: BrokerId) -> PartitionReplicas {
+    /// recorded WAL copies and the live brokers; `wanted` is how many copies it should
+    /// have (`metrics::health::wanted_copies`), so a partition whose leader re-chose fewer
+    /// replicas after losing a zone keeps listing the lost one, offline and not in sync.
+    pub fn partition_replicas(&self, leader: BrokerId, wanted: usize) -> PartitionReplicas {
         let copies = self.wal_copies(leader);
         let live = |b: &BrokerId| *b == self.me || self.is_live(*b);
         let leader_live = live(&leader);
-        let offline_copies = copies.replicas.iter().filter(|b| !live(b)).copied();
+        let mut replicas: Vec<BrokerId> = std::iter::once(leader)
+            .chain(copies.replicas.iter().copied())
+            .collect();
+        for b in copies.lost.iter().rev() {
+            if replicas.len() >= wanted {
+                break;
+            }
+            if !replicas.contains(b) {
+                replicas.push(*b);
+            }
+        }
+        let offline_copies: Vec<BrokerId> = replicas
+            .iter()
+            .skip(1)
+            .filter(|b| !live(b))
+            .copied()
+            .collect();
         PartitionReplicas {
             leader_live,
-            replicas: std::iter::once(leader)
-                .chain(copies.replicas.iter().copied())
-                .collect(),
+            replicas,
             isr: if leader_live {
                 std::iter::once(leader)
                     .chain(copies.isr.iter().copied().filter(|b| live(b)))
@@ -271,31 +324,62 @@ mod tests {
     #[test]
     fn partition_replicas_follow_wal_copies_and_leases() {
         let v = ClusterView::new(1, vec![reg(1), reg(2), reg(3)]);
-        v.set_wal_copies(
-            [(
-                1,
-                WalCopies {
-                    replicas: vec![2, 3],
-                    isr: vec![2],
-                },
-            )]
-            .into(),
-        );
-        let r = v.partition_replicas(1);
+        v.set_wal_copies([(1, copies(vec![2, 3], vec![2]))].into());
+        let r = v.partition_replicas(1, 3);
         assert!(r.leader_live);
         assert_eq!(
             (r.replicas, r.isr, r.offline),
             (vec![1, 2, 3], vec![1, 2], vec![])
         );
         assert!(v.left(2));
-        let r = v.partition_replicas(1);
+        let r = v.partition_replicas(1, 3);
         assert_eq!((r.isr, r.offline), (vec![1], vec![2]));
         // A leader without a lease: no ISR, itself offline first.
-        let r = v.partition_replicas(3);
+        let r = v.partition_replicas(3, 3);
         assert!(r.leader_live);
         assert!(v.left(3));
-        let r = v.partition_replicas(3);
+        let r = v.partition_replicas(3, 3);
         assert_eq!((r.leader_live, r.isr, r.offline), (false, vec![], vec![3]));
+    }
+
+    fn copies(replicas: Vec<BrokerId>, isr: Vec<BrokerId>) -> WalCopies {
+        WalCopies {
+            replicas,
+            isr,
+            lost: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_lost_zone_stays_listed_after_the_leader_re_chooses_its_replicas() {
+        let v = ClusterView::new(1, vec![reg(1), reg(2), reg(3), reg(4)]);
+        v.set_wal_copies([(1, copies(vec![2, 3], vec![2, 3]))].into());
+        // Zone of 3 lost: out of the ISR first, then out of the re-chosen replicas.
+        assert!(v.left(3));
+        v.set_wal_copies([(1, copies(vec![2, 3], vec![2]))].into());
+        v.set_wal_copies([(1, copies(vec![2], vec![2]))].into());
+        let r = v.partition_replicas(1, 3);
+        assert_eq!(
+            (r.replicas, r.isr, r.offline),
+            (vec![1, 2, 3], vec![1, 2], vec![3])
+        );
+        // Short of more than one copy: the most recently lost first, up to `wanted`.
+        assert!(v.left(2));
+        v.set_wal_copies([(1, copies(vec![], vec![]))].into());
+        assert_eq!(v.partition_replicas(1, 3).replicas, vec![1, 2, 3]);
+        assert_eq!(v.partition_replicas(1, 2).replicas, vec![1, 2]);
+        // A single node wants one copy: nothing padded.
+        assert_eq!(v.partition_replicas(1, 1).replicas, vec![1]);
+        // A replacement chosen in a lost one's place: full again, nothing padded.
+        v.set_wal_copies([(1, copies(vec![4], vec![4]))].into());
+        assert_eq!(v.partition_replicas(1, 2).replicas, vec![1, 4]);
+        assert_eq!(v.partition_replicas(1, 3).replicas, vec![1, 4, 2]);
+        // A lost broker that is live again is forgotten: the leader chose without it.
+        assert!(v.joined(reg(2)));
+        assert!(v.joined(reg(3)));
+        v.set_wal_copies([(1, copies(vec![4], vec![4]))].into());
+        let r = v.partition_replicas(1, 3);
+        assert_eq!((r.replicas, r.offline), (vec![1, 4], vec![]));
     }
 
     #[test]

@@ -38,7 +38,8 @@ impl RebalanceMetrics {
     pub(super) fn note(&self, r: Rebalances) {
         self.begun.fetch_add(u64::from(r.begun), Ordering::Relaxed);
         if let Some(ms) = r.completed_ms {
-            self.seconds.observe(ms as f64 / 1000.0);
+            let took = std::time::Duration::from_millis(ms);
+            oxbow_segment_writer::latency::observe(&self.seconds, took);
         }
     }
 

@@ -24,7 +24,7 @@
 //! tail) are not counted: they read nothing and would drown the tail's figures.
 
 use kafka_protocol::messages::ApiKey;
-use oxbow_segment_writer::latency::{latency_histogram, observe};
+use oxbow_segment_writer::latency::{latency_histogram, observe, recording};
 use oxbow_segment_writer::ReadSource;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -87,9 +87,13 @@ impl Default for RequestLatency {
 }
 
 impl RequestLatency {
-    /// Starts timing a request of `key` whose frame was read at `read_at`; `None` if its
-    /// kind is not tracked.
+    /// Starts timing a request of `key` whose frame was read at `read_at`; `None` when
+    /// latency histograms are off (`--latency-histograms false`): nothing is timed then,
+    /// and the per-API series is not looked up.
     pub fn start(&self, key: ApiKey, read_at: Instant, handler_at: Instant) -> Option<Timing> {
+        if !recording() {
+            return None;
+        }
         let request = REQUESTS
             .iter()
             .position(|(k, _)| *k == key)

@@ -36,9 +36,7 @@ pub fn partition_health(b: &Broker) -> PartitionHealth {
     let live = |id: i32| id == me || b.cluster.is_live(id);
     let mine = b.cluster.wal_copies(me);
     let copies = 1 + mine.isr.iter().filter(|id| live(**id)).count();
-    let seen = note_live_brokers(b);
-    let wanted = b.log.replicator.replication_factor().min(seen);
-    let short = copies < wanted;
+    let short = copies < wanted_copies(b);
     let mut h = PartitionHealth::default();
     for topic in b.topics() {
         for p in &topic.partitions {
@@ -51,6 +49,16 @@ pub fn partition_health(b: &Broker) -> PartitionHealth {
         }
     }
     h
+}
+
+/// How many copies of its WAL (the leader's own included) a partition should have:
+/// `--wal-replication-factor`, capped by the most brokers seen live at once (module docs).
+/// The under-replicated count and the replicas Metadata lists both follow it.
+pub fn wanted_copies(b: &Broker) -> usize {
+    b.log
+        .replicator
+        .replication_factor()
+        .min(note_live_brokers(b))
 }
 
 /// Notes how many brokers are live now; returns the most seen at once since start.
@@ -100,7 +108,17 @@ pub(super) fn cluster(b: &Broker, s: &mut Scrape) -> fmt::Result {
 pub(super) fn watches(b: &Broker, s: &mut Scrape) -> fmt::Result {
     let mut queued = Vec::new();
     let mut ends = Vec::new();
-    for (name, q, e) in b.cluster.watch_metrics.snapshot() {
+    let catalog = b
+        .metadata
+        .catalog_watch_lag()
+        .map(|(q, e)| ("catalog", q, e));
+    for (name, q, e) in b
+        .cluster
+        .watch_metrics
+        .snapshot()
+        .into_iter()
+        .chain(catalog)
+    {
         let labels: Labels = vec![("watch", name.to_string())];
         queued.push((labels.clone(), q as u64));
         ends.push((labels, e));
@@ -108,8 +126,9 @@ pub(super) fn watches(b: &Broker, s: &mut Scrape) -> fmt::Result {
     s.gauges(
         "oxbow_metadata_watch_queued_events",
         "Changes the metadata service delivered to this broker that it has not applied yet, \
-         per watch (brokers, topics, security: this broker's view; controller_*: the \
-         controller's event queue, Kafka's EventQueueSize). A watch ends at 1024.",
+         per watch (brokers, topics, security: this broker's view; catalog: its in-memory \
+         segment catalogue, counted in deliveries; controller_*: the controller's event \
+         queue, Kafka's EventQueueSize). A watch ends at 1024.",
         &queued,
     )?;
     s.counters(

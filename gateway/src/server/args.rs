@@ -219,6 +219,16 @@ pub struct ServeArgs {
     /// away; longer tolerates slower replicas without shrinking durability.
     #[arg(long, env = "OXBOW_REPLICA_LAG_MAX", default_value = "3s", value_parser = humantime::parse_duration)]
     pub replica_lag_max: Duration,
+    /// Record the latency histograms (`oxbow_request_stage_seconds`, `oxbow_request_seconds`,
+    /// `oxbow_fetch_read_seconds`, `oxbow_wal_*_seconds`, `oxbow_replica_wait_seconds`,
+    /// `oxbow_seal_*_seconds`, rebalance and controller batch times). `false` saves each
+    /// request about ten histogram updates (a mutex and a bucket search each) but the
+    /// series stay at zero, so latency dashboards go blank and OxbowProduceLatencyHigh and
+    /// OxbowRequestQueueing can never fire. Counters and gauges (and the object store's and
+    /// etcd's request histograms, which carry their error counts) are always kept.
+    #[arg(long, env = "OXBOW_LATENCY_HISTOGRAMS", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub latency_histograms: bool,
     /// `wal`: acknowledge after the WAL fsync (and replica acks for acks=all); low latency.
     /// `direct`: no WAL, acknowledge after the object PUT and catalog commit (WarpStream
     /// style); nothing on the broker's disk, latency of a flush interval plus a PUT.

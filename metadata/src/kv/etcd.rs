@@ -27,7 +27,7 @@ use super::{
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::store::{Lease, LeaseId};
-use crate::watch::{Watch, WATCH_CAPACITY};
+use crate::watch::{Watch, WatchQueue, WATCH_CAPACITY};
 use etcd_client::{
     Client, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, PutOptions, SortOrder,
     SortTarget, TxnOp, TxnOpResponse, WatchOptions,
@@ -293,7 +293,12 @@ impl EtcdKv {
 
 /// Forwards the events of an established etcd watch until the reader goes away, the stream
 /// fails or etcd cancels it.
-async fn forward(mut stream: etcd_client::WatchStream, tx: mpsc::Sender<Vec<WatchEvent>>) {
+/// Feeds `tx` from `stream`, counting each delivery in `queued` until the reader takes it.
+async fn forward(
+    mut stream: etcd_client::WatchStream,
+    tx: mpsc::Sender<Vec<WatchEvent>>,
+    queued: WatchQueue,
+) {
     loop {
         let msg = tokio::select! {
             _ = tx.closed() => return,
@@ -333,7 +338,13 @@ async fn forward(mut stream: etcd_client::WatchStream, tx: mpsc::Sender<Vec<Watc
             })
             .collect();
         // Bounded: a reader that falls behind ends its watch (see crate::watch).
-        if !batch.is_empty() && tx.try_send(batch).is_err() {
+        if batch.is_empty() {
+            continue;
+        }
+        // Counted before it is queued, so the reader's receipt never comes first.
+        queued.add();
+        if tx.try_send(batch).is_err() {
+            queued.taken();
             return;
         }
     }
@@ -419,8 +430,9 @@ impl Kv for EtcdKv {
             })
             .await?;
         let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
-        let task = tokio::spawn(forward(stream, tx));
-        Ok(Watch::new(rx, Some(task)))
+        let queued = WatchQueue::default();
+        let task = tokio::spawn(forward(stream, tx, queued.clone()));
+        Ok(Watch::counted(rx, Some(task), queued))
     }
 
     async fn grant(&self, ttl: Duration) -> Result<Lease> {

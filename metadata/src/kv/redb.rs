@@ -41,7 +41,7 @@ use super::{
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::{Lease, LeaseId};
-use crate::watch::{Watch, WATCH_CAPACITY};
+use crate::watch::{Watch, WatchQueue, WATCH_CAPACITY};
 use redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
     WriteTransaction,
@@ -293,6 +293,24 @@ struct Watcher {
     /// The first revision this watcher wants.
     from: Revision,
     tx: mpsc::Sender<Vec<WatchEvent>>,
+    /// Deliveries the reader has not taken yet ([`Watch::queue`]).
+    queued: WatchQueue,
+}
+
+impl Watcher {
+    /// Queues `batch`, counted; false if the reader is gone or full (the watch ends).
+    fn send(
+        tx: &mpsc::Sender<Vec<WatchEvent>>,
+        queued: &WatchQueue,
+        batch: Vec<WatchEvent>,
+    ) -> bool {
+        queued.add();
+        let sent = tx.try_send(batch).is_ok();
+        if !sent {
+            queued.taken();
+        }
+        sent
+    }
 }
 
 /// Process-local state, behind the writers' lock.
@@ -686,7 +704,7 @@ impl State {
                 .filter(|e| e.kv.mod_revision >= w.from && w.range.contains(&e.kv.key))
                 .cloned()
                 .collect();
-            batch.is_empty() || w.tx.try_send(batch).is_ok()
+            batch.is_empty() || Watcher::send(&w.tx, &w.queued, batch)
         });
         for e in events {
             if self.history.len() == HISTORY_EVENTS_MAX {
@@ -735,10 +753,12 @@ impl Kv for RedbKv {
     ) -> Result<Watch<Vec<WatchEvent>>> {
         self.run(move |_, state| {
             let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
+            let queued = WatchQueue::default();
+            let watch = |rx| Watch::counted(rx, None, queued.clone());
             if let Some(from) = from.filter(|f| *f <= state.revision) {
                 if from <= state.history_floor {
                     // History is gone: the watch ends at once (see the module docs).
-                    return Ok(Watch::new(rx, None));
+                    return Ok(watch(rx));
                 }
                 // The history's events of each revision from `from` on, one item each.
                 let mut batch: Vec<WatchEvent> = Vec::new();
@@ -749,19 +769,24 @@ impl Kv for RedbKv {
                     if batch
                         .first()
                         .is_some_and(|b| b.kv.mod_revision != e.kv.mod_revision)
-                        && tx.try_send(std::mem::take(&mut batch)).is_err()
+                        && !Watcher::send(&tx, &queued, std::mem::take(&mut batch))
                     {
-                        return Ok(Watch::new(rx, None));
+                        return Ok(watch(rx));
                     }
                     batch.push(e.clone());
                 }
-                if !batch.is_empty() && tx.try_send(batch).is_err() {
-                    return Ok(Watch::new(rx, None));
+                if !batch.is_empty() && !Watcher::send(&tx, &queued, batch) {
+                    return Ok(watch(rx));
                 }
             }
             let from = from.unwrap_or(0).max(state.revision + 1);
-            state.watchers.push(Watcher { range, from, tx });
-            Ok(Watch::new(rx, None))
+            state.watchers.push(Watcher {
+                range,
+                from,
+                tx,
+                queued: queued.clone(),
+            });
+            Ok(watch(rx))
         })
         .await
     }

@@ -40,28 +40,38 @@ pub(super) async fn follow<K: Kv>(
         .await;
         drop(store);
         match watches {
-            Ok((mut catalog, mut topics)) => loop {
-                let batch = tokio::select! {
-                    // Polled in order: tokio's random branch order would make the
-                    // simulation's runs differ for one seed.
-                    biased;
-                    b = catalog.recv() => b,
-                    b = topics.recv() => b,
-                    _ = clock.sleep_until(next_sweep) => {
-                        next_sweep = clock.now() + SWEEP_INTERVAL;
-                        let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
-                            return;
-                        };
-                        sweep(&*store, &root, &index).await;
-                        continue;
-                    }
+            Ok((mut catalog, mut topics)) => {
+                let Some(watching) = index.upgrade() else {
+                    return;
                 };
-                let Some(index) = index.upgrade() else { return };
-                match batch {
-                    Some(events) => catalog_index::apply(&index, &root, &events),
-                    None => break,
+                watching.watching(vec![catalog.queue(), topics.queue()]);
+                drop(watching);
+                loop {
+                    let batch = tokio::select! {
+                        // Polled in order: tokio's random branch order would make the
+                        // simulation's runs differ for one seed.
+                        biased;
+                        b = catalog.recv() => b,
+                        b = topics.recv() => b,
+                        _ = clock.sleep_until(next_sweep) => {
+                            next_sweep = clock.now() + SWEEP_INTERVAL;
+                            let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
+                                return;
+                            };
+                            sweep(&*store, &root, &index).await;
+                            continue;
+                        }
+                    };
+                    let Some(index) = index.upgrade() else { return };
+                    match batch {
+                        Some(events) => catalog_index::apply(&index, &root, &events),
+                        None => {
+                            index.watch_ended();
+                            break;
+                        }
+                    }
                 }
-            },
+            }
             Err(e) => tracing::warn!(error = %e, "catalog watch could not start; retrying"),
         }
         clock.sleep(REWATCH_PAUSE).await;
@@ -136,5 +146,55 @@ async fn sweep_keys<K: Kv>(
         }
         Ok(_) => tracing::debug!("{what} changed under the sweep; next time"),
         Err(e) => tracing::warn!(error = %e, "deleting {what} failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // A real runtime and real waits: the applier runs on another worker.
+    #![allow(clippy::disallowed_methods)]
+
+    use crate::kv::{Kv, Op, RedbKv, Txn};
+    use crate::{MetadataStore, SystemClock};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Polls `check` every 20 ms for up to 10 s.
+    async fn until(what: &str, check: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{what}: not within 10 s");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The test holds the index to stall its applier on purpose.
+    #[allow(clippy::await_holding_lock)]
+    async fn the_catalogue_watch_counts_changes_delivered_and_not_applied() {
+        let kv = RedbKv::in_memory(Arc::new(SystemClock)).expect("kv");
+        let store = super::KvStore::new(kv, crate::keys::Root::new("lag"));
+        assert_eq!(store.catalog_watch_lag(), None, "not started: no catalogue");
+        store.catalog_index().await.expect("start the catalogue");
+        assert_eq!(store.catalog_watch_lag(), Some((0, 0)));
+        // The applier takes the index's lock for each delivery: while this test holds it,
+        // the first delivery waits inside the applier and the others queue.
+        let held = store.index.lock();
+        for i in 0..5 {
+            let key = store.root.join(&format!("catalog/not-a-partition/{i}"));
+            let put = Txn::new().then([Op::put(key.into_bytes(), "x")]);
+            store.kv.txn(put).await.expect("put");
+        }
+        until("4 deliveries queued behind the stalled applier", || {
+            store.catalog_watch_lag() == Some((4, 0))
+        })
+        .await;
+        drop(held);
+        until("the queue drained once the applier runs", || {
+            store.catalog_watch_lag() == Some((0, 0))
+        })
+        .await;
     }
 }

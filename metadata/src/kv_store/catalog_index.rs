@@ -420,6 +420,11 @@ pub(super) struct CatalogIndex {
     pub(super) listings_started: std::sync::atomic::AtomicU64,
     /// The task that applies watch events; aborted with the index.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The task's current watches' queues (`catalog/` and `topics/`): deliveries not
+    /// applied yet. Empty between watches.
+    watch_queues: Mutex<Vec<crate::WatchQueue>>,
+    /// The task's watches that ended (and were replaced by a re-scan).
+    watch_ends: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for CatalogIndex {
@@ -447,6 +452,34 @@ impl CatalogIndex {
 
     pub(super) fn replace_state(&self, state: IndexState) {
         *self.lock() = state;
+    }
+
+    /// The task's watches are these from now on.
+    pub(super) fn watching(&self, queues: Vec<crate::WatchQueue>) {
+        *self.watch_queues.lock().unwrap_or_else(|e| e.into_inner()) = queues;
+    }
+
+    /// The task's watches ended; it re-scans and watches again.
+    pub(super) fn watch_ended(&self) {
+        self.watch_queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.watch_ends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (deliveries the task has not applied, watches ended so far).
+    pub(super) fn watch_lag(&self) -> (usize, u64) {
+        let queued = self
+            .watch_queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|q| q.queued())
+            .sum();
+        let ends = self.watch_ends.load(std::sync::atomic::Ordering::Relaxed);
+        (queued, ends)
     }
 }
 

@@ -382,6 +382,13 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         self.kv.register_metrics(registry);
     }
 
+    fn catalog_watch_lag(&self) -> Option<(usize, u64)> {
+        self.index
+            .started
+            .initialized()
+            .then(|| self.index.watch_lag())
+    }
+
     fn catalog_footprint(&self) -> Option<crate::catalog::CatalogFootprint> {
         self.index
             .started

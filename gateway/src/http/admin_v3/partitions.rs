@@ -56,7 +56,8 @@ pub(super) fn partition_stats(
     topic: &TopicMetadata,
     p: &PartitionState,
 ) -> PartitionStats {
-    let replicas = broker.cluster.partition_replicas(p.leader);
+    let wanted = crate::metrics::health::wanted_copies(broker);
+    let replicas = broker.cluster.partition_replicas(p.leader, wanted);
     let tp = TopicPartition::new(topic.topic_id, p.partition);
     let open = broker.log.get(&tp);
     let offsets = open.as_ref().and_then(|o| o.offsets().ok());

@@ -11,7 +11,9 @@
 //! object store), its ISR the leader and those recorded in sync (`cluster::WalCopies`,
 //! re-read every 2 s), so `kafka-topics.sh --under-replicated-partitions` and admin
 //! clients see a partition whose acknowledged tail has fewer copies than configured. A
-//! replica that is not live is listed offline.
+//! replica that is not live is listed offline. When the leader has re-chosen fewer
+//! replicas than wanted (a lost zone, decision 33), the lost ones stay listed, offline and
+//! out of the ISR, so the partition stays visibly under-replicated.
 //!
 //! `__consumer_offsets` is listed, internal, with Kafka's 50 partitions spread over the
 //! live brokers, as clients and their test suites expect of a Kafka cluster (regex
@@ -95,11 +97,12 @@ pub fn describe_topic(
     topic: &TopicMetadata,
     version: i16,
 ) -> MetadataResponseTopic {
+    let wanted = crate::metrics::health::wanted_copies(broker);
     let partitions = topic
         .partitions
         .iter()
         .map(|p| {
-            let state = broker.cluster.partition_replicas(p.leader);
+            let state = broker.cluster.partition_replicas(p.leader, wanted);
             let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect::<Vec<_>>();
             let r = MetadataResponsePartition::default()
                 .with_partition_index(p.partition)
