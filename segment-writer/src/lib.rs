@@ -37,7 +37,8 @@
 //! - [`compact`]: the compactor task: sealed objects → segments → catalog swap → deletion;
 //!   [`compact_state`]: its pure planning and deletion ledger; [`key_compact`]: the pure
 //!   core of `cleanup.policy=compact` (latest record per key), with [`compress`].
-//! - [`read`]: reads from memory or from objects through the cache.
+//! - [`read`]: reads from memory or from objects through the cache; [`read_result`]: what
+//!   a read returns, its batches joined into slices for a fetch response.
 //! - [`mirror`]: a mirror partition's source batches, pure: checked, skipped below the log
 //!   end, gaps covered by empty batches (issue 20); `log/mirror.rs` appends them.
 //! - [`objects`]: building the object store from a URL ([`local_store`]: the embedded
@@ -72,6 +73,7 @@ pub mod producer_summary;
 pub mod read;
 pub mod read_ahead;
 pub mod read_pieces;
+pub mod read_result;
 pub mod records;
 pub mod replica;
 pub mod replica_proto;

@@ -13,8 +13,9 @@ use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
 use crate::read_pieces::PieceMaps;
+pub use crate::read_result::{Isolation, ReadResult, ReadSource};
 use crate::segment::SegmentIndex;
-use crate::txn::{self, AbortedTxn, OutcomeScan};
+use crate::txn::{AbortedTxn, OutcomeScan};
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
@@ -28,7 +29,7 @@ use collect::Collect;
 const CATALOG_ENTRIES_PER_READ: usize = 16;
 
 /// Read-ahead bounds of a `read_committed` read that resolves its transactions' outcomes
-/// by walking batches ([`txn::OutcomeScan`]): past either, the read is cut before the first
+/// by walking batches ([`OutcomeScan`]): past either, the read is cut before the first
 /// transaction whose marker was not reached.
 const OUTCOME_SCAN_BYTES_MAX: usize = 16 << 20;
 const OUTCOME_SCAN_READS_MAX: usize = 64;
@@ -55,85 +56,6 @@ enum IndexedAborts {
     Unknown,
 }
 
-/// Kafka's fetch `isolation_level`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Isolation {
-    /// Everything below the high watermark (0).
-    #[default]
-    ReadUncommitted,
-    /// Only below the last stable offset, with the aborted transactions to skip (1).
-    ReadCommitted,
-}
-
-/// Where a read's batches came from: the slowest tier it touched, in this order (a read of
-/// a sealed range that goes on into the in-memory tail is as slow as the range). Reported
-/// by `oxbow_fetch_read_seconds{source}`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ReadSource {
-    /// The partition's in-memory recent batches (the leader's unsealed and recently sealed
-    /// tail).
-    #[default]
-    Tail,
-    /// The read cache's memory.
-    CacheMemory,
-    /// The read cache's disk tier (`--cache-dir`).
-    CacheDisk,
-    /// A ranged GET from the object store.
-    ObjectStore,
-}
-
-impl ReadSource {
-    /// Every source, fastest first.
-    pub const ALL: [ReadSource; 4] = [
-        ReadSource::Tail,
-        ReadSource::CacheMemory,
-        ReadSource::CacheDisk,
-        ReadSource::ObjectStore,
-    ];
-
-    /// The `source` label's value.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReadSource::Tail => "tail",
-            ReadSource::CacheMemory => "cache_memory",
-            ReadSource::CacheDisk => "cache_disk",
-            ReadSource::ObjectStore => "object_store",
-        }
-    }
-}
-
-/// What a read returns.
-#[derive(Clone, Debug, Default)]
-pub struct ReadResult {
-    /// Whole record batches, in offset order; the first may start before the asked offset
-    /// (clients skip records below it, as with Kafka).
-    pub batches: Vec<Bytes>,
-    pub log_start_offset: Offset,
-    pub high_watermark: Offset,
-    /// Where `read_committed` reads stop (the high watermark when nothing is open).
-    pub last_stable_offset: Offset,
-    /// `read_committed` only: the aborted transactions overlapping `batches`, in
-    /// first-offset order (their records are to be skipped, as Fetch tells a consumer).
-    pub aborted: Option<Vec<AbortedTxn>>,
-    /// The slowest tier the batches came from.
-    pub source: ReadSource,
-}
-
-impl ReadResult {
-    pub fn bytes(&self) -> usize {
-        self.batches.iter().map(|b| b.len()).sum()
-    }
-
-    /// The batches a reader that decodes records itself (HTTP) may show: with `aborted`
-    /// set, without aborted transactions' batches and without control batches.
-    pub fn committed_batches(&self) -> Vec<Bytes> {
-        match &self.aborted {
-            Some(aborted) => txn::drop_aborted(&self.batches, aborted),
-            None => self.batches.clone(),
-        }
-    }
-}
-
 impl LogManager {
     /// Reads up to `max_bytes` of whole batches at `offset` (at least one if `min_one`).
     pub async fn read(
@@ -152,8 +74,8 @@ impl LogManager {
                 s.sealed_end,
             )
         };
-        let (batches, source) = match plan {
-            ReadPlan::Memory(b) => (b, ReadSource::Tail),
+        let (batches, source, ranges) = match plan {
+            ReadPlan::Memory(b) => (b, ReadSource::Tail, Vec::new()),
             ReadPlan::Objects => {
                 let tp = partition.topic_partition;
                 let mut acc = Collect::new(offset, max_bytes, min_one);
@@ -165,7 +87,7 @@ impl LogManager {
                         out.push(b);
                     }
                 }
-                (out, acc.source)
+                (out, acc.source, acc.ranges)
             }
         };
         Ok(ReadResult {
@@ -175,6 +97,7 @@ impl LogManager {
             last_stable_offset: partition.lock()?.last_stable_offset(),
             aborted: None,
             source,
+            ranges,
         })
     }
 
@@ -212,6 +135,7 @@ impl LogManager {
                 last_stable_offset: lso,
                 aborted: None,
                 source: ReadSource::Tail,
+                ranges: Vec::new(),
             }
         } else {
             let mut r = self.read(partition, offset, max_bytes, min_one).await?;
@@ -513,6 +437,7 @@ impl LogManager {
             last_stable_offset: end,
             aborted: None,
             source: acc.source,
+            ranges: acc.ranges,
         })
     }
 

@@ -17,7 +17,7 @@
 //! authentication is answered after `--connection-failed-authentication-delay` and the
 //! connection closes.
 
-use super::frame::{self, FrameError};
+use super::frame::{self, FrameError, ResponseFrame};
 use super::handlers::{self, Reply};
 use super::request_latency::Timing;
 use super::request_reader::RequestReader;
@@ -48,11 +48,11 @@ const IN_FLIGHT_MAX: usize = 128;
 /// (a client over its quota, KIP-219).
 enum Outgoing {
     /// A response, its throttle, and its stage times if its kind is timed.
-    Send(Bytes, Throttle, Option<Timing>),
+    Send(ResponseFrame, Throttle, Option<Timing>),
     /// Nothing (`acks=0`).
     Nothing(Throttle),
     /// Send this, then close (a failed authentication's answer).
-    SendThenClose(Bytes),
+    SendThenClose(ResponseFrame),
     /// Close without answering: the response could not be encoded (rather than leave the
     /// client waiting), or the request is refused in the connection's SASL state.
     Close(String),
@@ -139,11 +139,11 @@ where
             biased;
             // An answer out: its request's memory is given back (`held` is in its order).
             Some(response) = pending.next(), if !pending.is_empty() => match (held.pop_front(), response).1 {
-                Outgoing::Send(bytes, throttle, timing) => {
+                Outgoing::Send(frame, throttle, timing) => {
                     mute(&mut muted_until, throttle);
-                    broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    broker.metrics.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
                     let send_at = Instant::now();
-                    if let Err(e) = write_response(&mut write_half, &bytes, limits.idle_max).await {
+                    if let Err(e) = write_response(&mut write_half, &frame, limits.idle_max).await {
                         if e.kind() == std::io::ErrorKind::TimedOut {
                             broker.metrics.connections_idle_closed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -155,9 +155,9 @@ where
                     idle.touch();
                 }
                 Outgoing::Nothing(throttle) => mute(&mut muted_until, throttle),
-                Outgoing::SendThenClose(bytes) => {
-                    broker.metrics.bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    let _ = write_response(&mut write_half, &bytes, limits.idle_max).await;
+                Outgoing::SendThenClose(frame) => {
+                    broker.metrics.bytes_out.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                    let _ = write_response(&mut write_half, &frame, limits.idle_max).await;
                     result = Err(anyhow::anyhow!("SASL authentication failed"));
                     break;
                 }
@@ -248,21 +248,49 @@ impl IdleClock {
     }
 }
 
-/// Writes one response. A client that takes none of it for `--connections-max-idle` is
-/// not reading: the connection is closed, as Kafka's idle expiry (no socket activity) would.
+/// Pieces of a response handed to one vectored write (a fetch of many partitions has a few
+/// per partition; the kernel takes up to 1024).
+const WRITE_PIECES_MAX: usize = 64;
+
+/// Writes one response, its pieces with vectored writes (on plain TCP one `writev` per up
+/// to [`WRITE_PIECES_MAX`] pieces; a stream without vectored writes takes them one at a
+/// time). A client that takes none of it for `--connections-max-idle` is not reading: the
+/// connection is closed, as Kafka's idle expiry (no socket activity) would.
 async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
     write_half: &mut W,
-    bytes: &[u8],
+    frame: &ResponseFrame,
     idle_max: std::time::Duration,
 ) -> std::io::Result<()> {
-    let mut written = 0;
-    while written < bytes.len() {
-        match tokio::time::timeout(idle_max, write_half.write(&bytes[written..])).await {
-            Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => written += n,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(idle_write_timeout()),
+    let parts = frame.parts();
+    // Where writing stands: `parts[part][at..]` is next.
+    let (mut part, mut at) = (0usize, 0usize);
+    while part < parts.len() {
+        let mut slices = [std::io::IoSlice::new(&[]); WRITE_PIECES_MAX];
+        let (mut n, mut want) = (0, 0);
+        for (i, p) in parts[part..].iter().take(WRITE_PIECES_MAX).enumerate() {
+            let rest = if i == 0 { &p[at..] } else { &p[..] };
+            slices[i] = std::io::IoSlice::new(rest);
+            want += rest.len();
+            n = i + 1;
         }
+        if want == 0 {
+            // Only empty pieces were left.
+            break;
+        }
+        let mut written =
+            match tokio::time::timeout(idle_max, write_half.write_vectored(&slices[..n])).await {
+                Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(idle_write_timeout()),
+            };
+        // Advance past what was written; an empty piece is stepped over.
+        while part < parts.len() && written >= parts[part].len() - at {
+            written -= parts[part].len() - at;
+            part += 1;
+            at = 0;
+        }
+        at += written;
     }
     // A TLS stream may hold the tail of what it accepted until flushed.
     match tokio::time::timeout(idle_max, write_half.flush()).await {
@@ -365,7 +393,7 @@ async fn dispatch(
             }
             let bytes = handlers::api_versions::unsupported_version_response(correlation_id);
             return Ok(Dispatched::of(
-                async move { Outgoing::Send(bytes, Throttle::none(), None) }.boxed(),
+                async move { Outgoing::Send(bytes.into(), Throttle::none(), None) }.boxed(),
             ));
         }
     };
@@ -384,7 +412,7 @@ async fn dispatch(
             .await)
         }
     }
-    let encode = move |body, throttle, timing| match frame::encode_response(
+    let encode = move |body, throttle, timing| match frame::encode_response_frame(
         key,
         version,
         correlation_id,
@@ -482,8 +510,8 @@ async fn sasl(
         }
         _ => return Dispatched::close(session.peer, format!("{key:?} is not a SASL request")),
     };
-    let bytes = match frame::encode_response(key, version, correlation_id, &body) {
-        Ok(b) => b,
+    let bytes: ResponseFrame = match frame::encode_response(key, version, correlation_id, &body) {
+        Ok(b) => b.into(),
         Err(e) => {
             return Dispatched::close(session.peer, format!("cannot encode a SASL response: {e}"))
         }
@@ -516,7 +544,7 @@ mod tests {
     async fn a_client_that_reads_no_response_is_cut_off_after_the_idle_max() {
         let idle_max = Duration::from_secs(600);
         let (mut server, mut client) = tokio::io::duplex(1024);
-        let response = vec![7u8; 4096];
+        let response = ResponseFrame::from(Bytes::from(vec![7u8; 4096]));
         // A slow reader that keeps reading is served in full.
         let reader = tokio::spawn(async move {
             let mut got = vec![0u8; 4096];
@@ -530,7 +558,7 @@ mod tests {
             .await
             .expect("a slow reader is not idle");
         let (client, got) = reader.await.expect("reader");
-        assert_eq!(got, response);
+        assert_eq!(got, response.to_bytes());
         // One that stops reading is cut off `idle_max` after its last progress.
         let stalled = Instant::now();
         let e = write_response(&mut server, &response, idle_max)
@@ -539,6 +567,45 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(stalled.elapsed(), idle_max);
         drop(client);
+    }
+
+    /// A frame of many pieces, some empty and more than one vectored write takes, arrives
+    /// whole and in order through a pipe that accepts a few bytes at a time.
+    #[tokio::test]
+    async fn a_frame_of_many_pieces_is_written_in_order() {
+        let mut whole = BytesMut::new();
+        let mut parts = Vec::new();
+        for i in 0..200u32 {
+            let piece = Bytes::from(vec![(i % 251) as u8; (i as usize * 37) % 300]);
+            whole.extend_from_slice(&piece);
+            parts.push(piece);
+        }
+        let mut frame_bytes = BytesMut::new();
+        for p in &parts {
+            frame_bytes.extend_from_slice(p);
+        }
+        let frame = pieces(parts);
+        let (mut server, mut client) = tokio::io::duplex(7);
+        let expected = whole.len();
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; expected];
+            client.read_exact(&mut got).await.expect("read");
+            got
+        });
+        write_response(&mut server, &frame, Duration::from_secs(5))
+            .await
+            .expect("written");
+        assert_eq!(reader.await.expect("reader"), whole.freeze());
+        assert_eq!(frame.to_bytes(), frame_bytes.freeze());
+    }
+
+    /// A frame of these pieces (as a Fetch response's are made).
+    fn pieces(parts: Vec<Bytes>) -> ResponseFrame {
+        let mut frame = ResponseFrame::default();
+        for p in parts {
+            frame = frame.with_piece(p);
+        }
+        frame
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{with_decode_budget, Decodable, Encodable};
+use kafka_protocol::protocol::{encode_sharing, with_decode_budget, Decodable, Encodable};
 
 /// Why a frame cannot be served; every case closes the connection (as Kafka does), since the
 /// stream can no longer be trusted to be in sync.
@@ -129,6 +129,111 @@ pub fn encode_response(
     })
 }
 
+/// Byte fields at least this long are written by reference rather than copied into a
+/// response buffer ([`encode_response_frame`]): below it, one more piece in a vectored write
+/// costs more than the copy.
+pub const SHARED_FIELD_BYTES_MIN: usize = 1024;
+
+/// A response frame as the pieces to write in order. A Fetch response's records are not
+/// copied into it: each piece that holds them is the refcounted buffer they were read into
+/// (a partition's tail, the read cache), between pieces of the encoded fields around them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResponseFrame {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl ResponseFrame {
+    /// The pieces, in order.
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    /// Bytes on the wire, length prefix included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The frame with `piece` after what it holds.
+    pub fn with_piece(mut self, piece: Bytes) -> Self {
+        self.len += piece.len();
+        self.parts.push(piece);
+        self
+    }
+
+    /// The frame in one buffer (a copy when it has several pieces; for tests).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [one] => one.clone(),
+            parts => {
+                let mut buf = BytesMut::with_capacity(self.len);
+                for p in parts {
+                    buf.extend_from_slice(p);
+                }
+                buf.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for ResponseFrame {
+    fn from(frame: Bytes) -> Self {
+        ResponseFrame {
+            len: frame.len(),
+            parts: vec![frame],
+        }
+    }
+}
+
+/// Encodes a whole response frame as [`encode_response`] does, but a Fetch response's
+/// records (byte fields of [`SHARED_FIELD_BYTES_MIN`] or more) by reference, not copied:
+/// the frame is the encoded fields' pieces with the records between them.
+pub fn encode_response_frame(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> anyhow::Result<ResponseFrame> {
+    if key != ApiKey::Fetch {
+        return Ok(encode_response(key, version, correlation_id, body)?.into());
+    }
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = key.response_header_version(version);
+    // The fields without the records: a few dozen bytes per partition.
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    header.encode(&mut buf, header_version)?;
+    let (encoded, shared) =
+        encode_sharing(SHARED_FIELD_BYTES_MIN, || body.encode(&mut buf, version));
+    encoded?;
+    let len = buf.len() + shared.iter().map(|(_, b)| b.len()).sum::<usize>();
+    buf[0..4].copy_from_slice(&i32::try_from(len - 4)?.to_be_bytes());
+    let buf = buf.freeze();
+    let mut parts = Vec::with_capacity(2 * shared.len() + 1);
+    let mut at = 0;
+    for (offset, bytes) in shared {
+        if offset < at || offset > buf.len() {
+            anyhow::bail!(
+                "a shared field's offset {offset} is outside the encoded {at}..{}",
+                buf.len()
+            );
+        }
+        if offset > at {
+            parts.push(buf.slice(at..offset));
+        }
+        parts.push(bytes);
+        at = offset;
+    }
+    if at < buf.len() {
+        parts.push(buf.slice(at..));
+    }
+    Ok(ResponseFrame { parts, len })
+}
+
 /// Encodes a whole response frame whose body is written by `body`.
 pub fn encode_with(
     key: ApiKey,
@@ -163,6 +268,76 @@ mod tests {
             check_length(-1, 100),
             Err(FrameError::NegativeLength(-1))
         ));
+    }
+
+    /// A Fetch response at every supported version, with records below and above the
+    /// sharing threshold, aborted transactions and tagged fields: the frame's pieces are
+    /// byte for byte the plain encoding, and the large records are the caller's buffers.
+    #[test]
+    fn fetch_frames_are_the_plain_encoding_with_records_by_reference() {
+        use kafka_protocol::messages::fetch_response::{
+            AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
+        };
+        use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
+        let big = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let small = Bytes::from_static(b"small records");
+        let partition = |i: i32, records: Option<Bytes>| {
+            PartitionData::default()
+                .with_partition_index(i)
+                .with_high_watermark(100 + i64::from(i))
+                .with_last_stable_offset(90)
+                .with_records(records)
+        };
+        for version in 4..=18i16 {
+            let mut aborted = partition(2, Some(big.slice(1000..)));
+            aborted.aborted_transactions = Some(vec![AbortedTransaction::default()
+                .with_producer_id(ProducerId(7))
+                .with_first_offset(3)]);
+            let mut parts = vec![
+                partition(0, Some(big.clone())),
+                partition(1, Some(small.clone())),
+                aborted,
+                partition(3, None),
+                partition(4, Some(Bytes::new())),
+            ];
+            if version >= 12 {
+                parts[1].diverging_epoch =
+                    EpochEndOffset::default().with_epoch(3).with_end_offset(9);
+            }
+            let topic = FetchableTopicResponse::default()
+                .with_topic(TopicName(
+                    kafka_protocol::protocol::StrBytes::from_static_str("t"),
+                ))
+                .with_partitions(parts);
+            let body = ResponseKind::Fetch(
+                FetchResponse::default()
+                    .with_throttle_time_ms(5)
+                    .with_responses(vec![topic.clone(), topic]),
+            );
+            let plain = encode_response(ApiKey::Fetch, version, 9, &body).expect("plain");
+            let frame = encode_response_frame(ApiKey::Fetch, version, 9, &body).expect("frame");
+            assert_eq!(frame.len(), plain.len(), "v{version}");
+            assert_eq!(frame.to_bytes(), plain, "v{version}");
+            // The large records are the caller's buffers, not copies.
+            let by_ref = frame
+                .parts()
+                .iter()
+                .filter(|p| p.as_ptr() == big.as_ptr() || p.as_ptr() == big[1000..].as_ptr())
+                .count();
+            assert_eq!(by_ref, 4, "v{version}");
+        }
+    }
+
+    #[test]
+    fn other_responses_are_one_piece() {
+        let body =
+            ResponseKind::ApiVersions(kafka_protocol::messages::ApiVersionsResponse::default());
+        let frame = encode_response_frame(ApiKey::ApiVersions, 3, 1, &body).expect("frame");
+        assert_eq!(frame.parts().len(), 1);
+        assert_eq!(
+            frame.to_bytes(),
+            encode_response(ApiKey::ApiVersions, 3, 1, &body).expect("plain")
+        );
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub(super) struct Collect {
     pub(super) stopped: bool,
     /// The slowest tier read so far.
     pub(super) source: ReadSource,
+    /// The ranges `out`'s batches were cut from (so a response can send them as slices of
+    /// these, `ReadResult::spans`).
+    pub(super) ranges: Vec<Bytes>,
 }
 
 impl Collect {
@@ -31,6 +34,7 @@ impl Collect {
             min_one,
             stopped: false,
             source: ReadSource::Tail,
+            ranges: Vec::new(),
         }
     }
 
@@ -44,8 +48,18 @@ impl Collect {
     }
 
     /// Takes the batches of `bytes` (part or all of `entry`'s range) from `self.next` on,
-    /// up to `max_bytes`; `true` when the read is complete (a batch did not fit).
+    /// up to `max_bytes`, remembering `bytes` among the ranges if any were taken; `true`
+    /// when the read is complete (a batch did not fit).
     pub(super) fn take_batches(&mut self, entry: &CatalogEntry, bytes: &Bytes) -> bool {
+        let taken = self.out.len();
+        let stopped = self.take_from(entry, bytes);
+        if self.out.len() > taken {
+            self.ranges.push(bytes.clone());
+        }
+        stopped
+    }
+
+    fn take_from(&mut self, entry: &CatalogEntry, bytes: &Bytes) -> bool {
         for (h, b) in batch::iter_batches(bytes) {
             if h.last_offset() < self.next {
                 continue;

@@ -398,18 +398,10 @@ fn time_read(
 
 /// `data` with what a read found: its batches as the records (counted into `total`), its
 /// offsets, and its aborted transactions (null at read_uncommitted, as Kafka sends them).
-fn with_read(
-    data: PartitionData,
-    r: oxbow_segment_writer::ReadResult,
-    total: &mut usize,
-    version: i16,
-) -> PartitionData {
+fn with_read(data: PartitionData, r: ReadResult, total: &mut usize, version: i16) -> PartitionData {
     let size = r.bytes();
     *total += size;
-    let mut records = BytesMut::with_capacity(size);
-    for b in &r.batches {
-        records.extend_from_slice(b);
-    }
+    let records = records_of(&r, size);
     let aborted = r.aborted.map(|aborted| {
         aborted
             .iter()
@@ -424,7 +416,24 @@ fn with_read(
         .with_last_stable_offset(r.last_stable_offset)
         .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
         .with_aborted_transactions(aborted)
-        .with_records(Some(records.freeze()))
+        .with_records(Some(records))
+}
+
+/// A read's batches as one `Bytes` for the response's records: without a copy when they
+/// lie one after the other in one buffer (a cached range, or a single batch), which the
+/// response writer then sends by reference (`frame::encode_response_frame`); else copied
+/// once into a buffer of exactly `size` bytes (batches from a partition's tail, each its
+/// own buffer).
+fn records_of(r: &ReadResult, size: usize) -> Bytes {
+    let mut spans = r.spans();
+    if spans.len() <= 1 {
+        return spans.pop().unwrap_or_default();
+    }
+    let mut records = BytesMut::with_capacity(size);
+    for s in &spans {
+        records.extend_from_slice(s);
+    }
+    records.freeze()
 }
 
 fn respond(partitions: Vec<(String, PartitionData)>) -> FetchResponse {

@@ -54,6 +54,64 @@ pub fn charge_unknown_tagged_field() -> Result<()> {
     charge_decode_budget(96)
 }
 
+// Oxbow patch: byte fields kept by reference while encoding. A Fetch response's records are
+// most of its bytes and already sit in refcounted buffers (a partition's tail, the read
+// cache); copying them into the response buffer was the fetch path's largest cost. Inside
+// `encode_sharing`, a `Bytes` field of at least `min_len` bytes is not copied: its length
+// prefix is written, and the field is set aside with the buffer offset it belongs at, for the
+// caller to write between the buffer's pieces (a vectored write). Off unless a caller asks.
+thread_local! {
+    static SHARING: std::cell::RefCell<Option<Sharing>> = const { std::cell::RefCell::new(None) };
+}
+
+struct Sharing {
+    min_len: usize,
+    set_aside: Vec<(usize, Bytes)>,
+}
+
+/// Oxbow patch: runs `f` (an encode into one buffer) with `Bytes` fields of at least
+/// `min_len` bytes set aside instead of copied; returns them with the buffer offset each
+/// belongs at, in order. The buffer `f` writes then lacks them: the frame is the buffer's
+/// pieces with them in between. Not nested (an inner call's fields are its own).
+pub fn encode_sharing<R>(min_len: usize, f: impl FnOnce() -> R) -> (R, Vec<(usize, Bytes)>) {
+    struct Restore(Option<Sharing>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            let _ = SHARING.try_with(|s| *s.borrow_mut() = outer);
+        }
+    }
+    let outer = SHARING.with(|s| {
+        s.borrow_mut().replace(Sharing {
+            min_len,
+            set_aside: Vec::new(),
+        })
+    });
+    let restore = Restore(outer);
+    let r = f();
+    let set_aside = SHARING
+        .with(|s| s.borrow_mut().take())
+        .map(|s| s.set_aside)
+        .unwrap_or_default();
+    drop(restore);
+    (r, set_aside)
+}
+
+/// Oxbow patch: puts a `Bytes` field's content (its length prefix already written): copied,
+/// or set aside inside [`encode_sharing`].
+pub(crate) fn put_bytes_content<B: ByteBufMut>(buf: &mut B, value: &Bytes) {
+    let shared = SHARING.with(|s| match s.borrow_mut().as_mut() {
+        Some(sharing) if value.len() >= sharing.min_len => {
+            sharing.set_aside.push((buf.offset(), value.clone()));
+            true
+        }
+        _ => false,
+    });
+    if !shared {
+        buf.put_slice(value);
+    }
+}
+
 mod str_bytes {
     use bytes::Bytes;
     use std::borrow::Borrow;

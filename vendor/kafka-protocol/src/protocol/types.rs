@@ -632,7 +632,15 @@ impl Encoder<&Option<Vec<u8>>> for Bytes {
 
 impl Encoder<Option<&bytes::Bytes>> for Bytes {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, value: Option<&bytes::Bytes>) -> Result<()> {
-        Bytes.encode(buf, value.map(|s| &**s))
+        // Oxbow patch: the content through `put_bytes_content` (see `encode_sharing`).
+        match value {
+            Some(s) if s.len() <= i32::MAX as usize => {
+                Int32.encode(buf, s.len() as i32)?;
+                super::put_bytes_content(buf, s);
+                Ok(())
+            }
+            _ => Bytes.encode(buf, value.map(|s| &**s)),
+        }
     }
     fn compute_size(&self, value: Option<&bytes::Bytes>) -> Result<usize> {
         Bytes.compute_size(value.map(|s| &**s))
@@ -785,7 +793,15 @@ impl Encoder<&Option<Vec<u8>>> for CompactBytes {
 
 impl Encoder<Option<&bytes::Bytes>> for CompactBytes {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, value: Option<&bytes::Bytes>) -> Result<()> {
-        CompactBytes.encode(buf, value.map(|s| &**s))
+        // Oxbow patch: the content through `put_bytes_content` (see `encode_sharing`).
+        match value {
+            Some(s) if s.len() < u32::MAX as usize => {
+                UnsignedVarInt.encode(buf, (s.len() as u32) + 1)?;
+                super::put_bytes_content(buf, s);
+                Ok(())
+            }
+            _ => CompactBytes.encode(buf, value.map(|s| &**s)),
+        }
     }
     fn compute_size(&self, value: Option<&bytes::Bytes>) -> Result<usize> {
         CompactBytes.compute_size(value.map(|s| &**s))
