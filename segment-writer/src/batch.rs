@@ -25,6 +25,8 @@ const OFFSET_LEADER_EPOCH: usize = 12;
 const OFFSET_MAGIC: usize = 16;
 const OFFSET_CRC: usize = 17;
 const OFFSET_ATTRIBUTES: usize = 21;
+/// Where the bytes a batch's CRC-32C covers begin (the attributes, to the end).
+pub const CRC_START: usize = OFFSET_ATTRIBUTES;
 const OFFSET_LAST_OFFSET_DELTA: usize = 23;
 const OFFSET_BASE_TIMESTAMP: usize = 27;
 const OFFSET_MAX_TIMESTAMP: usize = 35;
@@ -217,6 +219,15 @@ pub fn with_max_timestamp(buf: &[u8], max_timestamp: i64) -> Vec<u8> {
     let crc = crc32c::crc32c(&out[OFFSET_ATTRIBUTES..]);
     out[OFFSET_CRC..OFFSET_CRC + 4].copy_from_slice(&crc.to_be_bytes());
     out
+}
+
+/// The CRC-32C a batch says it has (of its bytes from [`CRC_START`] on); 0 for fewer than a
+/// header's bytes.
+pub fn stored_crc(buf: &[u8]) -> u32 {
+    if buf.len() < BATCH_HEADER_BYTES {
+        return 0;
+    }
+    u32_at(buf, OFFSET_CRC)
 }
 
 /// Whether the CRC-32C stored in a whole batch matches what it covers (attributes onward).

@@ -12,6 +12,7 @@
 //! directory is fsynced. Everything else (GET, LIST, DELETE, multipart, …) is the inner
 //! store's.
 
+use crate::direct_io::{Aligned, BLOCK};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -83,7 +84,13 @@ fn write_paced(path: PathBuf, payload: PutPayload, create_only: bool) -> Result<
     let staging = dir.join(format!("{name}#paced-{}", std::process::id()));
     let mut file = File::create(&staging).map_err(generic)?;
     let paced = payload.content_length() >= PACED_FROM;
+    let direct = crate::direct_io::open(&staging)
+        .map_err(generic)?
+        .zip(Aligned::new(STEP));
     let written = (|| -> std::io::Result<()> {
+        if let Some((direct, mut step)) = direct {
+            return write_direct(&file, &direct, &mut step, &payload, paced);
+        }
         let mut pending = 0usize;
         for part in payload.iter() {
             let mut rest: &[u8] = part;
@@ -129,6 +136,50 @@ fn write_paced(path: PathBuf, payload: PutPayload, create_only: bool) -> Result<
         version: None,
         extensions: Default::default(),
     })
+}
+
+/// [`write_paced`]'s steps with `O_DIRECT` (`crate::direct_io`: the page cache copy was a
+/// fifth of the broker's CPU at max produce throughput): each step is copied into `step`
+/// (aligned, [`STEP`] bytes) and written around the cache; the payload's last partial block
+/// goes through `file`, the same file opened without `O_DIRECT`, and `sync_all` makes both
+/// durable.
+fn write_direct(
+    file: &File,
+    direct: &File,
+    step: &mut Aligned,
+    payload: &PutPayload,
+    paced: bool,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut filled = 0usize;
+    let mut offset = 0u64;
+    for part in payload.iter() {
+        let mut rest: &[u8] = part;
+        while !rest.is_empty() {
+            let n = rest.len().min(STEP - filled);
+            step.get_mut(STEP)[filled..filled + n].copy_from_slice(&rest[..n]);
+            filled += n;
+            rest = &rest[n..];
+            if filled == STEP {
+                direct.write_all_at(step.get_mut(STEP), offset)?;
+                direct.sync_data()?;
+                offset += STEP as u64;
+                filled = 0;
+                if paced {
+                    std::thread::sleep(PAUSE);
+                }
+            }
+        }
+    }
+    let whole = filled - filled % BLOCK;
+    if whole > 0 {
+        direct.write_all_at(step.get_mut(whole), offset)?;
+        offset += whole as u64;
+    }
+    if filled > whole {
+        file.write_all_at(&step.get_mut(filled)[whole..], offset)?;
+    }
+    file.sync_all()
 }
 
 #[async_trait]

@@ -27,6 +27,7 @@
 
 use crate::error::{Error, Result};
 use crate::producer_summary::{self, ObjectProducers, ProducerBatch};
+use crate::{batch, crc};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use oxbow_metadata::{CatalogEntry, EntryLayout, LeaderEpoch, Offset, TopicId, TopicPartition};
 
@@ -121,7 +122,7 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
             object_key: key.clone(),
             byte_start: start as u64,
             byte_len: (end - start) as u64,
-            crc32c: crc32c::crc32c(&body[start..end]),
+            crc32c: chunk_crc(&c.batches, &body[start..end]),
             leader_epoch: c.leader_epoch,
             layout: EntryLayout::Batches,
             txn: c.txn.clone(),
@@ -155,6 +156,36 @@ pub fn build(key: String, broker_id: i32, chunks: &[Chunk]) -> SealedObject {
         body: body.freeze(),
         entries,
     }
+}
+
+/// The CRC-32C of a chunk (`batches` back to back, `copied` into the body), derived from
+/// each batch's own CRC-32C with [`crc::combine`] rather than read off every byte again:
+/// every batch a partition holds had its CRC checked or computed when it entered the log
+/// (`validate.rs` for a producer's, `txn::marker_batch`, `mirror.rs`), and the WAL entry and
+/// replica framing that carried it since are checksummed over the same bytes. A batch whose
+/// bytes no longer match its CRC (memory corrupted after the check) makes the range fail
+/// its catalogue CRC on every read instead of being served. Shorter pieces than a batch
+/// header (only tests build such chunks) are read whole.
+fn chunk_crc(batches: &[Bytes], copied: &[u8]) -> u32 {
+    let mut chunk = 0u32;
+    for b in batches {
+        let own = if b.len() >= batch::BATCH_HEADER_BYTES {
+            crc::combine(
+                crc32c::crc32c(&b[..batch::CRC_START]),
+                batch::stored_crc(b),
+                (b.len() - batch::CRC_START) as u64,
+            )
+        } else {
+            crc32c::crc32c(b)
+        };
+        chunk = crc::combine(chunk, own, b.len() as u64);
+    }
+    debug_assert_eq!(
+        chunk,
+        crc32c::crc32c(copied),
+        "a sealed batch fails its own CRC"
+    );
+    chunk
 }
 
 /// Checks a byte range read for a catalog entry against the entry's CRC.

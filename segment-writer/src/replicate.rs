@@ -195,7 +195,12 @@ impl Replicator {
     }
 
     /// Hands a write group to every link (called on the WAL writer thread; never blocks).
-    pub fn publish(&self, first_sequence: u64, next_sequence: u64, bytes: &[u8]) {
+    pub fn publish(
+        &self,
+        first_sequence: u64,
+        next_sequence: u64,
+        group: &crate::wal::WalGroup<'_>,
+    ) {
         let Ok(mut subs) = self.subscribers.lock() else {
             return;
         };
@@ -205,7 +210,7 @@ impl Replicator {
         }
         let group = Group {
             first_sequence,
-            bytes: Bytes::copy_from_slice(bytes),
+            bytes: group.to_bytes(),
         };
         subs.links
             .retain(|(replica, tx)| match tx.try_send(group.clone()) {

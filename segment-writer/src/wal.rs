@@ -34,6 +34,7 @@ use crate::wal_disk::{FsDisk, WalDisk, WalDiskFile};
 #[cfg(test)]
 pub(crate) use crate::wal_entry::encode_payload_for_test;
 pub(crate) use crate::wal_entry::parse_file;
+pub use crate::wal_entry::BatchCrc;
 pub use crate::wal_entry::WalEntry;
 use crate::wal_entry::{
     entry_prefix, file_name, parse_wal_file, seal_prefix, Tail, ENTRY_PREFIX_BYTES,
@@ -85,7 +86,35 @@ pub type OnDurable = Box<dyn FnOnce(Result<u64>) + Send>;
 /// Sees every write group (first sequence, one past its last, entries in WAL framing) before
 /// it is fsynced, so replication overlaps the local fsync. Runs on the writer thread: it
 /// must not block.
-pub type GroupSink = Arc<dyn Fn(u64, u64, &[u8]) + Send + Sync>;
+pub type GroupSink = Arc<dyn Fn(u64, u64, &WalGroup<'_>) + Send + Sync>;
+
+/// A write group's entries in WAL framing, as the pieces the writer gathers (each entry's
+/// prefix, then its batch): written with one vectored write, never copied into one buffer
+/// unless a [`GroupSink`] asks for the bytes ([`WalGroup::to_bytes`]).
+pub struct WalGroup<'a> {
+    parts: &'a [&'a [u8]],
+    len: usize,
+}
+
+impl WalGroup<'_> {
+    /// The group's size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The group as one buffer (a copy; replication sends it whole).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = Vec::with_capacity(self.len);
+        for p in self.parts {
+            out.extend_from_slice(p);
+        }
+        Bytes::from(out)
+    }
+}
 
 /// Name of the file holding the WAL's incarnation (see [`Wal::incarnation`]).
 const INCARNATION_FILE: &str = "incarnation";
@@ -93,8 +122,9 @@ const INCARNATION_FILE: &str = "incarnation";
 struct Append {
     /// The entry's bytes before its batch (sequence and CRC set by the writer).
     prefix: [u8; ENTRY_PREFIX_BYTES],
-    /// The batch itself, not copied until the writer gathers its group.
+    /// The batch itself, written from where it is held (never copied by the writer).
     batch: Bytes,
+    batch_crc: BatchCrc,
     on_durable: OnDurable,
     /// When it was queued (its wait is [`WalLatency::queue`]).
     queued_at: Instant,
@@ -158,7 +188,7 @@ impl Wal {
     /// sequence order. A torn tail of the newest file is cut off; damage anywhere else is an
     /// error, because entries after it would be lost silently.
     pub fn open(settings: WalSettings) -> Result<(Wal, Vec<WalEntry>)> {
-        let disk = FsDisk::new(settings.dir.clone());
+        let disk = FsDisk::with_direct_writes(settings.dir.clone());
         Wal::open_on(settings, disk, &OsRng)
     }
 
@@ -289,6 +319,7 @@ impl Wal {
         tp: TopicPartition,
         leader_epoch: LeaderEpoch,
         batch: Bytes,
+        batch_crc: BatchCrc,
         on_durable: OnDurable,
     ) -> Result<()> {
         self.check_accepting()?;
@@ -296,6 +327,7 @@ impl Wal {
         let append = Append {
             prefix: entry_prefix(tp, leader_epoch, batch.len()),
             batch,
+            batch_crc,
             on_durable,
             queued_at: Instant::now(),
             queued: None,
@@ -565,23 +597,32 @@ impl Writer {
         for a in &group {
             observe(&self.shared.latency.queue, started - a.queued_at);
         }
-        let mut buf = Vec::with_capacity(group.iter().map(Append::len).sum());
-        let mut callbacks = Vec::with_capacity(group.len());
-        let mut queued = Vec::with_capacity(group.len());
-        for mut a in group {
-            let sequence = self.next_sequence;
+        let mut group = group;
+        for a in &mut group {
+            seal_prefix(&mut a.prefix, self.next_sequence, &a.batch, a.batch_crc);
             self.next_sequence += 1;
-            seal_prefix(&mut a.prefix, sequence, &a.batch);
-            buf.extend_from_slice(&a.prefix);
-            buf.extend_from_slice(&a.batch);
-            callbacks.push((sequence, a.on_durable));
-            queued.push(a.queued);
         }
+        // The batches are written from where they are held (refcounted), not copied into a
+        // group buffer first: one user-space pass over every byte fewer.
+        let parts: Vec<&[u8]> = group
+            .iter()
+            .flat_map(|a| [&a.prefix[..], &a.batch[..]])
+            .collect();
+        let wal_group = WalGroup {
+            parts: &parts,
+            len: group.iter().map(Append::len).sum(),
+        };
         if let Some(sink) = self.shared.sink.get() {
-            sink(first_sequence, self.next_sequence, &buf);
+            sink(first_sequence, self.next_sequence, &wal_group);
         }
-        let written = self.write_and_sync(first_sequence, &buf);
-        drop(queued);
+        let written = self.write_and_sync(first_sequence, &wal_group);
+        drop(parts);
+        let mut callbacks = Vec::with_capacity(group.len());
+        for (sequence, a) in (first_sequence..).zip(group) {
+            // Frees room in the queue; the batch itself lives on in its partition.
+            drop(a.queued);
+            callbacks.push((sequence, a.on_durable));
+        }
         match written {
             Ok(()) => {
                 for (sequence, cb) in callbacks {
@@ -665,7 +706,7 @@ impl Writer {
         }
     }
 
-    fn write_and_sync(&mut self, first_sequence: u64, buf: &[u8]) -> std::io::Result<()> {
+    fn write_and_sync(&mut self, first_sequence: u64, group: &WalGroup<'_>) -> std::io::Result<()> {
         let started = Instant::now();
         let roll = {
             let files = self
@@ -701,10 +742,11 @@ impl Writer {
             .ok_or_else(|| std::io::Error::other("no open WAL file"))?;
         #[cfg(test)]
         if self.shared.fail_next_write.swap(false, Ordering::AcqRel) {
+            let buf = group.to_bytes();
             file.write_all(&buf[..buf.len() / 2])?;
             return Err(std::io::Error::from_raw_os_error(28));
         }
-        file.write_all(buf)?;
+        file.write_all_vectored(group.parts)?;
         let written = Instant::now();
         observe(&self.shared.latency.write, written - started);
         file.sync()?;
@@ -716,7 +758,7 @@ impl Writer {
             .map_err(|_| std::io::Error::other("WAL file list lock poisoned"))?;
         let mut half_full = false;
         if let Some(last) = files.last_mut() {
-            last.bytes += buf.len() as u64;
+            last.bytes += group.len() as u64;
             half_full = last.bytes >= self.settings.file_bytes_max / 2;
         }
         drop(files);
@@ -725,10 +767,10 @@ impl Writer {
         }
         self.shared
             .total_bytes
-            .fetch_add(buf.len() as u64, Ordering::AcqRel);
+            .fetch_add(group.len() as u64, Ordering::AcqRel);
         self.shared
             .written_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

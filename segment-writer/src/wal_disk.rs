@@ -85,6 +85,14 @@ pub trait WalDisk: Send + Sync + 'static {
 pub trait WalDiskFile: Send {
     /// Appends `buf` (not durable until [`WalDiskFile::sync`]).
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Appends `bufs` back to back, as few writes as the disk allows (a write group's entry
+    /// prefixes and batches, gathered without first copying them into one buffer).
+    fn write_all_vectored(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
+        for buf in bufs {
+            self.write_all(buf)?;
+        }
+        Ok(())
+    }
     /// Makes every byte appended so far durable.
     fn sync(&mut self) -> io::Result<()>;
     /// Cuts the file to `len` bytes and makes that durable.
@@ -97,6 +105,10 @@ pub struct FsDisk {
     dir: PathBuf,
     /// Serializes changes to the pool (the writer takes, the sealer's trim gives).
     pool: Arc<Mutex<()>>,
+    /// Files from [`WalDisk::open_recycled`] (the WAL writer's) are written with `O_DIRECT`
+    /// where the file system takes it (`wal_disk/direct.rs`: whole blocks, zeros after the
+    /// last byte written up to its block's end).
+    direct: bool,
 }
 
 /// Suffix of a pooled file: `{n}.free` (`{n}.free.tmp` while being zero-filled).
@@ -112,6 +124,18 @@ impl FsDisk {
         Arc::new(FsDisk {
             dir: dir.into(),
             pool: Arc::default(),
+            direct: false,
+        })
+    }
+
+    /// [`FsDisk::new`] for the WAL writer: files it opens with [`WalDisk::open_recycled`]
+    /// bypass the page cache where the file system allows (`wal_disk/direct.rs`), and are
+    /// written in whole 4 KiB blocks, so zeros follow what was written up to a block's end.
+    pub fn with_direct_writes(dir: impl Into<PathBuf>) -> Arc<FsDisk> {
+        Arc::new(FsDisk {
+            dir: dir.into(),
+            pool: Arc::default(),
+            direct: true,
         })
     }
 
@@ -211,6 +235,11 @@ impl WalDisk for FsDisk {
             .truncate(false)
             .open(&path)?;
         self.sync_dir()?;
+        if self.direct {
+            if let Some(direct) = open_direct(&path)? {
+                return Ok((Box::new(direct), reused));
+            }
+        }
         Ok((Box::new(FsFile(file)), reused))
     }
 
@@ -318,11 +347,48 @@ impl WalDisk for FsDisk {
     }
 }
 
+/// `path` (existing) opened for direct writes from its start, or `None` where direct I/O
+/// is not to be had: then the caller writes through the page cache as before.
+#[cfg(target_os = "linux")]
+fn open_direct(path: &std::path::Path) -> io::Result<Option<direct::DirectFile>> {
+    match crate::direct_io::open(path)? {
+        Some(file) => direct::DirectFile::new(file, 0),
+        None => Ok(None),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &std::path::Path) -> io::Result<Option<FsFile>> {
+    Ok(None)
+}
+
 struct FsFile(File);
+
+/// Most slices one `writev` takes (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
 
 impl WalDiskFile for FsFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         self.0.write_all(buf)
+    }
+
+    fn write_all_vectored(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
+        for some in bufs.chunks(IOV_MAX) {
+            let mut slices: Vec<io::IoSlice<'_>> =
+                some.iter().map(|b| io::IoSlice::new(b)).collect();
+            let mut rest = &mut slices[..];
+            // Skips leading empty slices, so an empty group is no write at all.
+            io::IoSlice::advance_slices(&mut rest, 0);
+            while !rest.is_empty() {
+                match self.0.write_vectored(rest) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => io::IoSlice::advance_slices(&mut rest, n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -335,6 +401,8 @@ impl WalDiskFile for FsFile {
     }
 }
 
+#[cfg(target_os = "linux")]
+mod direct;
 mod mem;
 pub use mem::{DiskFaults, MemDisk};
 

@@ -8,6 +8,7 @@
 //! an entry with any other sequence is not this file's: old bytes of a recycled file
 //! (`crate::wal_disk`), whose entries are all older.
 
+use crate::{batch, crc};
 use bytes::{Buf, Bytes};
 use oxbow_metadata::{LeaderEpoch, TopicId, TopicPartition};
 
@@ -49,10 +50,47 @@ pub(crate) fn entry_prefix(
 }
 
 /// Sets an entry prefix's sequence and the CRC of the payload it begins (`batch` after it).
-pub(crate) fn seal_prefix(prefix: &mut [u8; ENTRY_PREFIX_BYTES], sequence: u64, batch: &[u8]) {
+pub(crate) fn seal_prefix(
+    prefix: &mut [u8; ENTRY_PREFIX_BYTES],
+    sequence: u64,
+    batch: &[u8],
+    batch_crc: BatchCrc,
+) {
     prefix[8..16].copy_from_slice(&sequence.to_be_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&prefix[ENTRY_HEADER_BYTES..]), batch);
+    let fixed = crc32c::crc32c(&prefix[ENTRY_HEADER_BYTES..]);
+    let crc = match batch_crc {
+        BatchCrc::Verified if batch.len() >= batch::BATCH_HEADER_BYTES => {
+            // The batch's own CRC-32C covers its bytes from the attributes on, and was
+            // checked against them: only the header before it is new to the checksum.
+            let head = crc32c::crc32c_append(fixed, &batch[..batch::CRC_START]);
+            let derived = crc::combine(
+                head,
+                batch::stored_crc(batch),
+                (batch.len() - batch::CRC_START) as u64,
+            );
+            debug_assert_eq!(
+                derived,
+                crc32c::crc32c_append(fixed, batch),
+                "a batch handed to the WAL as verified fails its own CRC"
+            );
+            derived
+        }
+        _ => crc32c::crc32c_append(fixed, batch),
+    };
     prefix[4..8].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// What the WAL may assume about a batch's own CRC-32C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchCrc {
+    /// It matches the batch's bytes (checked or computed by the caller): the entry's CRC
+    /// is derived from it ([`crc::combine`]) instead of read off every byte again. A batch
+    /// wrongly called verified gets an entry that reads back as corrupt, so only callers
+    /// that checked may say so: a producer's batch (`validate.rs`), a marker the broker
+    /// built, a mirrored batch (`mirror.rs`).
+    Verified,
+    /// Not known (a recovered tail's batches): the entry's CRC is computed from every byte.
+    Unchecked,
 }
 
 /// A whole entry (tests write WAL files with it).
@@ -64,7 +102,7 @@ pub(crate) fn encode_payload_for_test(
     batch: &[u8],
 ) -> Vec<u8> {
     let mut prefix = entry_prefix(tp, epoch, batch.len());
-    seal_prefix(&mut prefix, sequence, batch);
+    seal_prefix(&mut prefix, sequence, batch, BatchCrc::Unchecked);
     let mut p = Vec::with_capacity(ENTRY_PREFIX_BYTES + batch.len());
     p.extend_from_slice(&prefix);
     p.extend_from_slice(batch);

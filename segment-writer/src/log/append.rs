@@ -28,7 +28,7 @@ use crate::replicate::Replicator;
 use crate::txn;
 use crate::txn_verify::VerificationGuard;
 use crate::validate;
-use crate::wal::OnDurable;
+use crate::wal::{BatchCrc, OnDurable};
 use oxbow_metadata::{LeaseGuard, Offset};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -470,6 +470,10 @@ impl LogManager {
                             partition.topic_partition,
                             epoch,
                             stamped.clone(),
+                            // Every caller checked or built the batch's CRC: a producer's
+                            // batch was validated, a marker built here, a mirrored batch
+                            // checked; stamping keeps it valid.
+                            BatchCrc::Verified,
                             self.durability_callback(partition.clone(), base_offset, tx),
                         )
                         .await;
@@ -557,6 +561,7 @@ impl LogManager {
                         partition.topic_partition,
                         h.partition_leader_epoch,
                         b.clone(),
+                        BatchCrc::Unchecked,
                         self.durability_callback(p, base, tx),
                     )
                     .await?;
