@@ -35,6 +35,7 @@ import pytest
 
 from cluster import Cluster, EtcdServer, ProducerThread, check_history, etcd_server, in_parallel, moto_server, read_all  # noqa: F401
 from helpers import create_topic, unique, wait_until
+from tcp_proxy import CuttableProxy
 from test_monitoring import UNCAUSED, host_port, metric_sum, prometheus  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.oxbow_only
@@ -50,80 +51,20 @@ OVERRIDES = {
 }
 
 
-class S3Gate:
-    """A TCP relay on a loopback port of its own to moto's: `close()` makes S3 unreachable
-    (connections refused, open ones reset), `open()` reachable again on the same port.
-    Stands in for a `MotoServer` in `Cluster` (it has `port` and `bucket`)."""
+class S3Gate(CuttableProxy):
+    """A relay to moto's port: `close()` makes S3 unreachable (connections refused, open
+    ones reset), `open()` reachable again on the same port. Stands in for a `MotoServer`
+    in `Cluster` (it has `port` and `bucket`)."""
 
     def __init__(self, moto):
+        super().__init__(moto.port)
         self.bucket = moto.bucket
-        self.upstream = ("127.0.0.1", moto.port)
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self.lock = threading.Lock()
-        self.conns: set[socket.socket] = set()
-        self.listener: socket.socket | None = None
-        self.open()
 
     def open(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self.restore()
 
     def close(self) -> None:
-        with self.lock:
-            listener, self.listener = self.listener, None
-            conns, self.conns = self.conns, set()
-        if listener is not None:
-            listener.close()
-        for s in conns:
-            try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            except OSError:
-                pass
-            s.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # closed
-            try:
-                upstream = socket.create_connection(self.upstream, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                if self.listener is not listener:
-                    client.close()
-                    upstream.close()
-                    return
-                self.conns.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            with self.lock:
-                self.conns.discard(src)
-                self.conns.discard(dst)
+        self.cut()
 
 
 def wait_cleared(prom, timeout: float) -> None:

@@ -11,14 +11,13 @@ change past its S3 client's retry window (a few seconds).
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 
 import pytest
 import requests
 
-from brokers import free_ports
+from tcp_proxy import CuttableProxy
 from cluster import BUCKET, s3_env
 from cluster import MotoServer as Moto
 from helpers import assert_dense, consume_partitions, create_topic, produce_all, producer, unique, wait_until
@@ -26,101 +25,6 @@ from helpers import assert_dense, consume_partitions, create_topic, produce_all,
 pytestmark = pytest.mark.oxbow_only
 
 OUTAGE_S = 15.0
-
-
-class CuttableProxy:
-    """A TCP proxy on a fixed loopback port to `upstream`. cut(): the listening socket is
-    closed (new connects are refused) and every live connection is reset; restore(): it
-    listens again on the same port."""
-
-    def __init__(self, upstream_port: int):
-        self.upstream = ("127.0.0.1", upstream_port)
-        (self.port,) = free_ports(1)
-        self.lock = threading.Lock()
-        self.conns: set[socket.socket] = set()
-        self.listener: socket.socket | None = None
-        self.closed = False
-        # Request heads (lower-cased) of the PUTs seen going upstream.
-        self.put_heads: list[str] = []
-        self.restore()
-
-    def restore(self) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                s.bind(("127.0.0.1", self.port))
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        s.listen(128)
-        with self.lock:
-            self.listener = s
-        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
-
-    def cut(self) -> None:
-        with self.lock:
-            listener, self.listener = self.listener, None
-            conns, self.conns = self.conns, set()
-        if listener is not None:
-            listener.close()
-        for c in conns:
-            try:
-                # RST rather than FIN: the client sees the connection die mid-request.
-                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                c.close()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.closed = True
-        self.cut()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # cut
-            try:
-                upstream = socket.create_connection(self.upstream, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                if self.listener is not listener:
-                    client.close()
-                    upstream.close()
-                    return
-                self.conns |= {client, upstream}
-            for a, b, sniff in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pipe, args=(a, b, sniff), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, sniff: bool) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if sniff and data.startswith(b"PUT "):
-                    with self.lock:
-                        self.put_heads.append(data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower())
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            with self.lock:
-                self.conns.discard(src)
-                self.conns.discard(dst)
 
 
 @pytest.fixture
