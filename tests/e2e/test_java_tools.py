@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 import pytest
+import requests
 
+from brokers import TARGET
 from helpers import consume_partitions, create_topic, run, topic_names, unique, wait_until
 
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
@@ -49,6 +51,33 @@ def test_topic_command_create_list_describe_delete(shared_broker, java):
 
     java(TOPIC_COMMAND, "--bootstrap-server", b, "--delete", "--topic", name)
     wait_until(lambda: name not in topic_names(b), timeout=30, what=f"{name} deleted")
+
+
+def test_topic_command_describes_through_paged_describe_topic_partitions(shared_broker, java):
+    """kafka-topics.sh (Kafka 3.8+) describes topics with DescribeTopicPartitions (KIP-966)
+    when the broker offers it, a page of partitions per request: with a page of 2, two
+    topics of 5 and 3 partitions come back whole, every partition once, with its leader,
+    replicas and ISR."""
+    b = shared_broker.bootstrap
+    names = [unique("jpaged"), unique("jpaged")]
+    create_topic(b, names[0], partitions=5)
+    create_topic(b, names[1], partitions=3)
+    desc = java(
+        TOPIC_COMMAND, "--bootstrap-server", b, "--describe", "--topic", f"{names[0]}|{names[1]}",
+        "--partition-size-limit-per-response", "2",
+    ).stdout
+    for name, count in zip(names, (5, 3)):
+        rows = re.findall(
+            rf"Topic:\s*{re.escape(name)}\s+Partition:\s*(\d+)\s+Leader:\s*(\d+)\s+Replicas:\s*([\d,]+)\s+Isr:\s*([\d,]+)",
+            desc,
+        )
+        assert sorted(int(p) for p, *_ in rows) == list(range(count)), desc
+        for _, leader, replicas, isr in rows:
+            assert leader in replicas.split(",") and leader in isr.split(","), desc
+    if TARGET == "oxbow":
+        metrics = requests.get(f"{shared_broker.http}/metrics", timeout=5).text
+        served = re.search(r'oxbow_request_seconds_count\{request="DescribeTopicPartitions"\} (\d+)', metrics)
+        assert served and int(served.group(1)) >= 4, "the tool did not page through DescribeTopicPartitions"
 
 
 def test_console_producer_then_console_consumer(shared_broker, java):

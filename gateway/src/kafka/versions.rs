@@ -32,6 +32,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),

@@ -370,6 +370,7 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::DeleteGroups => DeleteGroupsRequest::default().into(),
         ApiKey::OffsetDelete => OffsetDeleteRequest::default().into(),
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
+        ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::default().into(),
         ApiKey::DescribeLogDirs => DescribeLogDirsRequest::default().into(),
         ApiKey::ElectLeaders => ElectLeadersRequest::default().into(),
         ApiKey::DescribeProducers => DescribeProducersRequest::default().into(),

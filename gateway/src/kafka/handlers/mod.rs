@@ -6,6 +6,7 @@ pub mod api_versions;
 mod cluster;
 mod configs;
 mod delete_records;
+mod describe_topic_partitions;
 mod elect;
 mod fetch;
 mod groups;
@@ -85,6 +86,9 @@ pub async fn handle(
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, session, r, v).await)
         }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            describe_topic_partitions::handle(broker, session, r),
+        ),
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, session, r).await)
         }
