@@ -123,12 +123,19 @@ def test_produce_latency_is_split_by_stage(shared_broker):
     def produce_stage(h, suffix, stage):
         return h[(f"oxbow_request_stage_seconds_{suffix}", (("request", "Produce"), ("stage", stage)))]
 
+    stages = ["request_queue", "local", "remote", "response_queue", "response_send"]
+
+    def settled():
+        # A request's stages are recorded once its response is written, which may be
+        # after its client has read it: scrape until no request is between its stages.
+        h = histograms()
+        return h if len({produce_stage(h, "count", s) for s in stages + ["total"]}) == 1 else None
+
     topic = create_topic(shared_broker.bootstrap, unique("stages"), 1)
-    before = histograms()
+    before = wait_until(settled, timeout=10, what="every Produce's stages recorded")
     p = producer(shared_broker.bootstrap, acks="all", linger_ms=0)
     produce_all(p, topic, [{"value": b"x" * 100} for _ in range(20)])
-    after = histograms()
-    stages = ["request_queue", "local", "remote", "response_queue", "response_send"]
+    after = wait_until(settled, timeout=10, what="every Produce's stages recorded")
     moved = produce_stage(after, "count", "total") - produce_stage(before, "count", "total")
     # Other tests share the broker, so at least ours.
     assert moved >= 1, moved
