@@ -19,7 +19,7 @@
 #   OXBOW_KAFKA_VERSION   Apache Kafka jars to fetch into .tools/kafka/libs (default below)
 #   OXBOW_E2E_TARGET      oxbow (default) or kafka: run the e2e suite against a real Apache
 #                         Kafka broker built from the same jars (validates the tests themselves)
-#   E2E_SUITE_TIMEOUT_S   hard bound on the whole pytest run (default 1500 s)
+#   E2E_SUITE_TIMEOUT_S   hard bound on the whole pytest run (default 2400 s)
 #   E2E_TEST_TIMEOUT_S    per-test bound handed to pytest-timeout (default 300 s)
 #   CARGO_STAGE_TIMEOUT_S bound on each cargo stage (default 2400 s; a cold debug build is ~4 min)
 set -euo pipefail
@@ -31,7 +31,7 @@ KAFKA_VERSION="${OXBOW_KAFKA_VERSION:-4.1.1}"
 KAFKA_LIBS="$ROOT/.tools/kafka/libs"
 VENV="$ROOT/.venv"
 REQUIREMENTS="$ROOT/tests/e2e/requirements.txt"
-E2E_SUITE_TIMEOUT_S="${E2E_SUITE_TIMEOUT_S:-1500}"
+E2E_SUITE_TIMEOUT_S="${E2E_SUITE_TIMEOUT_S:-2400}"
 E2E_TEST_TIMEOUT_S="${E2E_TEST_TIMEOUT_S:-300}"
 CARGO_STAGE_TIMEOUT_S="${CARGO_STAGE_TIMEOUT_S:-2400}"
 export DEBIAN_FRONTEND=noninteractive
