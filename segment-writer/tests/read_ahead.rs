@@ -19,16 +19,23 @@ mod common;
 
 use common::{produce, settings, topic, ROUNDS};
 
+/// A log of `ROUNDS` sealed objects in `dir`, then its WAL removed: what a broker with a
+/// cold cache (another one, or this one restarted) reads from the object store alone.
+async fn sealed(dir: &std::path::Path) -> (Arc<dyn MetadataStore>, oxbow_metadata::TopicMetadata) {
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.join("meta.redb")).expect("meta"));
+    let topic = topic(&metadata).await;
+    {
+        let log = common::open(dir, metadata.clone()).await;
+        produce(&log, &topic, 0, ROUNDS).await;
+    }
+    (metadata, topic)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_reader_reads_on_from_prefetched_ranges() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = topic(&metadata).await;
-    {
-        let log = common::open(dir.path(), metadata.clone()).await;
-        produce(&log, &topic, 0, ROUNDS).await;
-    }
+    let (metadata, topic) = sealed(dir.path()).await;
     // A broker with a cold cache (another one, or this one restarted).
     std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
     let store = objects::local(&dir.path().join("objects")).expect("store");
@@ -73,13 +80,7 @@ async fn a_catch_up_reader_reads_on_from_prefetched_ranges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_slow_store_each_range_is_fetched_once() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = topic(&metadata).await;
-    {
-        let log = common::open(dir.path(), metadata.clone()).await;
-        produce(&log, &topic, 0, ROUNDS).await;
-    }
+    let (metadata, topic) = sealed(dir.path()).await;
     std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
     let slow = FaultyObjectStore::new(
         objects::local(&dir.path().join("objects")).expect("store"),
