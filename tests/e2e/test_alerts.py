@@ -14,9 +14,11 @@ harm: a broker runs in a mount namespace of its own (`unshare`, unprivileged thr
 user namespace) with a 32 MiB tmpfs on its WAL directory, which the test fills through
 /proc/PID/root.
 
-Not caused here: OxbowMetadataWatchBehind (a broker applies watch events in microseconds; a
-backlog of 100 takes a broker too busy to run its watch loop, which loopback cannot make
-without starving everything else — its counting is unit-tested instead).
+Not caused here: OxbowMetadataWatchBehind. A broker applies watch events in microseconds, so
+a backlog of 100 takes a broker too busy to run its watch loop, which loopback cannot make
+without starving everything else; its counting is unit-tested instead. (The one thing the
+catalogue's loop used to wait on, its periodic sweep's etcd transaction, now runs beside
+the watches: `catalog_follow.rs`, unit-tested with a store that holds the sweep's commit.)
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ use super::catalog_index::{self, CatalogIndex};
 use super::{KvStore, TXN_OPS_MAX};
 use crate::keys;
 use crate::kv::{CmpOp, Compare, KeyRange, Kv, Op, Target, Txn};
+use futures::future::OptionFuture;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +49,11 @@ pub(super) async fn follow<K: Kv>(
                 };
                 watching.watching(vec![catalog.queue(), topics.queue()]);
                 drop(watching);
+                // The sweep in flight, polled beside the watches: its deletions wait on the
+                // store (etcd's commit, or a slow or unreachable etcd up to the request
+                // timeout), and changes must be applied meanwhile, or every read of the
+                // catalogue is as stale as the slowest sweep.
+                let mut sweeping: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
                 loop {
                     let batch = tokio::select! {
                         // Polled in order: tokio's random branch order would make the
@@ -53,12 +61,17 @@ pub(super) async fn follow<K: Kv>(
                         biased;
                         b = catalog.recv() => b,
                         b = topics.recv() => b,
-                        _ = clock.sleep_until(next_sweep) => {
+                        Some(()) = OptionFuture::from(sweeping.as_mut()), if sweeping.is_some() => {
+                            sweeping = None;
                             next_sweep = clock.now() + SWEEP_INTERVAL;
+                            continue;
+                        }
+                        _ = clock.sleep_until(next_sweep), if sweeping.is_none() => {
                             let (Some(store), Some(index)) = (kv.upgrade(), index.upgrade()) else {
                                 return;
                             };
-                            sweep(&*store, &root, &index).await;
+                            let root = root.clone();
+                            sweeping = Some(Box::pin(async move { sweep(&*store, &root, &index).await }));
                             continue;
                         }
                     };
@@ -155,7 +168,11 @@ mod tests {
     #![allow(clippy::disallowed_methods)]
 
     use crate::kv::{Kv, Op, RedbKv, Txn};
-    use crate::{MetadataStore, SystemClock};
+    use crate::{
+        CatalogCommit, CatalogEntry, CatalogReplace, EntryLayout, EpochFence, MetadataStore,
+        PartitionState, SystemClock, TopicPartition, TopicSpec,
+    };
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -196,5 +213,178 @@ mod tests {
             store.catalog_watch_lag() == Some((0, 0))
         })
         .await;
+    }
+
+    /// A [`RedbKv`] whose transactions of deletions only (the sweep's) wait, while `held`,
+    /// until released: an etcd slow to commit them.
+    struct SlowDeletes {
+        inner: RedbKv,
+        held: std::sync::atomic::AtomicBool,
+        release: tokio::sync::Notify,
+        waiting: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Kv for SlowDeletes {
+        async fn range(&self, get: crate::kv::Get) -> crate::Result<crate::kv::RangeResponse> {
+            self.inner.range(get).await
+        }
+        async fn txn(&self, txn: Txn) -> crate::Result<crate::kv::TxnResponse> {
+            let deletes =
+                !txn.then.is_empty() && txn.then.iter().all(|op| matches!(op, Op::Delete(_)));
+            if deletes && self.held.load(Ordering::SeqCst) {
+                let released = self.release.notified();
+                self.waiting.fetch_add(1, Ordering::SeqCst);
+                released.await;
+            }
+            self.inner.txn(txn).await
+        }
+        async fn watch(
+            &self,
+            range: crate::kv::KeyRange,
+            from: Option<crate::kv::Revision>,
+        ) -> crate::Result<crate::Watch<Vec<crate::kv::WatchEvent>>> {
+            self.inner.watch(range, from).await
+        }
+        async fn grant(&self, ttl: Duration) -> crate::Result<crate::Lease> {
+            self.inner.grant(ttl).await
+        }
+        async fn keep_alive(&self, lease: crate::LeaseId) -> crate::Result<Duration> {
+            self.inner.keep_alive(lease).await
+        }
+        async fn revoke(&self, lease: crate::LeaseId) -> crate::Result<()> {
+            self.inner.revoke(lease).await
+        }
+        async fn compact(&self, revision: crate::kv::Revision) -> crate::Result<()> {
+            self.inner.compact(revision).await
+        }
+        async fn count(&self, range: crate::kv::KeyRange) -> crate::Result<u64> {
+            self.inner.count(range).await
+        }
+        async fn status(&self) -> crate::Result<crate::kv::KvStatus> {
+            self.inner.status().await
+        }
+    }
+
+    fn entry(tp: TopicPartition, base: i64, last: i64, layout: EntryLayout) -> CatalogEntry {
+        CatalogEntry {
+            topic_id: tp.topic_id,
+            partition: tp.partition,
+            base_offset: base,
+            last_offset: last,
+            max_timestamp_ms: base,
+            object_key: format!("obj-{base}"),
+            byte_start: 0,
+            byte_len: 10,
+            crc32c: 7,
+            leader_epoch: 0,
+            layout,
+            txn: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_are_applied_while_a_sweep_waits_on_the_store() {
+        let clock = crate::SimClock::new(1_700_000_000_000);
+        let kv = SlowDeletes {
+            inner: RedbKv::in_memory(clock.clone()).expect("kv"),
+            held: false.into(),
+            release: tokio::sync::Notify::new(),
+            waiting: 0.into(),
+        };
+        let store = super::KvStore::new(kv, crate::keys::Root::new("sweep")).with_clock(clock);
+        let spec = TopicSpec {
+            name: "swept".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Default::default(),
+        };
+        let t = store.create_topic(spec, 1).await.expect("create");
+        let tp = TopicPartition::new(t.topic_id, 0);
+        let fence = EpochFence {
+            topic_partition: tp,
+            leader_epoch: 0,
+        };
+        let commit = |base: i64| CatalogCommit {
+            entries: vec![entry(tp, base, base + 9, EntryLayout::Batches)],
+            fences: vec![fence],
+            writer: None,
+        };
+        store.commit_catalog(commit(0)).await.expect("commit");
+        // Compacted into a segment (a per-partition key), then wholly below the log start:
+        // the sweep's to delete.
+        let old = store
+            .catalog_entries(t.topic_id, 0, 0, 10)
+            .await
+            .expect("read");
+        let segment = CatalogEntry {
+            object_key: "segments/0-9.oxs".into(),
+            ..entry(tp, 0, 9, EntryLayout::SegmentIndex)
+        };
+        let replace = CatalogReplace {
+            fence,
+            old,
+            new: vec![segment],
+        };
+        store
+            .replace_catalog_entries(replace)
+            .await
+            .expect("replace");
+        store.commit_catalog(commit(10)).await.expect("commit");
+        let (_, state) = store
+            .partition_state(t.topic_id, 0)
+            .await
+            .expect("state")
+            .expect("some");
+        let version = state.version;
+        let advanced = PartitionState {
+            log_start_offset: 10,
+            ..state
+        };
+        store
+            .update_partition(t.topic_id, version, advanced)
+            .await
+            .expect("advance");
+
+        store.kv.held.store(true, Ordering::SeqCst);
+        // The first sweep starts within its interval and waits on the store.
+        tokio::time::sleep(super::SWEEP_INTERVAL * 2).await;
+        assert_eq!(
+            store.kv.waiting.load(Ordering::SeqCst),
+            1,
+            "the sweep waits"
+        );
+        // Meanwhile a seal is catalogued: the catalogue serves it.
+        store.commit_catalog(commit(20)).await.expect("commit");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            store.catalog_watch_lag(),
+            Some((0, 0)),
+            "nothing left queued"
+        );
+        let last = store.catalog_last(t.topic_id, 0).await.expect("last");
+        assert_eq!(
+            last.map(|e| e.last_offset),
+            Some(29),
+            "applied while the sweep waits"
+        );
+        assert_eq!(
+            store.kv.waiting.load(Ordering::SeqCst),
+            1,
+            "one sweep at a time"
+        );
+
+        // Released, the sweep deletes the segment's key.
+        store.kv.held.store(false, Ordering::SeqCst);
+        store.kv.release.notify_waiters();
+        let segment_key = crate::keys::catalog::ser_key(&store.root, t.topic_id, 0, 0);
+        for _ in 0..100 {
+            let get = crate::kv::Get::key(segment_key.clone().into_bytes());
+            if store.kv.range(get).await.expect("range").kvs.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the sweep did not delete the segment key below the log start");
     }
 }
