@@ -257,8 +257,11 @@ class Cluster:
         i = len(self.brokers) + 1
         opts = {**self.options, **overrides}
         session_timeout = opts.pop("session_timeout", SESSION_TIMEOUT)
+        # `etcd_port`: this broker reaches etcd on another port (a relay in front of it).
+        etcd_port = opts.pop("etcd_port", None)
+        metadata = self.metadata_url if etcd_port is None else f"etcd://127.0.0.1:{etcd_port}/{self.name}"
         extra = [
-            "--metadata", self.metadata_url,
+            "--metadata", metadata,
             "--object-store", self.object_store_url,
             "--az", self.az_of(i),
             "--session-timeout", session_timeout,

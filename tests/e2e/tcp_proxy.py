@@ -1,9 +1,11 @@
 """A TCP proxy on a loopback port of its own, for e2e tests that cut a broker off from a
-server (S3, a mirror source): `cut()` closes its listening socket (new connects are
-refused) and resets every live connection; `restore()` listens again on the same port."""
+server (S3, a mirror source, etcd): `cut()` closes its listening socket (new connects are
+refused) and resets every live connection; `restore()` listens again on the same port;
+`request_delay` holds what goes upstream that many seconds (a slow link to the server)."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -25,6 +27,8 @@ class CuttableProxy:
         self.closed = False
         # Request heads (lower-cased) of the PUTs seen going upstream.
         self.put_heads: list[str] = []
+        # Seconds each chunk going upstream is held before it is sent on (answers are not).
+        self.request_delay = 0.0
         self.restore()
 
     def restore(self) -> None:
@@ -80,27 +84,55 @@ class CuttableProxy:
                     upstream.close()
                     return
                 self.conns |= {client, upstream}
-            for a, b, sniff in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pipe, args=(a, b, sniff), daemon=True).start()
+            for a, b, up in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, up), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, sniff: bool) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        # Going upstream, chunks pass through a queue to a sender that holds each until it
+        # is due (in order: a constant delay, not a throttle).
+        held: queue.Queue | None = None
+        if upstream:
+            held = queue.Queue()
+            threading.Thread(target=self._send_when_due, args=(held, dst), daemon=True).start()
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                if sniff and data.startswith(b"PUT "):
+                if held is None:
+                    dst.sendall(data)
+                    continue
+                if data.startswith(b"PUT "):
                     with self.lock:
                         self.put_heads.append(data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower())
+                held.put((time.monotonic() + self.request_delay, data))
+        except OSError:
+            pass
+        finally:
+            if held is not None:
+                held.put(None)  # the sender closes `dst` once it has sent what was held
+            else:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                with self.lock:
+                    self.conns.discard(src)
+                    self.conns.discard(dst)
+
+    def _send_when_due(self, held: queue.Queue, dst: socket.socket) -> None:
+        try:
+            while (item := held.get()) is not None:
+                due, data = item
+                time.sleep(max(0.0, due - time.monotonic()))
                 dst.sendall(data)
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            try:
+                dst.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             with self.lock:
-                self.conns.discard(src)
                 self.conns.discard(dst)

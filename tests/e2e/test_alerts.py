@@ -14,11 +14,13 @@ harm: a broker runs in a mount namespace of its own (`unshare`, unprivileged thr
 user namespace) with a 32 MiB tmpfs on its WAL directory, which the test fills through
 /proc/PID/root.
 
-Not caused here: OxbowMetadataWatchBehind. A broker applies watch events in microseconds, so
-a backlog of 100 takes a broker too busy to run its watch loop, which loopback cannot make
-without starving everything else; its counting is unit-tested instead. (The one thing the
-catalogue's loop used to wait on, its periodic sweep's etcd transaction, now runs beside
-the watches: `catalog_follow.rs`, unit-tested with a store that holds the sweep's commit.)
+OxbowMetadataWatchBehind needs a watch whose reader waits on something while changes come:
+the controller, which moves a dead broker's partitions by compare-and-swaps in etcd (16 at a
+time) and reads the changes they cause only when it is through. Its etcd is made slow (a
+relay holding each request 300 ms; answers and watch events pass at once) and a broker
+leading 300 partitions is killed. (A broker's own watches are applied in microseconds; the
+one thing the catalogue's loop used to wait on, its periodic sweep's etcd transaction, now
+runs beside its watches: `catalog_follow.rs`.)
 """
 
 from __future__ import annotations
@@ -340,3 +342,46 @@ def test_a_filling_wal_disk_fires_disk_filling_and_a_full_one_wal_unhealthy(tmp_
         print(f"\n--- cluster {c.name} history:\n{c.history()}")
         c.close()
         gate.close()
+
+
+def test_a_controller_behind_its_watch_fires_metadata_watch_behind(tmp_path, moto_server, prometheus):  # noqa: F811
+    etcd = EtcdServer(tmp_path / "etcd")
+    relay = CuttableProxy(etcd.client_port)
+    c = Cluster(tmp_path / "cluster", etcd, moto_server, flush_interval="250ms", session_timeout="6s")
+    try:
+        # Broker 1, alone at first, is the controller; it reaches etcd through the relay.
+        c.add_broker(etcd_port=relay.port)
+        wait_until(lambda: sample(c.broker(1).http, "oxbow_active_controller") == 1, timeout=30, interval=0.5,
+                   what="broker 1 the controller")  # fmt: skip
+        c.add_broker(start=False)
+        c.add_broker(start=False)
+        in_parallel(lambda b: b.start(), c.brokers[1:])
+        topic = unique("failover")
+        create_topic(c.bootstrap, topic, partitions=900)
+        led = lambda b: sample(b.http, "oxbow_partitions_led")  # noqa: E731
+        wait_until(lambda: led(c.broker(2)) >= 200, timeout=30, interval=0.5, what="broker 2 leads its share")
+        prom = prometheus([host_port(b.http) for b in c.brokers], OVERRIDES)
+        wait_until(lambda: prom.targets_up() == 3, timeout=30, interval=0.5, what="3 targets up")
+        time.sleep(3)
+        assert "OxbowMetadataWatchBehind" not in prom.firing(), "a settled cluster is not behind"
+
+        relay.request_delay = 0.3
+        c.event("etcd 300 ms away from the controller")
+        moved = led(c.broker(2))
+        c.kill9(2)
+        t = time.monotonic()
+        seen = wait_until(lambda: "OxbowMetadataWatchBehind" in prom.firing(), timeout=60, interval=0.5,
+                          what="OxbowMetadataWatchBehind firing")  # fmt: skip
+        assert seen
+        behind = prom.query('max by (watch) (oxbow_metadata_watch_queued_events) > 100')
+        print(f"\nfired {time.monotonic() - t:.1f} s after broker 2 ({moved:.0f} partitions) was killed: {behind}")
+        wait_until(lambda: led(c.broker(1)) + led(c.broker(3)) >= 900, timeout=90, interval=1,
+                   what="every partition led again")  # fmt: skip
+        relay.request_delay = 0.0
+        c.restart(2)
+        wait_cleared(prom, 90)
+    finally:
+        print(f"\n--- cluster {c.name} history:\n{c.history()}")
+        c.close()
+        relay.close()
+        etcd.close()
