@@ -23,7 +23,8 @@
 //! store is opened inside a tokio runtime, aborted when the last handle is dropped) does it
 //! every [`REAPER_INTERVAL`] so deletions are seen by watchers without a caller's nudge.
 //!
-//! Watch history is in memory: the last [`HISTORY_EVENTS_MAX`] events since open. A watch
+//! Watch history is in memory (`redb_watch.rs`): the last
+//! [`HISTORY_EVENTS_MAX`](super::redb_watch::HISTORY_EVENTS_MAX) events since open. A watch
 //! from an older revision (or one before this process opened the file) ends at once, as an
 //! etcd watch from a compacted revision does; its reader re-reads and watches again.
 //! [`Kv::compact`] drops the history's events before the revision it is given (etcd's rule,
@@ -34,6 +35,7 @@
 //! redb calls block: on a file they run on tokio's blocking pool; in memory they run inline
 //! (nothing waits on a disk), which keeps a simulated run on one thread.
 
+use super::redb_watch::WatchHub;
 use super::{
     ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, KvStatus, Op, OpResult, RangeEnd,
     RangeResponse, Revision, Txn, TxnResponse, WatchEvent,
@@ -41,17 +43,16 @@ use super::{
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::{Lease, LeaseId};
-use crate::watch::{Watch, WatchQueue, WATCH_CAPACITY};
+use crate::watch::Watch;
 use redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
     WriteTransaction,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
@@ -63,8 +64,6 @@ const META_NEXT_LEASE: &str = "next_lease";
 const HEADER_BYTES: usize = 32;
 /// How often the reaper looks for expired leases: well under the shortest TTL.
 pub const REAPER_INTERVAL: Duration = Duration::from_millis(100);
-/// Events kept for watches that start at a past revision.
-pub const HISTORY_EVENTS_MAX: usize = 4096;
 
 fn storage<E: std::fmt::Display>(e: E) -> Error {
     Error::Storage(e.to_string())
@@ -288,41 +287,13 @@ struct LeaseState {
     ttl: Duration,
 }
 
-struct Watcher {
-    range: KeyRange,
-    /// The first revision this watcher wants.
-    from: Revision,
-    tx: mpsc::Sender<Vec<WatchEvent>>,
-    /// Deliveries the reader has not taken yet ([`Watch::queue`]).
-    queued: WatchQueue,
-}
-
-impl Watcher {
-    /// Queues `batch`, counted; false if the reader is gone or full (the watch ends).
-    fn send(
-        tx: &mpsc::Sender<Vec<WatchEvent>>,
-        queued: &WatchQueue,
-        batch: Vec<WatchEvent>,
-    ) -> bool {
-        queued.add();
-        let sent = tx.try_send(batch).is_ok();
-        if !sent {
-            queued.taken();
-        }
-        sent
-    }
-}
-
 /// Process-local state, behind the writers' lock.
 struct State {
     revision: Revision,
     next_lease: LeaseId,
     leases: HashMap<LeaseId, LeaseState>,
-    watchers: Vec<Watcher>,
-    /// The last events, oldest first.
-    history: VecDeque<WatchEvent>,
-    /// Every revision after this one is whole in `history`.
-    history_floor: Revision,
+    /// Watchers and the recent history they start from.
+    watches: WatchHub,
 }
 
 struct Inner {
@@ -439,9 +410,7 @@ impl RedbKv {
                 revision,
                 next_lease,
                 leases: HashMap::new(),
-                watchers: Vec::new(),
-                history: VecDeque::new(),
-                history_floor: revision,
+                watches: WatchHub::new(revision),
             }),
             reaper: Mutex::new(None),
         });
@@ -598,7 +567,7 @@ impl Inner {
         set_meta(&txn, META_REVISION, state.revision + 1)?;
         txn.commit().map_err(storage)?;
         state.revision += 1;
-        state.publish(events);
+        state.watches.publish(events);
         Ok(out)
     }
 
@@ -661,7 +630,7 @@ impl Inner {
             set_meta(&wtxn, META_REVISION, state.revision + 1)?;
             wtxn.commit().map_err(storage)?;
             state.revision += 1;
-            state.publish(events);
+            state.watches.publish(events);
         }
         Ok(TxnResponse {
             succeeded,
@@ -680,40 +649,8 @@ impl State {
                 self.revision
             )));
         }
-        // Every revision from `revision` on stays whole; a watch from an earlier one ends.
-        let floor = revision - 1;
-        if floor > self.history_floor {
-            while self
-                .history
-                .front()
-                .is_some_and(|e| e.kv.mod_revision <= floor)
-            {
-                self.history.pop_front();
-            }
-            self.history_floor = floor;
-        }
+        self.watches.compact(revision);
         Ok(())
-    }
-
-    /// Hands a committed revision's events to the watchers (dropping those that are full or
-    /// gone, which ends their watches) and to the history.
-    fn publish(&mut self, events: Vec<WatchEvent>) {
-        self.watchers.retain(|w| {
-            let batch: Vec<WatchEvent> = events
-                .iter()
-                .filter(|e| e.kv.mod_revision >= w.from && w.range.contains(&e.kv.key))
-                .cloned()
-                .collect();
-            batch.is_empty() || Watcher::send(&w.tx, &w.queued, batch)
-        });
-        for e in events {
-            if self.history.len() == HISTORY_EVENTS_MAX {
-                if let Some(old) = self.history.pop_front() {
-                    self.history_floor = old.kv.mod_revision;
-                }
-            }
-            self.history.push_back(e);
-        }
     }
 }
 
@@ -751,44 +688,8 @@ impl Kv for RedbKv {
         range: KeyRange,
         from: Option<Revision>,
     ) -> Result<Watch<Vec<WatchEvent>>> {
-        self.run(move |_, state| {
-            let (tx, rx) = mpsc::channel(WATCH_CAPACITY);
-            let queued = WatchQueue::default();
-            let watch = |rx| Watch::counted(rx, None, queued.clone());
-            if let Some(from) = from.filter(|f| *f <= state.revision) {
-                if from <= state.history_floor {
-                    // History is gone: the watch ends at once (see the module docs).
-                    return Ok(watch(rx));
-                }
-                // The history's events of each revision from `from` on, one item each.
-                let mut batch: Vec<WatchEvent> = Vec::new();
-                for e in state.history.iter() {
-                    if e.kv.mod_revision < from || !range.contains(&e.kv.key) {
-                        continue;
-                    }
-                    if batch
-                        .first()
-                        .is_some_and(|b| b.kv.mod_revision != e.kv.mod_revision)
-                        && !Watcher::send(&tx, &queued, std::mem::take(&mut batch))
-                    {
-                        return Ok(watch(rx));
-                    }
-                    batch.push(e.clone());
-                }
-                if !batch.is_empty() && !Watcher::send(&tx, &queued, batch) {
-                    return Ok(watch(rx));
-                }
-            }
-            let from = from.unwrap_or(0).max(state.revision + 1);
-            state.watchers.push(Watcher {
-                range,
-                from,
-                tx,
-                queued: queued.clone(),
-            });
-            Ok(watch(rx))
-        })
-        .await
+        self.run(move |_, state| Ok(state.watches.watch(range, from, state.revision)))
+            .await
     }
 
     async fn grant(&self, ttl: Duration) -> Result<Lease> {
@@ -859,7 +760,7 @@ impl Kv for RedbKv {
     async fn status(&self) -> Result<KvStatus> {
         let (revision, floor) = {
             let state = lock(&self.inner.state);
-            (state.revision, state.history_floor)
+            (state.revision, state.watches.floor())
         };
         let path = self.inner.path.clone();
         let db_bytes = self
