@@ -436,6 +436,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.orphan_grace,
         stop_serving.clone(),
     ));
+    // Objects the catalogue retired (a deleted topic's, compaction's) go within minutes.
+    background.spawn(cluster::reclaim::run_retired_reclaim(
+        broker.clone(),
+        args.compaction_delete_delay,
+        stop_serving.clone(),
+    ));
     // WAL copies of brokers gone for good are dropped.
     background.spawn(cluster::reclaim::run_wal_copy_gc(
         broker.clone(),

@@ -217,6 +217,18 @@ pub trait MetadataStore: Send + Sync + 'static {
         let _ = candidates;
         Ok(Vec::new())
     }
+    /// Sealed objects this store's in-memory catalogue saw retired — their keys deleted
+    /// because nothing is served from them any more (superseded by compaction, or every
+    /// partition in them deleted with its topic) — before `mark` (what the previous call
+    /// returned; 0 the first time), and the mark for the next call. A caller that passes
+    /// each mark back after waiting a delay gets each object at least that delay after it
+    /// went, so reads that looked it up just before have finished. Bounded: what it forgot
+    /// (or what went while its watch was down) is left to the orphan sweep. None without
+    /// an in-memory catalogue.
+    fn retired_objects(&self, mark: u64) -> (Vec<String>, u64) {
+        let _ = mark;
+        (Vec::new(), 0)
+    }
     /// Makes the lookups of one partition reflect everything committed before this call
     /// (lookups are served from memory, fed by watches, and may otherwise lag other brokers'
     /// commits by the watch's delivery time). For a broker taking a partition over, before it

@@ -273,6 +273,42 @@ def test_retention_by_time_and_size_on_a_live_topic(broker_factory):
 
 
 @pytest.mark.oxbow_only
+def test_a_deleted_topics_objects_go_within_the_delete_delay_and_nothing_else(broker_factory):
+    """A deleted topic's sealed objects are deleted once the catalogue retires them and the
+    delete delay has passed (as Kafka deletes a topic's segments after file.delete.delay.ms),
+    not after the orphan sweep's hour of grace: compaction and the orphan sweep are off, so
+    nothing else deletes. Objects holding another topic's data stay and are read back."""
+    quiet = ["--compaction-interval", "0s", "--orphan-sweep-interval", "0s", "--compaction-delete-delay", "2s"]
+    b = broker_factory(flush_interval="50ms", extra_args=quiet)
+    bootstrap = b.bootstrap
+    objects = b.data_dir / "objects"
+
+    def sealed() -> set[str]:
+        return {str(p.relative_to(objects)) for p in objects.rglob("*.oxb") if p.is_file()}
+
+    gone = create_topic(bootstrap, unique("gone"), 2)
+    kept = create_topic(bootstrap, unique("kept"), 2)
+    for _ in range(3):
+        fill(bootstrap, gone, 2, per_partition=50, value=b"g" * 200)
+        time.sleep(0.3)  # sealed into objects of their own
+    wait_until(lambda: len(sealed()) >= 3, timeout=30, what="the first topic's data sealed")
+    gone_only = sealed()
+    fill(bootstrap, kept, 2, per_partition=50, value=b"k" * 200)
+    wait_until(lambda: sealed() - gone_only, timeout=30, what="the second topic's data sealed")
+    a = admin(bootstrap)
+    for f in a.delete_topics([gone], operation_timeout=30).values():
+        f.result(timeout=60)
+    deleted_at = time.monotonic()
+    wait_until(lambda: not (gone_only & sealed()), timeout=30,
+               what=f"the deleted topic's objects deleted: {sorted(gone_only & sealed())[:3]}")  # fmt: skip
+    print(f"\n{len(gone_only)} objects of the deleted topic gone {time.monotonic() - deleted_at:.1f} s after")
+    assert sealed(), "the other topic's objects stay"
+    read = consume_partitions(bootstrap, kept, [0, 1])
+    assert {p: len(v) for p, v in read.items()} == {0: 50, 1: 50}
+    assert all(r.value == b"k" * 200 for v in read.values() for r in v)
+
+
+@pytest.mark.oxbow_only
 @pytest.mark.timeout(240)
 def test_kill9_during_retention_compaction_and_topic_deletion_loses_nothing_and_leaks_nothing(broker_factory):
     """kill -9 while retention and compaction delete, and right after a topic deletion: what

@@ -8,6 +8,8 @@
 //! retried at the next tick.
 
 use crate::broker::Broker;
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
 use oxbow_segment_writer::orphans::OrphanSweeper;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -67,6 +69,66 @@ pub async fn run_orphan_sweep(
         }
     }
 }
+
+/// Deletes the sealed objects the catalogue retired (their keys deleted because nothing is
+/// served from them: every partition in them deleted with its topic, or superseded by
+/// compaction, whose own deletes usually came first), each `delay` to twice `delay` after
+/// it went, so reads that looked it up just before have finished — minutes, where the
+/// orphan sweep would wait its grace period (an hour). Every broker takes its catalogue's
+/// list each `delay` (so it stays short); the controller deletes, the others forget.
+/// A failed delete is left to the orphan sweep.
+pub async fn run_retired_reclaim(
+    broker: Arc<Broker>,
+    delay: Duration,
+    shutdown: CancellationToken,
+) {
+    if delay.is_zero() {
+        return;
+    }
+    let mut tick = tokio::time::interval(delay);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut mark = 0;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let (due, next) = broker.metadata.retired_objects(mark);
+        mark = next;
+        if due.is_empty() || broker.cluster.controller() != Some(broker.cluster.me()) {
+            continue;
+        }
+        let store = broker.log.object_store();
+        let deletes = futures::stream::iter(due)
+            .map(|key| {
+                let store = store.clone();
+                async move {
+                    let path = object_store::path::Path::from(key.as_str());
+                    match tokio::time::timeout(SWEEP_TIMEOUT, store.delete(&path)).await {
+                        Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => true,
+                        Ok(Err(e)) => {
+                            tracing::warn!(%key, error = %e, "deleting a retired object failed; the orphan sweep retries");
+                            false
+                        }
+                        Err(_) => false,
+                    }
+                }
+            })
+            .buffer_unordered(RETIRED_DELETES_AT_ONCE)
+            .filter(|deleted| futures::future::ready(*deleted))
+            .count()
+            .await;
+        broker
+            .metrics
+            .orphan_objects_deleted
+            .fetch_add(deletes as u64, Ordering::Relaxed);
+        tracing::debug!(deleted = deletes, "deleted retired objects");
+    }
+}
+
+/// Deletes of retired objects in flight at once.
+const RETIRED_DELETES_AT_ONCE: usize = 16;
 
 /// Drops the WAL copies this broker holds of sources gone for good (see
 /// [`oxbow_segment_writer::replica_store::gone_sources`]): every `interval`, from the

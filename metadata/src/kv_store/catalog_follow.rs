@@ -113,6 +113,7 @@ impl<K: Kv> KvStore<K> {
 }
 
 async fn sweep<K: Kv>(kv: &K, root: &keys::Root, index: &CatalogIndex) {
+    let _one_at_a_time = index.sweeping.lock().await;
     let (gone, trimmed) = {
         let mut state = index.lock();
         let gone = state.superseded_objects(SWEEP_BATCH);
@@ -386,5 +387,60 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("the sweep did not delete the segment key below the log start");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_topics_objects_are_retired_once_and_handed_out_a_mark_later() {
+        let clock = crate::SimClock::new(1_700_000_000_000);
+        let kv = RedbKv::in_memory(clock.clone()).expect("kv");
+        let store = super::KvStore::new(kv, crate::keys::Root::new("retire")).with_clock(clock);
+        let spec = |name: &str| TopicSpec {
+            name: name.into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Default::default(),
+        };
+        let gone = store.create_topic(spec("gone"), 1).await.expect("create");
+        let kept = store.create_topic(spec("kept"), 1).await.expect("create");
+        for (t, base) in [(&gone, 0), (&gone, 10), (&kept, 0)] {
+            let tp = TopicPartition::new(t.topic_id, 0);
+            let e = CatalogEntry {
+                object_key: format!("data/{}-{base}", t.name),
+                ..entry(tp, base, base + 9, EntryLayout::Batches)
+            };
+            let fence = EpochFence {
+                topic_partition: tp,
+                leader_epoch: 0,
+            };
+            let commit = CatalogCommit {
+                entries: vec![e],
+                fences: vec![fence],
+                writer: None,
+            };
+            store.commit_catalog(commit).await.expect("commit");
+        }
+        let (due, mark) = store.retired_objects(0);
+        assert!(due.is_empty());
+        store.delete_topic("gone").await.expect("delete");
+        tokio::time::sleep(super::SWEEP_INTERVAL * 2).await;
+        let (due, next) = store.retired_objects(mark);
+        assert!(
+            due.is_empty(),
+            "nothing is handed out before a mark passed after it went"
+        );
+        let (mut due, last) = store.retired_objects(next);
+        due.sort();
+        assert_eq!(
+            due,
+            vec!["data/gone-0", "data/gone-10"],
+            "the deleted topic's objects, once"
+        );
+        assert_eq!(store.retired_objects(last).0, Vec::<String>::new());
+        let last_entry = store.catalog_last(kept.topic_id, 0).await.expect("last");
+        assert_eq!(
+            last_entry.map(|e| e.object_key),
+            Some("data/kept-0".into()),
+            "kept"
+        );
     }
 }

@@ -27,7 +27,7 @@ use crate::keys::{self, object_index::ObjectIndex, Root};
 use crate::kv::{EventKind, Get, KeyRange, KeyValue, Kv, Revision, WatchEvent};
 use crate::leader_epochs::LeaderEpochHistory;
 use crate::types::{LeaderEpoch, Offset, TopicId, TopicPartition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Keys read per page of a scan.
@@ -94,7 +94,16 @@ pub(super) struct IndexState {
     objects: BTreeMap<Vec<u8>, ObjectRecord>,
     /// Topics whose id key is gone: their entries are dropped and never taken in again.
     deleted_topics: BTreeSet<TopicId>,
+    /// Sealed objects whose key went (nothing was served from them any more), numbered in
+    /// the order they went, for [`IndexState::take_retired`]; at most [`RETIRED_MAX`].
+    retired: VecDeque<(u64, String)>,
+    /// The number the next retired object gets.
+    retired_next: u64,
 }
+
+/// Retired objects remembered at most: beyond, the oldest are forgotten and left to the
+/// orphan sweep (which finds them after its grace period).
+pub(super) const RETIRED_MAX: usize = 100_000;
 
 /// Typical length of an object key (`data/b{broker}/{sequence:020}-{uuid}.oxb`, a segment's
 /// about the same), for [`IndexState::footprint`].
@@ -248,19 +257,20 @@ impl IndexState {
         }
     }
 
-    fn remove_object(&mut self, key: &[u8]) {
-        let Some(old) = self.objects.remove(key) else {
-            return;
-        };
+    /// Forgets a sealed object's key; returns the object's name if the key was known.
+    fn remove_object(&mut self, key: &[u8]) -> Option<String> {
+        let old = self.objects.remove(key)?;
         for (tp, base) in old.entries {
             if let Some(p) = self.partitions.get_mut(&tp) {
                 p.objects.remove(&(base, old.object_key.clone()));
                 p.view = None;
             }
         }
+        Some(old.object_key)
     }
 
-    /// Applies the deletion of a key at `revision`.
+    /// Applies the deletion of a key at `revision`. A sealed object's key is deleted only
+    /// once nothing is served from the object (the sweep), so the object is retired.
     pub(super) fn delete(&mut self, root: &Root, key: &[u8], revision: Revision) {
         if key.starts_with(keys::object_index::prefix(root).as_bytes()) {
             if self
@@ -268,7 +278,9 @@ impl IndexState {
                 .get(key)
                 .is_some_and(|o| o.mod_revision < revision)
             {
-                self.remove_object(key);
+                if let Some(object_key) = self.remove_object(key) {
+                    self.retire(object_key);
+                }
             }
         } else if key.starts_with(root.join("catalog/").as_bytes()) {
             if let Ok((topic_id, partition, base)) = keys::catalog::deser_key(root, key) {
@@ -303,6 +315,46 @@ impl IndexState {
         for tp in gone {
             self.partitions.remove(&tp);
         }
+    }
+
+    fn retire(&mut self, object_key: String) {
+        if self.retired.len() == RETIRED_MAX {
+            self.retired.pop_front();
+        }
+        self.retired.push_back((self.retired_next, object_key));
+        self.retired_next += 1;
+    }
+
+    /// The objects retired before `mark` (a number an earlier call returned; 0 at first),
+    /// but those some key names again (a sealed object's key rewritten, a per-partition
+    /// entry), and the mark for the next call: everything retired since this one.
+    pub(super) fn take_retired(&mut self, mark: u64) -> (Vec<String>, u64) {
+        let mut due = Vec::new();
+        while self.retired.front().is_some_and(|(n, _)| *n < mark) {
+            if let Some((_, key)) = self.retired.pop_front() {
+                due.push(key);
+            }
+        }
+        if !due.is_empty() {
+            // Applying its own deletions before the watch brings them, the index may see an
+            // object go twice (an older put of its key comes in between).
+            due.sort_unstable();
+            due.dedup();
+            let named: std::collections::HashSet<&str> = self
+                .objects
+                .values()
+                .map(|o| o.object_key.as_str())
+                .chain(self.keyed_object_keys())
+                .collect();
+            due.retain(|k| !named.contains(k.as_str()));
+        }
+        (due, self.retired_next)
+    }
+
+    /// Keeps what `old` had retired (a re-scan replaces the rest of the state).
+    pub(super) fn keep_retired(&mut self, old: &mut IndexState) {
+        self.retired = std::mem::take(&mut old.retired);
+        self.retired_next = old.retired_next;
     }
 
     pub(super) fn is_deleted(&self, topic_id: TopicId) -> bool {
@@ -425,6 +477,10 @@ pub(super) struct CatalogIndex {
     watch_queues: Mutex<Vec<crate::WatchQueue>>,
     /// The task's watches that ended (and were replaced by a re-scan).
     watch_ends: std::sync::atomic::AtomicU64,
+    /// Held by a sweep from choosing its keys until their deletion is applied: two at once
+    /// (the periodic one and a topic deletion's) would choose overlapping keys, and the one
+    /// landing second would fail its compares and leave its other keys for ten seconds.
+    pub(super) sweeping: tokio::sync::Mutex<()>,
 }
 
 impl Drop for CatalogIndex {
@@ -450,8 +506,10 @@ impl CatalogIndex {
         *self.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
 
-    pub(super) fn replace_state(&self, state: IndexState) {
-        *self.lock() = state;
+    pub(super) fn replace_state(&self, mut state: IndexState) {
+        let mut current = self.lock();
+        state.keep_retired(&mut current);
+        *current = state;
     }
 
     /// The task's watches are these from now on.

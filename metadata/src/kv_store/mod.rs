@@ -410,6 +410,13 @@ impl<K: Kv> MetadataStore for KvStore<K> {
         self.unreferenced(candidates).await
     }
 
+    fn retired_objects(&self, mark: u64) -> (Vec<String>, u64) {
+        if !self.index.started.initialized() {
+            return (Vec::new(), 0);
+        }
+        self.index.lock().take_retired(mark)
+    }
+
     async fn sync_catalog(&self, topic_id: TopicId, partition: PartitionId) -> Result<()> {
         self.sync_partition(crate::types::TopicPartition::new(topic_id, partition))
             .await
