@@ -94,15 +94,24 @@ enum Fetch {
     /// A large range not cut yet: fetched whole, checked against its catalogue CRC, cut;
     /// its pieces within `keep` bytes of its start cached.
     Cut { entry: CatalogEntry, keep: u64 },
-    /// One piece of a cut large range: checked against the piece's CRC, cached.
-    Piece { entry: CatalogEntry, piece: Piece },
+    /// Consecutive pieces of a cut large range, by one GET: each checked against its own
+    /// CRC and cached.
+    Run {
+        entry: CatalogEntry,
+        pieces: Vec<Piece>,
+    },
 }
 
 impl Fetch {
+    /// The byte range GET.
     fn key(&self) -> RangeKey {
         match self {
             Fetch::Whole(e) | Fetch::Cut { entry: e, .. } => RangeKey::of(e),
-            Fetch::Piece { entry, piece } => RangeKey::piece(entry, piece),
+            Fetch::Run { entry, pieces } => RangeKey {
+                object_key: entry.object_key.clone(),
+                start: pieces.first().map_or(0, |p| p.start),
+                len: pieces.iter().map(|p| p.len).sum(),
+            },
         }
     }
 }
@@ -125,12 +134,15 @@ fn lock(m: &Mutex<HashMap<RangeKey, Pending>>) -> MutexGuard<'_, HashMap<RangeKe
 /// panicked, so readers never wait on a range nobody fetches.
 struct Landed {
     in_flight: InFlight,
-    key: RangeKey,
+    keys: Vec<RangeKey>,
 }
 
 impl Drop for Landed {
     fn drop(&mut self) {
-        lock(&self.in_flight).remove(&self.key);
+        let mut in_flight = lock(&self.in_flight);
+        for k in &self.keys {
+            in_flight.remove(k);
+        }
     }
 }
 
@@ -209,80 +221,144 @@ impl ReadAhead {
                 return;
             };
             let mine = read_pieces::piece_at(&cut, at);
-            for p in cut.iter().skip(mine + 1) {
-                let piece = Fetch::Piece {
-                    entry: current.clone(),
-                    piece: *p,
-                };
-                if let Walk::Stop = self.want(piece, &mut budget) {
-                    return;
-                }
+            let after = cut.get(mine + 1..).unwrap_or_default();
+            if let Walk::Stop = self.want_pieces(current, after, true, &mut budget) {
+                return;
             }
         }
+        let mut first = true;
         for e in next {
             if !large(&self.cache, &e) {
-                if let Walk::Stop = self.want(Fetch::Whole(e), &mut budget) {
+                if let Walk::Stop = self.want(e, &mut budget) {
                     return;
                 }
+                first = false;
                 continue;
             }
             let Some(cut) = self.pieces.get(&e) else {
-                if budget > 0 {
-                    let _ = self.want(
-                        Fetch::Cut {
-                            entry: e,
-                            keep: budget,
-                        },
-                        &mut budget,
-                    );
+                if budget > 0 && !self.busy(&RangeKey::of(&e)) {
+                    let _ = self.start(Fetch::Cut {
+                        entry: e,
+                        keep: budget,
+                    });
                 }
                 return;
             };
-            for p in cut.iter() {
-                let piece = Fetch::Piece {
-                    entry: e.clone(),
-                    piece: *p,
-                };
-                if let Walk::Stop = self.want(piece, &mut budget) {
-                    return;
-                }
+            let next_up = first && !large(&self.cache, current);
+            if let Walk::Stop = self.want_pieces(&e, &cut, next_up, &mut budget) {
+                return;
             }
+            first = false;
         }
     }
 
-    /// One range of a window walk with `budget` bytes left: counted, and fetched unless it
-    /// is cached or in flight. Stops the walk when it does not fit the window or no GET can
-    /// be started (a large range to cut counts as what fits, and always ends the walk).
-    fn want(&self, fetch: Fetch, budget: &mut u64) -> Walk {
-        let key = fetch.key();
-        if let Fetch::Cut { .. } = fetch {
-            *budget = 0;
-        } else if key.len > *budget {
+    /// A range the pool takes whole, in a window walk with `budget` bytes left: counted,
+    /// and fetched unless it is cached or in flight. Stops the walk when it does not fit
+    /// the window or no GET can be started.
+    fn want(&self, e: CatalogEntry, budget: &mut u64) -> Walk {
+        if e.byte_len > *budget {
             return Walk::Stop;
+        }
+        *budget -= e.byte_len;
+        let key = RangeKey::of(&e);
+        if self.busy(&key) || self.start(Fetch::Whole(e)) {
+            Walk::On
         } else {
-            *budget -= key.len;
+            Walk::Stop
         }
-        if self.cache.contains(&key.object_key, key.start, key.len) {
-            return Walk::On;
+    }
+
+    /// `pieces` (consecutive pieces of `entry`'s cut, in order) in a window walk with
+    /// `budget` bytes left: those that fit are counted, and the runs of them neither cached
+    /// nor in flight are fetched, a run per GET — at once if it holds the reader's next
+    /// piece (`next_up` and the run starts at the first) or ends the range, else once it
+    /// is half the window's pieces: a window refilled a piece at a time would cost a GET per piece,
+    /// and against a store that charges per request (S3's price, moto's fixed cost per
+    /// GET) fewer, larger GETs go further. Stops the walk where the window ends.
+    fn want_pieces(
+        &self,
+        entry: &CatalogEntry,
+        pieces: &[Piece],
+        next_up: bool,
+        budget: &mut u64,
+    ) -> Walk {
+        let mut fit = 0;
+        for p in pieces {
+            if p.len > *budget {
+                break;
+            }
+            *budget -= p.len;
+            fit += 1;
         }
-        let mut in_flight = lock(&self.in_flight);
-        if in_flight.contains_key(&key) {
-            return Walk::On;
+        let mut i = 0;
+        while i < fit {
+            let busy = |p: &Piece| self.busy(&RangeKey::piece(entry, p));
+            if busy(&pieces[i]) {
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            while i < fit && !busy(&pieces[i]) {
+                i += 1;
+            }
+            let run = &pieces[run_start..i];
+            let now = (next_up && run_start == 0) || i == pieces.len() || run.len() * 2 >= fit;
+            if now
+                && !self.start(Fetch::Run {
+                    entry: entry.clone(),
+                    pieces: run.to_vec(),
+                })
+            {
+                return Walk::Stop;
+            }
         }
+        if fit < pieces.len() {
+            Walk::Stop
+        } else {
+            Walk::On
+        }
+    }
+
+    /// Whether a range is cached or being fetched.
+    fn busy(&self, key: &RangeKey) -> bool {
+        self.cache.contains(&key.object_key, key.start, key.len)
+            || lock(&self.in_flight).contains_key(key)
+    }
+
+    /// Starts `fetch` if a GET slot and room for its bytes are free (`false` if not): its
+    /// ranges (a run's pieces each) are in flight until it lands.
+    fn start(&self, fetch: Fetch) -> bool {
+        let key = fetch.key();
         let Ok(permit) = self.gets.clone().try_acquire_owned() else {
-            return Walk::Stop;
+            return false;
         };
         let kib = key.len.div_ceil(KIB).min(READ_AHEAD_IN_FLIGHT_BYTES / KIB) as u32;
         let Ok(room) = self.in_flight_kib.clone().try_acquire_many_owned(kib) else {
-            return Walk::Stop;
+            return false;
         };
         let (tx, rx) = oneshot::channel::<Bytes>();
-        in_flight.insert(key.clone(), rx.map(Result::ok).boxed().shared());
-        drop(in_flight);
+        let got: Pending = rx.map(Result::ok).boxed().shared();
+        let keys: Vec<(RangeKey, Pending)> = match &fetch {
+            Fetch::Whole(_) | Fetch::Cut { .. } => vec![(key.clone(), got)],
+            Fetch::Run { entry, pieces } => pieces
+                .iter()
+                .map(|p| {
+                    let at = (p.start - key.start) as usize;
+                    let len = p.len as usize;
+                    let piece: Pending = got
+                        .clone()
+                        .map(move |b| b.map(|b| b.slice(at..at + len)))
+                        .boxed()
+                        .shared();
+                    (RangeKey::piece(entry, p), piece)
+                })
+                .collect(),
+        };
         let landed = Landed {
             in_flight: self.in_flight.clone(),
-            key: key.clone(),
+            keys: keys.iter().map(|(k, _)| k.clone()).collect(),
         };
+        lock(&self.in_flight).extend(keys);
         let (objects, cache, pieces, fetched) = (
             self.objects.clone(),
             self.cache.clone(),
@@ -319,9 +395,22 @@ impl ReadAhead {
                         *keep,
                     );
                 }),
-                Fetch::Piece { piece, .. } => piece.verify(&key.object_key, &bytes).map(|()| {
-                    cache.insert_scanned(&key.object_key, key.start, key.len, bytes.clone());
-                }),
+                Fetch::Run { pieces: run, .. } => {
+                    let slice = |p: &Piece| {
+                        let at = (p.start - key.start) as usize;
+                        bytes.slice(at..at + p.len as usize)
+                    };
+                    run.iter()
+                        .try_for_each(|p| p.verify(&key.object_key, &slice(p)))
+                        .map(|()| {
+                            // Copied, so an evicted piece frees its memory rather
+                            // than pinning the run's buffer.
+                            for p in run {
+                                let piece = Bytes::copy_from_slice(&slice(p));
+                                cache.insert_scanned(&key.object_key, p.start, p.len, piece);
+                            }
+                        })
+                }
             };
             if checked.is_err() {
                 tracing::debug!(object = %key.object_key, "read-ahead range failed its checksum; dropped");
@@ -331,7 +420,7 @@ impl ReadAhead {
             let _ = tx.send(bytes);
             drop(landed);
         });
-        Walk::On
+        true
     }
 
     /// The prefetch of `entry`'s range, if one is in flight: await it for the checked
@@ -578,5 +667,55 @@ mod tests {
         landed(&ahead).await;
         assert!(!ahead.cache.contains("o", cut[1].start, cut[1].len));
         assert_eq!(ahead.fetched.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn pieces_are_fetched_in_runs_of_half_the_window_or_when_the_reader_needs_them() {
+        let (e, data) = large_range(10 << 20);
+        // 64 MiB: a 16 MiB scanned pool (one shard), ranges of up to 8 MiB whole, a 4 MiB
+        // window, pieces of 1 MiB.
+        let cache = ReadCache::new(64 << 20);
+        let ahead = ReadAhead::new(store_with(&data).await, cache);
+        assert_eq!(ahead.window_bytes(), 4 << 20);
+        let cut = ahead
+            .pieces
+            .remember(&ahead.cache, &e, &Bytes::from(data.clone()));
+        assert!(cut.len() >= 10, "{} pieces", cut.len());
+        // Nothing cached, the reader in piece 0: its next pieces, the whole window, at once
+        // and by one GET.
+        ahead.ahead(0, &e, []);
+        let started: Vec<bool> = cut
+            .iter()
+            .map(|p| ahead.piece_in_flight(&e, p).is_some())
+            .collect();
+        assert_eq!(&started[..6], &[false, true, true, true, true, false]);
+        landed(&ahead).await;
+        assert_eq!(
+            ahead.fetched.load(Ordering::Relaxed),
+            1,
+            "one GET for the run"
+        );
+        // The reader in piece 1: one piece missing at the window's end, under half the
+        // window: not yet.
+        ahead.ahead(cut[1].first_offset, &e, []);
+        assert!(lock(&ahead.in_flight).is_empty());
+        // In piece 2: two missing, half the window: one GET for both.
+        ahead.ahead(cut[2].first_offset, &e, []);
+        assert!(ahead.piece_in_flight(&e, &cut[5]).is_some());
+        assert!(ahead.piece_in_flight(&e, &cut[6]).is_some());
+        landed(&ahead).await;
+        assert_eq!(ahead.fetched.load(Ordering::Relaxed), 2);
+        for p in &cut[1..7] {
+            assert!(ahead.cache.contains("o", p.start, p.len));
+        }
+        // Near the range's end the last pieces are fetched however few.
+        let last = cut.len() - 1;
+        for p in &cut[7..last] {
+            ahead
+                .cache
+                .insert_scanned("o", p.start, p.len, Bytes::new());
+        }
+        ahead.ahead(cut[last - 1].first_offset, &e, []);
+        assert!(ahead.piece_in_flight(&e, &cut[last]).is_some());
     }
 }
