@@ -7,10 +7,10 @@
 //! checked against its catalogue CRC, is cut at batch boundaries into pieces of about
 //! [`PIECE_BYTES`], and the cut is remembered here with each piece's own CRC-32C (summed
 //! from the checked bytes). From then on a piece is a range of its own: read from the cache
-//! (copied there, so an evicted piece frees its memory), or fetched alone with a ranged GET
-//! and checked against its CRC. Only the pieces a reader is about to read are cached: the
-//! one holding its offset and those in its read-ahead window (`crate::read_ahead`), which
-//! also prefetches pieces one by one.
+//! (copied there, so an evicted piece frees its memory), or fetched by a ranged GET (alone,
+//! or with its missing neighbours in one run) and checked against its CRC. Only the pieces
+//! a reader is about to read are cached: the one holding its offset and those in its
+//! read-ahead window (`crate::read_ahead`), which prefetches them.
 //!
 //! Why not cache every piece of a range on its first read, as at first: six partitions'
 //! 11 MiB ranges overfilled the 64 MiB pool, the LRU kept the pieces just read and evicted
