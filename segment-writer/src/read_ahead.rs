@@ -230,13 +230,11 @@ impl ReadAhead {
                 return;
             }
         }
-        let mut first = true;
         for e in next {
             if !large(&self.cache, &e) {
                 if let Walk::Stop = self.want(e, &mut budget) {
                     return;
                 }
-                first = false;
                 continue;
             }
             let Some(cut) = self.pieces.get(&e) else {
@@ -248,11 +246,11 @@ impl ReadAhead {
                 }
                 return;
             };
-            let next_up = first && !large(&self.cache, current);
+            // Nothing counted yet: this range's first piece is the reader's next.
+            let next_up = budget == self.window_bytes;
             if let Walk::Stop = self.want_pieces(&e, &cut, next_up, &mut budget) {
                 return;
             }
-            first = false;
         }
     }
 
@@ -721,5 +719,35 @@ mod tests {
         }
         ahead.ahead(cut[last - 1].first_offset, &e, []);
         assert!(ahead.piece_in_flight(&e, &cut[last]).is_some());
+    }
+
+    #[tokio::test]
+    async fn the_reader_s_next_piece_in_the_next_range_is_fetched_at_once() {
+        let (e, data) = large_range(10 << 20);
+        let cache = ReadCache::new(64 << 20);
+        let ahead = ReadAhead::new(store_with(&data).await, cache);
+        let mut e2 = e.clone();
+        e2.object_key = "o2".into();
+        e2.base_offset = e.last_offset + 1;
+        e2.last_offset = e.last_offset + 1 + (e.last_offset - e.base_offset);
+        ahead
+            .objects
+            .put(&ObjectPath::from("o2"), PutPayload::from(data.clone()))
+            .await
+            .expect("put");
+        let whole = Bytes::from(data.clone());
+        let cut = ahead.pieces.remember(&ahead.cache, &e, &whole);
+        let cut2 = ahead.pieces.remember(&ahead.cache, &e2, &whole);
+        // The reader in the last piece of `e`: the next piece is `e2`'s first, missing
+        // alone (the rest of the window cached), so not a run of half the window.
+        for p in &cut2[1..4] {
+            ahead
+                .cache
+                .insert_scanned("o2", p.start, p.len, Bytes::new());
+        }
+        let last = cut[cut.len() - 1];
+        ahead.ahead(last.first_offset, &e, [e2.clone()]);
+        assert!(ahead.piece_in_flight(&e2, &cut2[0]).is_some());
+        landed(&ahead).await;
     }
 }
