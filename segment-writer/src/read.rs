@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
-use crate::read_pieces::PieceMaps;
+use crate::read_pieces::{self, Piece, PieceMaps};
 pub use crate::read_result::{Isolation, ReadResult, ReadSource};
 use crate::segment::SegmentIndex;
 use crate::txn::{AbortedTxn, OutcomeScan};
@@ -227,15 +227,19 @@ impl LogManager {
 
     /// A catalog entry's byte range, by a ranged GET (unchecked: callers verify its CRC).
     pub(crate) async fn get_entry_range(&self, entry: &CatalogEntry) -> Result<Bytes> {
-        let path = ObjectPath::from(entry.object_key.as_str());
+        self.get_object_range(&entry.object_key, entry.byte_start, entry.byte_len)
+            .await
+    }
+
+    /// `len` bytes of object `key` from `start`, by a ranged GET (unchecked).
+    async fn get_object_range(&self, key: &str, start: u64, len: u64) -> Result<Bytes> {
+        let path = ObjectPath::from(key);
         self.objects
-            .get_range(&path, entry.byte_start..entry.byte_start + entry.byte_len)
+            .get_range(&path, start..start + len)
             .await
             .map_err(|e| match e {
-                object_store::Error::NotFound { .. } => {
-                    Error::ObjectNotFound(entry.object_key.clone())
-                }
-                e => Error::ObjectStore(format!("GET {}: {e}", entry.object_key)),
+                object_store::Error::NotFound { .. } => Error::ObjectNotFound(key.to_string()),
+                e => Error::ObjectStore(format!("GET {key}: {e}")),
             })
     }
 
@@ -445,11 +449,17 @@ impl LogManager {
     /// A range read back from the cache's disk tier is checked like a GET; one that fails
     /// is fetched again.
     pub(crate) async fn read_entry(&self, entry: &CatalogEntry) -> Result<Bytes> {
-        Ok(self.read_entry_from(entry).await?.0)
+        Ok(self.read_entry_from(entry, entry.base_offset).await?.0)
     }
 
-    /// [`Self::read_entry`], with where the bytes came from.
-    async fn read_entry_from(&self, entry: &CatalogEntry) -> Result<(Bytes, ReadSource)> {
+    /// [`Self::read_entry`], with where the bytes came from; `from` is where the reader
+    /// will read them from (what of a large range fetched is cached, see
+    /// [`crate::read_ahead::ReadAhead::cache_read`]).
+    async fn read_entry_from(
+        &self,
+        entry: &CatalogEntry,
+        from: Offset,
+    ) -> Result<(Bytes, ReadSource)> {
         if let Some(hit) = self
             .cache
             .get(&entry.object_key, entry.byte_start, entry.byte_len)
@@ -475,7 +485,7 @@ impl LogManager {
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self.get_entry_range(entry).await?;
         self.checked(entry, &bytes)?;
-        self.read_ahead.cache_read(entry, &bytes);
+        self.read_ahead.cache_read(entry, &bytes, from);
         Ok((bytes, ReadSource::ObjectStore))
     }
 
@@ -499,6 +509,8 @@ impl LogManager {
             match entry.layout {
                 EntryLayout::Batches => {
                     self.read_ahead.ahead(
+                        acc.next,
+                        entry,
                         entries[at + 1..]
                             .iter()
                             .take_while(|e| e.layout == EntryLayout::Batches)
@@ -517,8 +529,11 @@ impl LogManager {
                         {
                             return Ok(());
                         }
-                        self.read_ahead
-                            .ahead((i + 1..).map_while(|j| index.chunk_entry(entry, j)));
+                        self.read_ahead.ahead(
+                            acc.next,
+                            &chunk,
+                            (i + 1..).map_while(|j| index.chunk_entry(entry, j)),
+                        );
                         chunk.last_offset = chunk.last_offset.min(entry.last_offset);
                         self.read_range_into(&chunk, acc).await?;
                         i += 1;
@@ -538,53 +553,86 @@ impl LogManager {
     }
 
     /// Reads one range of batches (a sealed object's chunk or a segment's chunk) into `acc`.
-    /// A range too large to cache whole is read from its cached pieces when they are
-    /// all there ([`crate::read_pieces`]).
+    /// A range too large to cache whole is read as pieces once it was cut
+    /// ([`crate::read_pieces`]); a piece failing its CRC makes it read whole again, checked
+    /// against the catalogue's CRC.
     async fn read_range_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<()> {
-        if entry.layout == EntryLayout::Batches
-            && PieceMaps::wants(&self.cache, entry)
-            && self.read_pieces_into(entry, acc).await?
-        {
-            return Ok(());
+        if entry.layout == EntryLayout::Batches && PieceMaps::wants(&self.cache, entry) {
+            if let Some(cut) = self.read_ahead.pieces.get(entry) {
+                match self.read_pieces_into(entry, &cut, acc).await {
+                    Err(Error::ChecksumMismatch { .. }) => {
+                        // Counted and logged in `piece_bytes`; the whole range decides.
+                        self.read_ahead.pieces.forget(entry);
+                    }
+                    done => return done,
+                }
+            }
         }
-        let (range, source) = self.read_entry_from(entry).await?;
+        let (range, source) = self.read_entry_from(entry, acc.next).await?;
         acc.source = acc.source.max(source);
         acc.take_range(entry, &range)
     }
 
-    /// [`Self::read_range_into`] from the cached pieces of `entry`'s range, from the one
-    /// holding `acc.next`; `false` (with what was read kept in `acc`) when a piece is
-    /// missing or the range was never cut, so the caller reads the range itself.
-    async fn read_pieces_into(&self, entry: &CatalogEntry, acc: &mut Collect) -> Result<bool> {
-        let Some(cut) = self.read_ahead.pieces.get(entry) else {
-            return Ok(false);
-        };
-        let from = cut.partition_point(|p| p.last_offset < acc.next);
-        if from == cut.len() {
-            return Ok(false);
-        }
+    /// [`Self::read_range_into`] from the pieces of `entry`'s range (`cut`), from the one
+    /// holding `acc.next` on, each from the cache or fetched alone.
+    async fn read_pieces_into(
+        &self,
+        entry: &CatalogEntry,
+        cut: &[Piece],
+        acc: &mut Collect,
+    ) -> Result<()> {
+        let from = read_pieces::piece_at(cut, acc.next);
         for p in cut[from..]
             .iter()
             .take_while(|p| p.first_offset <= entry.last_offset)
         {
-            // Pieces are cached in memory only; a hit from the disk tier under the same
-            // key would come with no checksum to check it against.
-            let Some(hit) = self
-                .cache
-                .get(&entry.object_key, p.start, p.len)
-                .await
-                .filter(|h| !h.from_disk)
-            else {
-                return Ok(false);
-            };
-            self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
-            acc.source = acc.source.max(ReadSource::CacheMemory);
-            if acc.take_batches(entry, &hit.bytes) {
-                return Ok(true);
+            if acc.total >= acc.max_bytes && !acc.out.is_empty() {
+                // Full: the next piece would not be read from.
+                return Ok(());
+            }
+            let (bytes, source) = self.piece_bytes(entry, p).await?;
+            acc.source = acc.source.max(source);
+            if acc.take_batches(entry, &bytes) {
+                return Ok(());
             }
         }
-        acc.check_reached(entry)?;
-        Ok(true)
+        acc.check_reached(entry)
+    }
+
+    /// The bytes of piece `p` of `entry`'s range: from the cache (read back from its disk
+    /// tier, checked like a GET), a prefetch in flight, or a ranged GET of the piece alone,
+    /// checked against the piece's CRC and cached.
+    async fn piece_bytes(&self, entry: &CatalogEntry, p: &Piece) -> Result<(Bytes, ReadSource)> {
+        if let Some(hit) = self.cache.get(&entry.object_key, p.start, p.len).await {
+            if !hit.from_disk || p.verify(&entry.object_key, &hit.bytes).is_ok() {
+                self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
+                let source = if hit.from_disk {
+                    ReadSource::CacheDisk
+                } else {
+                    ReadSource::CacheMemory
+                };
+                return Ok((hit.bytes, source));
+            }
+        }
+        if let Some(pending) = self.read_ahead.piece_in_flight(entry, p) {
+            if let Some(bytes) = pending.await {
+                return Ok((bytes, ReadSource::ObjectStore));
+            }
+        }
+        self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
+        let bytes = self
+            .get_object_range(&entry.object_key, p.start, p.len)
+            .await?;
+        p.verify(&entry.object_key, &bytes).inspect_err(|e| {
+            self.metrics
+                .checksum_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, object = %entry.object_key,
+                "a piece of object data failed its checksum; reading its range whole");
+        })?;
+        self.cache
+            .insert_scanned(&entry.object_key, p.start, p.len, bytes.clone());
+        Ok((bytes, ReadSource::ObjectStore))
     }
 
     /// The index of the segment a catalog entry names: fetched through the cache and
@@ -595,7 +643,7 @@ impl LogManager {
 
     /// [`Self::segment_index`], with where its bytes came from.
     async fn segment_index_from(&self, entry: &CatalogEntry) -> Result<(SegmentIndex, ReadSource)> {
-        let (bytes, source) = self.read_entry_from(entry).await?;
+        let (bytes, source) = self.read_entry_from(entry, entry.base_offset).await?;
         let index = SegmentIndex::decode(&entry.object_key, &bytes)?;
         // The entry may be clipped to part of the segment, never more than it.
         if index.base_offset() > entry.base_offset || index.last_offset() < entry.last_offset {

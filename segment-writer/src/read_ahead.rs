@@ -12,14 +12,20 @@
 //! - *No GET twice.* A reader whose range is being prefetched waits for that GET
 //!   ([`ReadAhead::in_flight`]) instead of sending its own.
 //!
-//! - *Large ranges.* A range too large for the pool to take whole is cached as pieces
-//!   ([`crate::read_pieces`]) when a reader (or a prefetch within the window) fetches it.
-//!   One larger than the window is not prefetched: measured on moto with 64 MiB objects
-//!   (ranges of ~11 MiB, six partitions read at once), prefetching the next one anyway
-//!   overfilled the pool, evicted pieces unread and added a third more GETs.
+//! - *Large ranges.* A range too large for the pool to take whole is read as pieces
+//!   ([`crate::read_pieces`]): once cut (by its first whole GET, the reader's or a
+//!   prefetch's), the window counts its pieces; missing ones are prefetched in runs of
+//!   consecutive pieces, one ranged GET each, every piece checked against its own CRC —
+//!   at once when the reader's next piece is missing or the run ends the range, else once
+//!   the run is half the window's pieces (a window refilled a piece per GET cost moto, at
+//!   ~12.5 GETs/s whatever their size, most of its catch-up rate). Of a whole GET only the
+//!   window's pieces are cached. A large range not cut yet at the window's end is
+//!   prefetched whole (so its reader does not wait for that GET in turn), and the walk
+//!   stops there.
 //!
 //! Bounded: the window is at most [`READ_AHEAD_BYTES`] and at most a quarter of the
-//! scanned pool (so four readers' windows fit before prefetches evict each other); at most
+//! scanned pool (so four readers' windows fit before prefetches evict each other; in a
+//! pool under 4 MiB, 1 MiB or half the pool); at most
 //! [`READ_AHEAD_GETS`] GETs and [`READ_AHEAD_IN_FLIGHT_BYTES`] in flight per broker; when
 //! either is taken nothing more is started (the reader is not held up and the store not
 //! flooded). Every prefetched range is
@@ -28,13 +34,13 @@
 //! itself and reports the error.
 
 use crate::object;
-use crate::read_pieces::PieceMaps;
+use crate::read_pieces::{self, Piece, PieceMaps};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use oxbow_cache::ReadCache;
-use oxbow_metadata::{CatalogEntry, EntryLayout};
+use oxbow_metadata::{CatalogEntry, EntryLayout, Offset};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,7 +49,7 @@ use tokio::sync::{oneshot, Semaphore};
 /// The window prefetched past a read, at most.
 pub const READ_AHEAD_BYTES: u64 = 8 << 20;
 
-/// The window's floor when the scanned pool is small.
+/// The window's floor when the scanned pool is small (but at most half the pool).
 const READ_AHEAD_BYTES_MIN: u64 = 1 << 20;
 
 /// Prefetch GETs in flight at once per broker, at most.
@@ -75,6 +81,49 @@ impl RangeKey {
             len: e.byte_len,
         }
     }
+
+    fn piece(e: &CatalogEntry, p: &Piece) -> Self {
+        RangeKey {
+            object_key: e.object_key.clone(),
+            start: p.start,
+            len: p.len,
+        }
+    }
+}
+
+/// What one prefetch fetches, how it is checked and what of it is cached.
+enum Fetch {
+    /// A range the pool takes whole: checked against its catalogue CRC, cached whole.
+    Whole(CatalogEntry),
+    /// A large range not cut yet: fetched whole, checked against its catalogue CRC, cut;
+    /// its pieces within `keep` bytes of its start cached.
+    Cut { entry: CatalogEntry, keep: u64 },
+    /// Consecutive pieces of a cut large range, by one GET: each checked against its own
+    /// CRC and cached.
+    Run {
+        entry: CatalogEntry,
+        pieces: Vec<Piece>,
+    },
+}
+
+impl Fetch {
+    /// The byte range GET.
+    fn key(&self) -> RangeKey {
+        match self {
+            Fetch::Whole(e) | Fetch::Cut { entry: e, .. } => RangeKey::of(e),
+            Fetch::Run { entry, pieces } => RangeKey {
+                object_key: entry.object_key.clone(),
+                start: pieces.first().map_or(0, |p| p.start),
+                len: pieces.iter().map(|p| p.len).sum(),
+            },
+        }
+    }
+}
+
+/// Whether a window walk goes on after a range.
+enum Walk {
+    On,
+    Stop,
 }
 
 type InFlight = Arc<Mutex<HashMap<RangeKey, Pending>>>;
@@ -89,12 +138,15 @@ fn lock(m: &Mutex<HashMap<RangeKey, Pending>>) -> MutexGuard<'_, HashMap<RangeKe
 /// panicked, so readers never wait on a range nobody fetches.
 struct Landed {
     in_flight: InFlight,
-    key: RangeKey,
+    keys: Vec<RangeKey>,
 }
 
 impl Drop for Landed {
     fn drop(&mut self) {
-        lock(&self.in_flight).remove(&self.key);
+        let mut in_flight = lock(&self.in_flight);
+        for k in &self.keys {
+            in_flight.remove(k);
+        }
     }
 }
 
@@ -115,101 +167,262 @@ pub struct ReadAhead {
 
 impl ReadAhead {
     pub fn new(objects: Arc<dyn ObjectStore>, cache: ReadCache) -> Self {
-        let quarter = u64::try_from(cache.scanned_capacity_bytes() / 4).unwrap_or(u64::MAX);
+        let pool = u64::try_from(cache.scanned_capacity_bytes()).unwrap_or(u64::MAX);
         ReadAhead {
             objects,
             cache,
             gets: Arc::new(Semaphore::new(READ_AHEAD_GETS)),
             in_flight_kib: Arc::new(Semaphore::new((READ_AHEAD_IN_FLIGHT_BYTES / KIB) as usize)),
             in_flight: Arc::default(),
-            window_bytes: quarter.clamp(READ_AHEAD_BYTES_MIN, READ_AHEAD_BYTES),
+            // Never more than half the pool: the window's pieces and the reader's own
+            // must fit beside each other.
+            window_bytes: (pool / 4)
+                .clamp(READ_AHEAD_BYTES_MIN, READ_AHEAD_BYTES)
+                .min(pool / 2),
             pieces: Arc::default(),
             fetched: Arc::default(),
         }
     }
 
-    /// Caches a range a reader fetched itself (checked): whole, or as pieces when it is
-    /// too large for the pool.
-    pub fn cache_read(&self, entry: &CatalogEntry, bytes: &Bytes) {
-        cache_range(&self.cache, &self.pieces, entry, bytes);
-    }
-
-    /// Whether `entry`'s range is cached: whole, or as pieces that are all still there.
-    fn cached(&self, e: &CatalogEntry) -> bool {
-        if large(&self.cache, e) {
-            return self.pieces.get(e).is_some_and(|cut| {
-                cut.iter()
-                    .all(|p| self.cache.contains(&e.object_key, p.start, p.len))
-            });
-        }
-        self.cache.contains(&e.object_key, e.byte_start, e.byte_len)
-    }
-
-    /// A reader read the range before `next` (one partition's ranges, in offset order):
-    /// start fetching those within the window that are neither cached nor being fetched.
-    pub fn ahead(&self, next: impl IntoIterator<Item = CatalogEntry>) {
-        let mut budget = self.window_bytes;
-        for e in next {
-            if e.byte_len > budget {
-                return;
-            }
-            budget = budget.saturating_sub(e.byte_len);
-            if self.cached(&e) {
-                continue;
-            }
-            let key = RangeKey::of(&e);
-            let mut in_flight = lock(&self.in_flight);
-            if in_flight.contains_key(&key) {
-                continue;
-            }
-            let Ok(permit) = self.gets.clone().try_acquire_owned() else {
-                return;
-            };
-            let kib = e
-                .byte_len
-                .div_ceil(KIB)
-                .min(READ_AHEAD_IN_FLIGHT_BYTES / KIB) as u32;
-            let Ok(room) = self.in_flight_kib.clone().try_acquire_many_owned(kib) else {
-                return;
-            };
-            let (tx, rx) = oneshot::channel::<Bytes>();
-            in_flight.insert(key.clone(), rx.map(Result::ok).boxed().shared());
-            drop(in_flight);
-            let landed = Landed {
-                in_flight: self.in_flight.clone(),
-                key,
-            };
-            let (objects, cache, pieces, fetched) = (
-                self.objects.clone(),
-                self.cache.clone(),
-                self.pieces.clone(),
-                self.fetched.clone(),
+    /// Caches a range a reader fetched itself (checked): whole, or, when it is too large
+    /// for the pool, cut into pieces of which those from the one holding `from` on, up to
+    /// the window, are cached.
+    pub fn cache_read(&self, entry: &CatalogEntry, bytes: &Bytes, from: Offset) {
+        if large(&self.cache, entry) {
+            let cut = self.pieces.remember(&self.cache, entry, bytes);
+            read_pieces::cache_pieces(&self.cache, entry, &cut, bytes, from, self.window_bytes);
+        } else {
+            self.cache.insert_scanned(
+                &entry.object_key,
+                entry.byte_start,
+                entry.byte_len,
+                bytes.clone(),
             );
-            tokio::spawn(async move {
-                let _permits = (permit, room);
-                let path = ObjectPath::from(e.object_key.as_str());
-                let bytes = match objects
-                    .get_range(&path, e.byte_start..e.byte_start + e.byte_len)
-                    .await
-                {
-                    Ok(b) => b,
-                    Err(err) => {
-                        tracing::debug!(object = %e.object_key, error = %err, "read-ahead GET failed");
-                        return;
-                    }
-                };
-                if object::verify_range(&e, &bytes).is_err() {
-                    tracing::debug!(object = %e.object_key, "read-ahead range failed its checksum; dropped");
+        }
+    }
+
+    /// The window's bytes (what a whole GET of a large range leaves cached past the
+    /// reader's piece).
+    pub fn window_bytes(&self) -> u64 {
+        self.window_bytes
+    }
+
+    /// A reader is at offset `at` of `current` (one partition's range), and `next` are the
+    /// ranges after it, in offset order: start fetching what of them lies within the window
+    /// and is neither cached nor being fetched — the pieces of `current` after the reader's
+    /// when it is a large range already cut, then the following ranges (a cut large one as
+    /// its pieces; one not cut yet is fetched whole and ends the walk).
+    pub fn ahead(
+        &self,
+        at: Offset,
+        current: &CatalogEntry,
+        next: impl IntoIterator<Item = CatalogEntry>,
+    ) {
+        let mut budget = self.window_bytes;
+        if large(&self.cache, current) {
+            // Not cut yet: its reader fetches it whole now and caches the window's pieces.
+            let Some(cut) = self.pieces.get(current) else {
+                return;
+            };
+            let mine = read_pieces::piece_at(&cut, at);
+            let after = cut.get(mine + 1..).unwrap_or_default();
+            if let Walk::Stop = self.want_pieces(current, after, true, &mut budget) {
+                return;
+            }
+        }
+        for e in next {
+            if !large(&self.cache, &e) {
+                if let Walk::Stop = self.want(e, &mut budget) {
                     return;
                 }
-                // Cached before the waiters are answered and the range leaves the in-flight
-                // map, so a reader finds it in one place or the other.
-                cache_range(&cache, &pieces, &e, &bytes);
-                fetched.fetch_add(1, Ordering::Relaxed);
-                let _ = tx.send(bytes);
-                drop(landed);
-            });
+                continue;
+            }
+            let Some(cut) = self.pieces.get(&e) else {
+                if budget > 0 && !self.busy(&RangeKey::of(&e)) {
+                    let _ = self.start(Fetch::Cut {
+                        entry: e,
+                        keep: budget,
+                    });
+                }
+                return;
+            };
+            // Nothing counted yet: this range's first piece is the reader's next.
+            let next_up = budget == self.window_bytes;
+            if let Walk::Stop = self.want_pieces(&e, &cut, next_up, &mut budget) {
+                return;
+            }
         }
+    }
+
+    /// A range the pool takes whole, in a window walk with `budget` bytes left: counted,
+    /// and fetched unless it is cached or in flight. Stops the walk when it does not fit
+    /// the window or no GET can be started.
+    fn want(&self, e: CatalogEntry, budget: &mut u64) -> Walk {
+        if e.byte_len > *budget {
+            return Walk::Stop;
+        }
+        *budget -= e.byte_len;
+        let key = RangeKey::of(&e);
+        if self.busy(&key) || self.start(Fetch::Whole(e)) {
+            Walk::On
+        } else {
+            Walk::Stop
+        }
+    }
+
+    /// `pieces` (consecutive pieces of `entry`'s cut, in order) in a window walk with
+    /// `budget` bytes left: those that fit are counted, and the runs of them neither cached
+    /// nor in flight are fetched, a run per GET — at once if it holds the reader's next
+    /// piece (`next_up` and the run starts at the first) or ends the range, else once it
+    /// is half the window's pieces: a window refilled a piece at a time would cost a GET per piece,
+    /// and against a store that charges per request (S3's price, moto's fixed cost per
+    /// GET) fewer, larger GETs go further. Stops the walk where the window ends.
+    fn want_pieces(
+        &self,
+        entry: &CatalogEntry,
+        pieces: &[Piece],
+        next_up: bool,
+        budget: &mut u64,
+    ) -> Walk {
+        let mut fit = 0;
+        for p in pieces {
+            if p.len > *budget {
+                break;
+            }
+            *budget -= p.len;
+            fit += 1;
+        }
+        let mut i = 0;
+        while i < fit {
+            let busy = |p: &Piece| self.busy(&RangeKey::piece(entry, p));
+            if busy(&pieces[i]) {
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            while i < fit && !busy(&pieces[i]) {
+                i += 1;
+            }
+            let run = &pieces[run_start..i];
+            let now = (next_up && run_start == 0) || i == pieces.len() || run.len() * 2 >= fit;
+            if now
+                && !self.start(Fetch::Run {
+                    entry: entry.clone(),
+                    pieces: run.to_vec(),
+                })
+            {
+                return Walk::Stop;
+            }
+        }
+        if fit < pieces.len() {
+            Walk::Stop
+        } else {
+            Walk::On
+        }
+    }
+
+    /// Whether a range is cached or being fetched.
+    fn busy(&self, key: &RangeKey) -> bool {
+        self.cache.contains(&key.object_key, key.start, key.len)
+            || lock(&self.in_flight).contains_key(key)
+    }
+
+    /// Starts `fetch` if a GET slot and room for its bytes are free (`false` if not): its
+    /// ranges (a run's pieces each) are in flight until it lands.
+    fn start(&self, fetch: Fetch) -> bool {
+        let key = fetch.key();
+        let Ok(permit) = self.gets.clone().try_acquire_owned() else {
+            return false;
+        };
+        let kib = key.len.div_ceil(KIB).min(READ_AHEAD_IN_FLIGHT_BYTES / KIB) as u32;
+        let Ok(room) = self.in_flight_kib.clone().try_acquire_many_owned(kib) else {
+            return false;
+        };
+        let (tx, rx) = oneshot::channel::<Bytes>();
+        let got: Pending = rx.map(Result::ok).boxed().shared();
+        let keys: Vec<(RangeKey, Pending)> = match &fetch {
+            Fetch::Whole(_) | Fetch::Cut { .. } => vec![(key.clone(), got)],
+            Fetch::Run { entry, pieces } => pieces
+                .iter()
+                .map(|p| {
+                    let at = (p.start - key.start) as usize;
+                    let len = p.len as usize;
+                    let piece: Pending = got
+                        .clone()
+                        .map(move |b| b.map(|b| b.slice(at..at + len)))
+                        .boxed()
+                        .shared();
+                    (RangeKey::piece(entry, p), piece)
+                })
+                .collect(),
+        };
+        let landed = Landed {
+            in_flight: self.in_flight.clone(),
+            keys: keys.iter().map(|(k, _)| k.clone()).collect(),
+        };
+        lock(&self.in_flight).extend(keys);
+        let (objects, cache, pieces, fetched) = (
+            self.objects.clone(),
+            self.cache.clone(),
+            self.pieces.clone(),
+            self.fetched.clone(),
+        );
+        tokio::spawn(async move {
+            let _permits = (permit, room);
+            let path = ObjectPath::from(key.object_key.as_str());
+            let bytes = match objects
+                .get_range(&path, key.start..key.start + key.len)
+                .await
+            {
+                Ok(b) => b,
+                Err(err) => {
+                    tracing::debug!(object = %key.object_key, error = %err, "read-ahead GET failed");
+                    return;
+                }
+            };
+            // Checked, then cached before the waiters are answered and the range leaves the
+            // in-flight map, so a reader finds it in one place or the other.
+            let checked = match &fetch {
+                Fetch::Whole(e) => object::verify_range(e, &bytes).map(|()| {
+                    cache.insert_scanned(&key.object_key, key.start, key.len, bytes.clone());
+                }),
+                Fetch::Cut { entry, keep } => object::verify_range(entry, &bytes).map(|()| {
+                    let cut = pieces.remember(&cache, entry, &bytes);
+                    read_pieces::cache_pieces(
+                        &cache,
+                        entry,
+                        &cut,
+                        &bytes,
+                        entry.base_offset,
+                        *keep,
+                    );
+                }),
+                Fetch::Run { pieces: run, .. } => {
+                    let slice = |p: &Piece| {
+                        let at = (p.start - key.start) as usize;
+                        bytes.slice(at..at + p.len as usize)
+                    };
+                    run.iter()
+                        .try_for_each(|p| p.verify(&key.object_key, &slice(p)))
+                        .map(|()| {
+                            // Copied, so an evicted piece frees its memory rather
+                            // than pinning the run's buffer.
+                            for p in run {
+                                let piece = Bytes::copy_from_slice(&slice(p));
+                                cache.insert_scanned(&key.object_key, p.start, p.len, piece);
+                            }
+                        })
+                }
+            };
+            if checked.is_err() {
+                tracing::debug!(object = %key.object_key, "read-ahead range failed its checksum; dropped");
+                return;
+            }
+            fetched.fetch_add(1, Ordering::Relaxed);
+            let _ = tx.send(bytes);
+            drop(landed);
+        });
+        true
     }
 
     /// The prefetch of `entry`'s range, if one is in flight: await it for the checked
@@ -217,20 +430,19 @@ impl ReadAhead {
     pub fn in_flight(&self, entry: &CatalogEntry) -> Option<Pending> {
         lock(&self.in_flight).get(&RangeKey::of(entry)).cloned()
     }
+
+    /// The prefetch of piece `p` of `entry`'s range, if one is in flight (as
+    /// [`Self::in_flight`]).
+    pub fn piece_in_flight(&self, entry: &CatalogEntry, p: &Piece) -> Option<Pending> {
+        lock(&self.in_flight)
+            .get(&RangeKey::piece(entry, p))
+            .cloned()
+    }
 }
 
 /// Whether `e` is a range of batches too large for the *scanned* pool whole.
 fn large(cache: &ReadCache, e: &CatalogEntry) -> bool {
     e.layout == EntryLayout::Batches && PieceMaps::wants(cache, e)
-}
-
-/// Caches a checked range in the *scanned* pool: whole, or as pieces when too large.
-fn cache_range(cache: &ReadCache, pieces: &PieceMaps, e: &CatalogEntry, bytes: &Bytes) {
-    if large(cache, e) {
-        pieces.cache(cache, e, bytes);
-    } else {
-        cache.insert_scanned(&e.object_key, e.byte_start, e.byte_len, bytes.clone());
-    }
 }
 
 #[cfg(test)]
@@ -257,6 +469,14 @@ mod tests {
         }
     }
 
+    /// A small range before `entries`, read by the reader that asks for the window.
+    fn before() -> CatalogEntry {
+        let mut e = entry("before", 0, b"x");
+        e.base_offset = -1;
+        e.last_offset = -1;
+        e
+    }
+
     async fn store_with(data: &[u8]) -> Arc<dyn ObjectStore> {
         let store = InMemory::new();
         store
@@ -279,14 +499,14 @@ mod tests {
             })
             .collect();
         let ahead = ReadAhead::new(store_with(&data).await, ReadCache::new(64 << 20));
-        ahead.ahead(entries.iter().cloned());
+        ahead.ahead(-1, &before(), entries.iter().cloned());
         let started = entries
             .iter()
             .filter(|e| ahead.in_flight(e).is_some())
             .count();
         assert_eq!(started, 8, "the window's ranges are fetched side by side");
         // Asking again while the GETs run starts nothing new.
-        ahead.ahead(entries.iter().cloned());
+        ahead.ahead(-1, &before(), entries.iter().cloned());
         for e in &entries {
             if let Some(pending) = ahead.in_flight(e) {
                 let got = pending.await.expect("prefetched");
@@ -304,7 +524,7 @@ mod tests {
         for e in &entries {
             assert!(ahead.cache.contains("o", e.byte_start, e.byte_len));
         }
-        ahead.ahead(entries.iter().cloned());
+        ahead.ahead(-1, &before(), entries.iter().cloned());
         assert!(entries.iter().all(|e| ahead.in_flight(e).is_none()));
         assert_eq!(
             ahead.fetched.load(Ordering::Relaxed),
@@ -319,7 +539,7 @@ mod tests {
         let mut bad = entry("o", 0, &data);
         bad.crc32c ^= 1;
         let ahead = ReadAhead::new(store_with(&data).await, ReadCache::new(64 << 20));
-        ahead.ahead([bad.clone()]);
+        ahead.ahead(-1, &before(), [bad.clone()]);
         if let Some(pending) = ahead.in_flight(&bad) {
             assert!(pending.await.is_none());
         }
@@ -339,7 +559,7 @@ mod tests {
         let entries: Vec<CatalogEntry> = (0..16u64)
             .map(|i| entry("o", i * (256 << 10), &data[..256 << 10]))
             .collect();
-        ahead.ahead(entries.iter().cloned());
+        ahead.ahead(-1, &before(), entries.iter().cloned());
         let started = entries
             .iter()
             .filter(|e| ahead.in_flight(e).is_some())
@@ -349,7 +569,7 @@ mod tests {
             "{started} ranges of 256 KiB started in a 1 MiB window"
         );
         let big = ReadAhead::new(store_with(&data).await, ReadCache::new(1 << 30));
-        big.ahead(entries.iter().cloned());
+        big.ahead(-1, &before(), entries.iter().cloned());
         let started = entries
             .iter()
             .filter(|e| big.in_flight(e).is_some())
@@ -357,27 +577,177 @@ mod tests {
         assert!(started <= READ_AHEAD_GETS, "{started} GETs at once");
     }
 
-    #[tokio::test]
-    async fn a_range_too_large_to_cache_whole_is_cached_as_pieces_but_not_prefetched() {
+    /// Batches of 60 records from offset 0 until `bytes`, and the entry naming them.
+    fn large_range(bytes: usize) -> (CatalogEntry, Vec<u8>) {
         let mut data = Vec::new();
-        while data.len() < 3 << 20 {
+        let mut base = 0i64;
+        while data.len() < bytes {
             let mut b = crate::batch::testing::make_batch(60, 1_000);
-            let base = (data.len() as i64) * 1000;
             b[..8].copy_from_slice(&base.to_be_bytes());
+            base += 60;
             data.extend_from_slice(&b);
         }
-        let e = entry("o", 0, &data);
+        let mut e = entry("o", 0, &data);
+        e.base_offset = 0;
+        e.last_offset = base - 1;
+        (e, data)
+    }
+
+    async fn landed(ahead: &ReadAhead) {
+        while !lock(&ahead.in_flight).is_empty() {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_range_is_cut_and_only_the_window_of_its_pieces_is_cached() {
+        let (e, data) = large_range(3 << 20);
         // 16 MiB: a 4 MiB scanned pool, which takes ranges of up to 2 MiB whole; a 1 MiB
-        // window.
+        // window; pieces of up to 1 MiB.
         let cache = ReadCache::new(16 << 20);
         assert!(large(&cache, &e));
         let ahead = ReadAhead::new(store_with(&data).await, cache);
-        ahead.ahead([e.clone()]);
-        assert!(ahead.in_flight(&e).is_none(), "larger than the window");
-        // A reader's own read of it is cached as pieces.
-        ahead.cache_read(&e, &Bytes::from(data.clone()));
+        assert_eq!(ahead.window_bytes(), 1 << 20);
+        // Not cut yet, after the reader's range: fetched whole (and cut) by read-ahead,
+        // with only the window's pieces cached.
+        ahead.ahead(-1, &before(), [e.clone()]);
+        let pending = ahead
+            .in_flight(&e)
+            .expect("a large range is fetched whole to cut");
+        assert_eq!(pending.await.expect("checked").len(), data.len());
+        landed(&ahead).await;
         let cut = ahead.pieces.get(&e).expect("cut");
-        assert!(cut.len() >= 3);
-        assert!(ahead.cached(&e));
+        assert!(cut.len() >= 3, "{} pieces", cut.len());
+        let cached: Vec<bool> = cut
+            .iter()
+            .map(|p| ahead.cache.contains("o", p.start, p.len))
+            .collect();
+        assert!(cached[0], "the first piece is in the window");
+        assert!(!cached[cut.len() - 1], "the last piece is past the window");
+        assert!(cached[1], "the window after the first piece");
+        // A reader in the second piece: the window's next piece is fetched alone.
+        ahead.ahead(cut[1].first_offset, &e, []);
+        assert!(ahead.piece_in_flight(&e, &cut[2]).is_some());
+        landed(&ahead).await;
+        assert!(ahead.cache.contains("o", cut[2].start, cut[2].len));
+        assert_eq!(
+            ahead.fetched.load(Ordering::Relaxed),
+            2,
+            "the cut, then one piece"
+        );
+        // A reader in the last piece: nothing after it.
+        let last = cut[cut.len() - 1];
+        ahead.ahead(last.first_offset, &e, []);
+        assert!(lock(&ahead.in_flight).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_piece_failing_its_crc_is_neither_cached_nor_handed_out() {
+        let (e, data) = large_range(3 << 20);
+        let cache = ReadCache::new(16 << 20);
+        let ahead = ReadAhead::new(store_with(&data).await, cache);
+        // The cut learned from the right bytes; the store then holds others (a torn or
+        // corrupted object) under the same key.
+        ahead
+            .pieces
+            .remember(&ahead.cache, &e, &Bytes::from(data.clone()));
+        let mut other = data.clone();
+        for b in other.iter_mut() {
+            *b ^= 0x5a;
+        }
+        ahead
+            .objects
+            .put(&ObjectPath::from("o"), PutPayload::from(other))
+            .await
+            .expect("put");
+        ahead.ahead(0, &e, []);
+        let cut = ahead.pieces.get(&e).expect("cut");
+        let pending = ahead
+            .piece_in_flight(&e, &cut[1])
+            .expect("prefetching piece 1");
+        assert!(pending.await.is_none(), "a bad piece is not handed out");
+        landed(&ahead).await;
+        assert!(!ahead.cache.contains("o", cut[1].start, cut[1].len));
+        assert_eq!(ahead.fetched.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn pieces_are_fetched_in_runs_of_half_the_window_or_when_the_reader_needs_them() {
+        let (e, data) = large_range(10 << 20);
+        // 64 MiB: a 16 MiB scanned pool (one shard), ranges of up to 8 MiB whole, a 4 MiB
+        // window, pieces of 1 MiB.
+        let cache = ReadCache::new(64 << 20);
+        let ahead = ReadAhead::new(store_with(&data).await, cache);
+        assert_eq!(ahead.window_bytes(), 4 << 20);
+        let cut = ahead
+            .pieces
+            .remember(&ahead.cache, &e, &Bytes::from(data.clone()));
+        assert!(cut.len() >= 10, "{} pieces", cut.len());
+        // Nothing cached, the reader in piece 0: its next pieces, the whole window, at once
+        // and by one GET.
+        ahead.ahead(0, &e, []);
+        let started: Vec<bool> = cut
+            .iter()
+            .map(|p| ahead.piece_in_flight(&e, p).is_some())
+            .collect();
+        assert_eq!(&started[..6], &[false, true, true, true, true, false]);
+        landed(&ahead).await;
+        assert_eq!(
+            ahead.fetched.load(Ordering::Relaxed),
+            1,
+            "one GET for the run"
+        );
+        // The reader in piece 1: one piece missing at the window's end, under half the
+        // window: not yet.
+        ahead.ahead(cut[1].first_offset, &e, []);
+        assert!(lock(&ahead.in_flight).is_empty());
+        // In piece 2: two missing, half the window: one GET for both.
+        ahead.ahead(cut[2].first_offset, &e, []);
+        assert!(ahead.piece_in_flight(&e, &cut[5]).is_some());
+        assert!(ahead.piece_in_flight(&e, &cut[6]).is_some());
+        landed(&ahead).await;
+        assert_eq!(ahead.fetched.load(Ordering::Relaxed), 2);
+        for p in &cut[1..7] {
+            assert!(ahead.cache.contains("o", p.start, p.len));
+        }
+        // Near the range's end the last pieces are fetched however few.
+        let last = cut.len() - 1;
+        for p in &cut[7..last] {
+            ahead
+                .cache
+                .insert_scanned("o", p.start, p.len, Bytes::new());
+        }
+        ahead.ahead(cut[last - 1].first_offset, &e, []);
+        assert!(ahead.piece_in_flight(&e, &cut[last]).is_some());
+    }
+
+    #[tokio::test]
+    async fn the_reader_s_next_piece_in_the_next_range_is_fetched_at_once() {
+        let (e, data) = large_range(10 << 20);
+        let cache = ReadCache::new(64 << 20);
+        let ahead = ReadAhead::new(store_with(&data).await, cache);
+        let mut e2 = e.clone();
+        e2.object_key = "o2".into();
+        e2.base_offset = e.last_offset + 1;
+        e2.last_offset = e.last_offset + 1 + (e.last_offset - e.base_offset);
+        ahead
+            .objects
+            .put(&ObjectPath::from("o2"), PutPayload::from(data.clone()))
+            .await
+            .expect("put");
+        let whole = Bytes::from(data.clone());
+        let cut = ahead.pieces.remember(&ahead.cache, &e, &whole);
+        let cut2 = ahead.pieces.remember(&ahead.cache, &e2, &whole);
+        // The reader in the last piece of `e`: the next piece is `e2`'s first, missing
+        // alone (the rest of the window cached), so not a run of half the window.
+        for p in &cut2[1..4] {
+            ahead
+                .cache
+                .insert_scanned("o2", p.start, p.len, Bytes::new());
+        }
+        let last = cut[cut.len() - 1];
+        ahead.ahead(last.first_offset, &e, [e2.clone()]);
+        assert!(ahead.piece_in_flight(&e2, &cut2[0]).is_some());
+        landed(&ahead).await;
     }
 }

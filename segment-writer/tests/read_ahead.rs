@@ -190,3 +190,255 @@ async fn a_range_too_large_to_cache_whole_is_fetched_once_for_many_small_fetches
         "{fetches} small fetches of one large range took {gets} GETs"
     );
 }
+
+/// The ranged GETs a store answered: object key, start and length of each.
+#[derive(Debug, Default)]
+struct Gets(std::sync::Mutex<Vec<(String, u64, u64)>>);
+
+impl Gets {
+    fn all(&self) -> Vec<(String, u64, u64)> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+}
+
+/// A store that records every ranged GET it passes on.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn object_store::ObjectStore>,
+    gets: Arc<Gets>,
+}
+
+impl std::fmt::Display for Counting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Counting({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for Counting {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        if let Some(object_store::GetRange::Bounded(r)) = &options.range {
+            self.gets.0.lock().expect("not poisoned").push((
+                location.to_string(),
+                r.start,
+                r.end - r.start,
+            ));
+        }
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A log whose partition 0 is one sealed range of `batches` batches of 60 records (about
+/// 540 bytes each), its WAL removed.
+async fn one_large_range(
+    dir: &std::path::Path,
+    batches: i64,
+) -> (Arc<dyn MetadataStore>, oxbow_metadata::TopicMetadata) {
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.join("meta.redb")).expect("meta"));
+    let topic = topic(&metadata).await;
+    {
+        let log = common::open(dir, metadata.clone()).await;
+        let part = log.partition(&topic, 0).await.expect("p0");
+        for i in 0..batches {
+            log.append(
+                &part,
+                &make_batch(60, 1_000 + i),
+                &AppendPolicy::of(&topic.configs),
+                Acks::All,
+            )
+            .await
+            .expect("append");
+        }
+        log.seal_once().await.expect("one object, one range");
+    }
+    std::fs::remove_dir_all(dir.join("wal")).expect("clear the WAL");
+    (metadata, topic)
+}
+
+/// Reads partition 0 from the start to `end`, `bytes` at a time, as a consumer catching up
+/// does; each read must go on where the last one ended.
+async fn read_through(
+    log: &LogManager,
+    p: &oxbow_segment_writer::Partition,
+    end: i64,
+    bytes: usize,
+) -> oxbow_segment_writer::Result<usize> {
+    let (mut next, mut fetches) = (0, 0);
+    while next < end {
+        let r = log.read(p, next, bytes, true).await?;
+        let first = oxbow_segment_writer::batch::peek_header(&r.batches[0])
+            .expect("header")
+            .expect("whole");
+        assert_eq!(first.base_offset, next, "reads on where the last one ended");
+        let last = r.batches.last().expect("a batch");
+        let h = oxbow_segment_writer::batch::peek_header(last)
+            .expect("header")
+            .expect("whole");
+        next = h.last_offset() + 1;
+        fetches += 1;
+    }
+    Ok(fetches)
+}
+
+/// A large range read by many small fetches through a pool that holds two of its pieces:
+/// the range is fetched whole once (to be cut and checked against its catalogue CRC), then
+/// every piece past the window alone — never the whole range again, never a piece twice —
+/// and the cache stays within its budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_range_is_fetched_whole_once_then_piece_by_piece() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let batches = 1_800;
+    let (metadata, topic) = one_large_range(dir.path(), batches).await;
+    let gets = Arc::new(Gets::default());
+    let store = Arc::new(Counting {
+        inner: objects::local(&dir.path().join("objects")).expect("store"),
+        gets: gets.clone(),
+    });
+    // 2 MiB: a 512 KiB scanned pool, which takes ranges of up to 256 KiB whole: pieces of
+    // 256 KiB, a window of one piece.
+    let cache = ReadCache::new(2 << 20);
+    let log = LogManager::open(settings(dir.path()), metadata, store, cache.clone())
+        .await
+        .expect("open");
+    let p = log.partition(&topic, 0).await.expect("p0");
+    let end = p.offsets().expect("offsets").2;
+    assert_eq!(end, batches * 60);
+    let fetches = read_through(&log, &p, end, 16 << 10).await.expect("read");
+    // Prefetches past the reader may still be landing.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let all = gets.all();
+    let range = all.iter().map(|g| g.2).max().expect("some GET");
+    assert!(range > 800 << 10, "one range of {range} bytes");
+    let whole = all.iter().filter(|g| g.2 == range).count();
+    assert_eq!(
+        whole, 1,
+        "{fetches} fetches: the whole range GET {whole} times: {all:?}"
+    );
+    let mut pieces: Vec<_> = all.iter().filter(|g| g.2 < range).collect();
+    assert!(pieces.len() >= 2, "pieces fetched alone: {all:?}");
+    assert!(pieces.iter().all(|g| g.2 <= 256 << 10), "{all:?}");
+    let n = pieces.len();
+    pieces.sort();
+    pieces.dedup();
+    assert_eq!(pieces.len(), n, "a piece fetched twice: {all:?}");
+    let fetched: u64 = all.iter().map(|g| g.2).sum();
+    assert!(
+        fetched <= 2 * range,
+        "{fetched} bytes fetched for a range of {range}"
+    );
+    assert!(cache.usage_bytes() <= 2 << 20);
+}
+
+/// A piece that fails its CRC (the object changed under the cut) is never served: the
+/// reader reads its range whole again, checked against the catalogue's CRC, which fails
+/// too, so the read is an error; once the object is whole again, reads go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_failing_its_crc_is_never_served() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let batches = 1_800;
+    let (metadata, topic) = one_large_range(dir.path(), batches).await;
+    let log = LogManager::open(
+        settings(dir.path()),
+        metadata,
+        objects::local(&dir.path().join("objects")).expect("store"),
+        ReadCache::new(2 << 20),
+    )
+    .await
+    .expect("open");
+    let p = log.partition(&topic, 0).await.expect("p0");
+    let end = p.offsets().expect("offsets").2;
+    // The first read cuts the range.
+    log.read(&p, 0, 16 << 10, true).await.expect("first read");
+    // Flip one byte of every later piece in the object file (same length, same key).
+    let file = walk_files(&dir.path().join("objects"))
+        .into_iter()
+        .find(|f| f.extension().is_some_and(|e| e == "oxb"))
+        .expect("the sealed object");
+    let good = std::fs::read(&file).expect("read object");
+    let mut bad = good.clone();
+    for at in (good.len() / 2..good.len() - 64).step_by(64 << 10) {
+        bad[at] ^= 0xff;
+    }
+    std::fs::write(&file, &bad).expect("corrupt");
+    let failures = log.metrics.checksum_failures.load(Ordering::Relaxed);
+    let err = read_through(&log, &p, end, 16 << 10)
+        .await
+        .expect_err("corrupt bytes are not served");
+    assert!(
+        matches!(err, oxbow_segment_writer::Error::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(log.metrics.checksum_failures.load(Ordering::Relaxed) > failures);
+    std::fs::write(&file, &good).expect("restore");
+    read_through(&log, &p, end, 16 << 10)
+        .await
+        .expect("reads go on from the restored object");
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
