@@ -24,7 +24,14 @@ start() {
   local name=$1; shift
   if alive "$name"; then echo "$name is already running (pid $(cat "$RUN_DIR/$name.pid"))" >&2; exit 1; fi
   printf '%s\0' "$@" > "$RUN_DIR/$name.cmd"
-  nohup "$@" >>"$RUN_DIR/$name.log" 2>&1 </dev/null &
+  # Descriptors beyond stdio are not passed on: a caller's lock (`flock LOCK bg.sh …`)
+  # would otherwise be held by the server for as long as it runs.
+  (
+    for fd in $(ls /proc/$BASHPID/fd); do
+      if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec nohup "$@" >>"$RUN_DIR/$name.log" 2>&1 </dev/null
+  ) &
   echo $! > "$RUN_DIR/$name.pid"
   echo "$name started (pid $!, log $RUN_DIR/$name.log)" >&2
 }
