@@ -165,7 +165,7 @@ fn write_direct(
             // object's body is one large allocation, page-aligned by jemalloc): whole blocks
             // go to the disk straight from the payload, without the copy into `step`.
             let whole = rest.len().min(STEP) / BLOCK * BLOCK;
-            if filled == 0 && whole > 0 && (rest.as_ptr() as usize) % BLOCK == 0 {
+            if filled == 0 && whole > 0 && (rest.as_ptr() as usize).is_multiple_of(BLOCK) {
                 direct.write_all_at(&rest[..whole], offset)?;
                 offset += whole as u64;
                 rest = &rest[whole..];
@@ -358,7 +358,7 @@ mod tests {
         let raw = Bytes::from(pattern(n + BLOCK, 1));
         let at = raw.as_ptr().align_offset(BLOCK);
         let big = raw.slice(at..at + n);
-        assert_eq!(big.as_ptr() as usize % BLOCK, 0);
+        assert!((big.as_ptr() as usize).is_multiple_of(BLOCK));
         let layouts: Vec<Vec<Bytes>> = vec![
             vec![big.clone()],
             // Unaligned start: every byte through the step buffer.

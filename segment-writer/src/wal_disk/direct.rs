@@ -19,6 +19,11 @@ use crate::direct_io::{Aligned, BLOCK};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+
+/// Where a closed file leaves its buffer for the next file of the same disk (one slot: the
+/// WAL writes one file at a time).
+pub(crate) type SpareBuffer = Arc<Mutex<Option<Aligned>>>;
 
 /// A WAL file opened with `O_DIRECT`; see the module docs.
 pub(crate) struct DirectFile {
@@ -28,16 +33,25 @@ pub(crate) struct DirectFile {
     /// Its first `end % BLOCK` bytes are the file's bytes from the block boundary before
     /// `end` up to `end`: the head of the next write.
     buf: Aligned,
+    /// Gets `buf` when this file is dropped.
+    spare: SpareBuffer,
 }
 
 impl DirectFile {
-    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end`. `None` when no
-    /// aligned buffer could be had.
-    pub(crate) fn new(file: File, end: u64) -> io::Result<Option<DirectFile>> {
-        let Some(buf) = Aligned::new(BLOCK) else {
+    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end`, writing from
+    /// the buffer in `spare` if a closed file left one there. `None` when no aligned buffer
+    /// could be had.
+    pub(crate) fn new(file: File, end: u64, spare: SpareBuffer) -> io::Result<Option<DirectFile>> {
+        let left = spare.lock().ok().and_then(|mut s| s.take());
+        let Some(buf) = left.or_else(|| Aligned::new(BLOCK)) else {
             return Ok(None);
         };
-        let mut f = DirectFile { file, end, buf };
+        let mut f = DirectFile {
+            file,
+            end,
+            buf,
+            spare,
+        };
         f.load_head()?;
         Ok(Some(f))
     }
@@ -117,6 +131,18 @@ impl WalDiskFile for DirectFile {
     }
 }
 
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        if let Ok(mut spare) = self.spare.lock() {
+            let buf = std::mem::take(&mut self.buf);
+            // The larger of the two stays (each is as large as some write group was).
+            if spare.as_ref().is_none_or(|s| s.capacity() < buf.capacity()) {
+                *spare = Some(buf);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,7 +153,40 @@ mod tests {
         let path = dir.join("d.wal");
         std::fs::File::create(&path).expect("create");
         let file = crate::direct_io::open(&path).expect("open")?;
-        Some((DirectFile::new(file, 0).expect("direct file")?, path))
+        Some((
+            DirectFile::new(file, 0, SpareBuffer::default()).expect("direct file")?,
+            path,
+        ))
+    }
+
+    #[test]
+    fn a_closed_files_buffer_starts_the_next_one_and_its_old_bytes_stay_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spare = SpareBuffer::default();
+        let open = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::File::create(&path).expect("create");
+            let file = crate::direct_io::open(&path).expect("open")?;
+            Some((
+                DirectFile::new(file, 0, spare.clone()).expect("direct file")?,
+                path,
+            ))
+        };
+        let Some((mut a, _)) = open("a.wal") else {
+            eprintln!("no O_DIRECT on this file system; skipped");
+            return;
+        };
+        a.write_all(&vec![0xAB; 3 * BLOCK + 1]).expect("write");
+        let grown = a.buf.capacity();
+        assert!(grown >= 4 * BLOCK, "{grown}");
+        drop(a);
+        let (mut b, path) = open("b.wal").expect("direct again");
+        assert_eq!(b.buf.capacity(), grown, "the grown buffer is reused");
+        b.write_all(b"xy").expect("write");
+        b.sync().expect("sync");
+        let got = std::fs::read(&path).expect("read");
+        assert_eq!(&got[..2], b"xy");
+        assert!(got[2..].iter().all(|x| *x == 0), "old buffer bytes written");
     }
 
     #[test]
