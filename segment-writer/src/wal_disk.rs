@@ -256,7 +256,7 @@ impl WalDisk for FsDisk {
             .open(&path)?;
         self.sync_dir()?;
         if self.direct {
-            if let Some(direct) = self.open_direct(&path)? {
+            if let Some(direct) = self.open_direct(&path, &file)? {
                 return Ok((Box::new(direct), reused));
             }
         }
@@ -371,15 +371,21 @@ impl FsDisk {
     /// `path` (existing) opened for direct writes from its start, or `None` where direct I/O
     /// is not to be had: then the caller writes through the page cache as before.
     #[cfg(target_os = "linux")]
-    fn open_direct(&self, path: &std::path::Path) -> io::Result<Option<direct::DirectFile>> {
+    fn open_direct(
+        &self,
+        path: &std::path::Path,
+        buffered: &File,
+    ) -> io::Result<Option<direct::DirectFile>> {
         match crate::direct_io::open(path)? {
-            Some(file) => direct::DirectFile::new(file, 0, self.spare_buffer.clone()),
+            Some(file) => {
+                direct::DirectFile::new(file, buffered.try_clone()?, 0, self.spare_buffer.clone())
+            }
             None => Ok(None),
         }
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn open_direct(&self, _path: &std::path::Path) -> io::Result<Option<FsFile>> {
+    fn open_direct(&self, _path: &std::path::Path, _buffered: &File) -> io::Result<Option<FsFile>> {
         Ok(None)
     }
 }

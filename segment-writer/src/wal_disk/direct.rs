@@ -28,6 +28,15 @@ pub(crate) type SpareBuffer = Arc<Mutex<Option<Aligned>>>;
 /// A WAL file opened with `O_DIRECT`; see the module docs.
 pub(crate) struct DirectFile {
     file: File,
+    /// The same file opened without `O_DIRECT`: written instead, from then on, once a
+    /// direct write was refused with EINVAL (a file system that takes `O_DIRECT` at open
+    /// but not these writes), so such a disk costs CPU rather than the WAL.
+    buffered: File,
+    /// A direct write was refused.
+    refused: bool,
+    /// Unit tests: direct writes are refused with EINVAL.
+    #[cfg(test)]
+    refuse_direct: bool,
     /// Where the next byte goes (the logical end: entries end here, zeros follow).
     end: u64,
     /// Its first `end % BLOCK` bytes are the file's bytes from the block boundary before
@@ -38,16 +47,25 @@ pub(crate) struct DirectFile {
 }
 
 impl DirectFile {
-    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end`, writing from
-    /// the buffer in `spare` if a closed file left one there. `None` when no aligned buffer
-    /// could be had.
-    pub(crate) fn new(file: File, end: u64, spare: SpareBuffer) -> io::Result<Option<DirectFile>> {
+    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end` (`buffered`: the
+    /// same file without `O_DIRECT`), writing from the buffer in `spare` if a closed file
+    /// left one there. `None` when no aligned buffer could be had.
+    pub(crate) fn new(
+        file: File,
+        buffered: File,
+        end: u64,
+        spare: SpareBuffer,
+    ) -> io::Result<Option<DirectFile>> {
         let left = spare.lock().ok().and_then(|mut s| s.take());
         let Some(buf) = left.or_else(|| Aligned::new(BLOCK)) else {
             return Ok(None);
         };
         let mut f = DirectFile {
             file,
+            buffered,
+            refused: false,
+            #[cfg(test)]
+            refuse_direct: false,
             end,
             buf,
             spare,
@@ -111,7 +129,27 @@ impl WalDiskFile for DirectFile {
             at += b.len();
         }
         out[len..].fill(0);
-        self.file.write_all_at(out, block_start)?;
+        let direct = if self.refused {
+            self.buffered.write_all_at(out, block_start)
+        } else {
+            #[cfg(test)]
+            let injected = self.refuse_direct;
+            #[cfg(not(test))]
+            let injected = false;
+            if injected {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                self.file.write_all_at(out, block_start)
+            }
+        };
+        match direct {
+            Err(e) if !self.refused && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(error = %e, "the file system refused a direct WAL write: this file is written through the page cache");
+                self.refused = true;
+                self.buffered.write_all_at(out, block_start)?;
+            }
+            other => other?,
+        }
         self.end += total as u64;
         // The new partial last block becomes the next write's head.
         let next_head = (self.end % BLOCK as u64) as usize;
@@ -120,6 +158,7 @@ impl WalDiskFile for DirectFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        // One inode: either descriptor's fdatasync covers both kinds of write.
         self.file.sync_data()
     }
 
@@ -147,6 +186,31 @@ impl Drop for DirectFile {
 mod tests {
     use super::*;
 
+    fn buffered(path: &std::path::Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open buffered")
+    }
+
+    #[test]
+    fn a_refused_direct_write_goes_through_the_page_cache_from_then_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some((mut f, path)) = direct_file(dir.path()) else {
+            eprintln!("no O_DIRECT on this file system; skipped");
+            return;
+        };
+        f.write_all(b"direct ").expect("write");
+        f.refuse_direct = true;
+        f.write_all(b"then refused ").expect("falls back");
+        f.write_all(b"then buffered").expect("write");
+        f.sync().expect("sync");
+        let got = std::fs::read(&path).expect("read");
+        assert_eq!(&got[..33], b"direct then refused then buffered");
+        assert!(got[33..].iter().all(|b| *b == 0));
+    }
+
     /// A file opened with `O_DIRECT` in a temporary directory, or `None` where the file
     /// system refuses direct I/O (tmpfs).
     fn direct_file(dir: &std::path::Path) -> Option<(DirectFile, std::path::PathBuf)> {
@@ -154,7 +218,8 @@ mod tests {
         std::fs::File::create(&path).expect("create");
         let file = crate::direct_io::open(&path).expect("open")?;
         Some((
-            DirectFile::new(file, 0, SpareBuffer::default()).expect("direct file")?,
+            DirectFile::new(file, buffered(&path), 0, SpareBuffer::default())
+                .expect("direct file")?,
             path,
         ))
     }
@@ -168,7 +233,7 @@ mod tests {
             std::fs::File::create(&path).expect("create");
             let file = crate::direct_io::open(&path).expect("open")?;
             Some((
-                DirectFile::new(file, 0, spare.clone()).expect("direct file")?,
+                DirectFile::new(file, buffered(&path), 0, spare.clone()).expect("direct file")?,
                 path,
             ))
         };
