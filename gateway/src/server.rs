@@ -239,6 +239,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 dir: args.data_dir.join("wal"),
                 file_bytes_max: wal_file_bytes_max,
                 budget_bytes: args.wal_max_bytes.as_u64(),
+                direct_writes: args.wal_direct_io,
             },
             flush_interval: args.flush_interval,
             flush_bytes: args.flush_bytes.as_u64(),

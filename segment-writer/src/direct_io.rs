@@ -20,6 +20,8 @@ pub(crate) const BLOCK: usize = 4096;
 
 /// A buffer whose usable part starts on a [`BLOCK`] boundary: an offset into a slightly
 /// larger `Vec`, fixed once it is allocated (it never grows in place). Safe code only.
+/// `Default`: no bytes, no allocation (what a buffer is left as once moved out).
+#[derive(Default)]
 pub(crate) struct Aligned {
     raw: Vec<u8>,
     start: usize,

@@ -261,7 +261,13 @@ impl LogManager {
         );
         let (wal, entries) = match settings.durability {
             Durability::Wal => {
-                let disk = wal_disk.unwrap_or_else(|| FsDisk::new(settings.wal.dir.clone()));
+                let disk = wal_disk.unwrap_or_else(|| {
+                    if settings.wal.direct_writes {
+                        FsDisk::with_direct_writes(settings.wal.dir.clone())
+                    } else {
+                        FsDisk::new(settings.wal.dir.clone())
+                    }
+                });
                 let (wal, entries) = Wal::open_on(settings.wal.clone(), disk, &*rng)?;
                 (Some(wal), entries)
             }

@@ -91,6 +91,7 @@ fn settings(id: i32, dir: &Path) -> LogSettings {
             dir: dir.join("wal"),
             file_bytes_max: 1 << 20,
             budget_bytes: 1 << 30,
+            direct_writes: true,
         },
         // No seal but the handoff's own.
         flush_interval: Duration::from_secs(3600),

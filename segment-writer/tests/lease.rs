@@ -42,6 +42,7 @@ async fn setup() -> (
                 dir: dir.path().join("wal"),
                 file_bytes_max: 1 << 20,
                 budget_bytes: 1 << 30,
+                direct_writes: true,
             },
             flush_interval: Duration::from_secs(3600),
             flush_bytes: 1 << 30,

@@ -23,6 +23,7 @@ fn settings(dir: &Path) -> LogSettings {
             // Tiny files, so trimming after a seal is visible.
             file_bytes_max: 256,
             budget_bytes: 1 << 30,
+            direct_writes: true,
         },
         flush_interval: Duration::from_secs(3600),
         flush_bytes: 1 << 30,

@@ -85,6 +85,7 @@ async fn a_lost_wal_waits_for_its_replica_with_bounded_backoff_then_recovers() {
                 dir: dir.path().join("b1/wal"),
                 file_bytes_max: 1 << 20,
                 budget_bytes: 1 << 30,
+                direct_writes: true,
             },
             flush_interval: Duration::from_secs(3600),
             flush_bytes: 1 << 30,

@@ -94,6 +94,7 @@ impl Cluster {
                     // Small files (here and in replica copies), so trims are visible.
                     file_bytes_max: 512,
                     budget_bytes: 1 << 30,
+                    direct_writes: true,
                 },
                 flush_interval: Duration::from_secs(3600),
                 flush_bytes: 1 << 30,

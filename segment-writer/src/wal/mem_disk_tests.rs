@@ -10,6 +10,7 @@ fn settings() -> WalSettings {
         dir: PathBuf::from("/sim/wal"),
         file_bytes_max: 256,
         budget_bytes: 1 << 30,
+        direct_writes: true,
     }
 }
 

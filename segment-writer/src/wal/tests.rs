@@ -11,6 +11,7 @@ fn settings(dir: &Path) -> WalSettings {
         dir: dir.to_path_buf(),
         file_bytes_max: 1 << 20,
         budget_bytes: 1 << 30,
+        direct_writes: true,
     }
 }
 

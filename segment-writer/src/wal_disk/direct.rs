@@ -19,25 +19,57 @@ use crate::direct_io::{Aligned, BLOCK};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+
+/// Where a closed file leaves its buffer for the next file of the same disk (one slot: the
+/// WAL writes one file at a time).
+pub(crate) type SpareBuffer = Arc<Mutex<Option<Aligned>>>;
 
 /// A WAL file opened with `O_DIRECT`; see the module docs.
 pub(crate) struct DirectFile {
     file: File,
+    /// The same file opened without `O_DIRECT`: written instead, from then on, once a
+    /// direct write was refused with EINVAL (a file system that takes `O_DIRECT` at open
+    /// but not these writes), so such a disk costs CPU rather than the WAL.
+    buffered: File,
+    /// A direct write was refused.
+    refused: bool,
+    /// Unit tests: direct writes are refused with EINVAL.
+    #[cfg(test)]
+    refuse_direct: bool,
     /// Where the next byte goes (the logical end: entries end here, zeros follow).
     end: u64,
     /// Its first `end % BLOCK` bytes are the file's bytes from the block boundary before
     /// `end` up to `end`: the head of the next write.
     buf: Aligned,
+    /// Gets `buf` when this file is dropped.
+    spare: SpareBuffer,
 }
 
 impl DirectFile {
-    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end`. `None` when no
-    /// aligned buffer could be had.
-    pub(crate) fn new(file: File, end: u64) -> io::Result<Option<DirectFile>> {
-        let Some(buf) = Aligned::new(BLOCK) else {
+    /// Wraps `file`, opened with `O_DIRECT`, whose next write goes at `end` (`buffered`: the
+    /// same file without `O_DIRECT`), writing from the buffer in `spare` if a closed file
+    /// left one there. `None` when no aligned buffer could be had.
+    pub(crate) fn new(
+        file: File,
+        buffered: File,
+        end: u64,
+        spare: SpareBuffer,
+    ) -> io::Result<Option<DirectFile>> {
+        let left = spare.lock().ok().and_then(|mut s| s.take());
+        let Some(buf) = left.or_else(|| Aligned::new(BLOCK)) else {
             return Ok(None);
         };
-        let mut f = DirectFile { file, end, buf };
+        let mut f = DirectFile {
+            file,
+            buffered,
+            refused: false,
+            #[cfg(test)]
+            refuse_direct: false,
+            end,
+            buf,
+            spare,
+        };
         f.load_head()?;
         Ok(Some(f))
     }
@@ -97,7 +129,27 @@ impl WalDiskFile for DirectFile {
             at += b.len();
         }
         out[len..].fill(0);
-        self.file.write_all_at(out, block_start)?;
+        let direct = if self.refused {
+            self.buffered.write_all_at(out, block_start)
+        } else {
+            #[cfg(test)]
+            let injected = self.refuse_direct;
+            #[cfg(not(test))]
+            let injected = false;
+            if injected {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                self.file.write_all_at(out, block_start)
+            }
+        };
+        match direct {
+            Err(e) if !self.refused && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(error = %e, "the file system refused a direct WAL write: this file is written through the page cache");
+                self.refused = true;
+                self.buffered.write_all_at(out, block_start)?;
+            }
+            other => other?,
+        }
         self.end += total as u64;
         // The new partial last block becomes the next write's head.
         let next_head = (self.end % BLOCK as u64) as usize;
@@ -106,6 +158,7 @@ impl WalDiskFile for DirectFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        // One inode: either descriptor's fdatasync covers both kinds of write.
         self.file.sync_data()
     }
 
@@ -117,9 +170,46 @@ impl WalDiskFile for DirectFile {
     }
 }
 
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        if let Ok(mut spare) = self.spare.lock() {
+            let buf = std::mem::take(&mut self.buf);
+            // The larger of the two stays (each is as large as some write group was).
+            if spare.as_ref().is_none_or(|s| s.capacity() < buf.capacity()) {
+                *spare = Some(buf);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn buffered(path: &std::path::Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open buffered")
+    }
+
+    #[test]
+    fn a_refused_direct_write_goes_through_the_page_cache_from_then_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some((mut f, path)) = direct_file(dir.path()) else {
+            eprintln!("no O_DIRECT on this file system; skipped");
+            return;
+        };
+        f.write_all(b"direct ").expect("write");
+        f.refuse_direct = true;
+        f.write_all(b"then refused ").expect("falls back");
+        f.write_all(b"then buffered").expect("write");
+        f.sync().expect("sync");
+        let got = std::fs::read(&path).expect("read");
+        assert_eq!(&got[..33], b"direct then refused then buffered");
+        assert!(got[33..].iter().all(|b| *b == 0));
+    }
 
     /// A file opened with `O_DIRECT` in a temporary directory, or `None` where the file
     /// system refuses direct I/O (tmpfs).
@@ -127,7 +217,41 @@ mod tests {
         let path = dir.join("d.wal");
         std::fs::File::create(&path).expect("create");
         let file = crate::direct_io::open(&path).expect("open")?;
-        Some((DirectFile::new(file, 0).expect("direct file")?, path))
+        Some((
+            DirectFile::new(file, buffered(&path), 0, SpareBuffer::default())
+                .expect("direct file")?,
+            path,
+        ))
+    }
+
+    #[test]
+    fn a_closed_files_buffer_starts_the_next_one_and_its_old_bytes_stay_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spare = SpareBuffer::default();
+        let open = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::File::create(&path).expect("create");
+            let file = crate::direct_io::open(&path).expect("open")?;
+            Some((
+                DirectFile::new(file, buffered(&path), 0, spare.clone()).expect("direct file")?,
+                path,
+            ))
+        };
+        let Some((mut a, _)) = open("a.wal") else {
+            eprintln!("no O_DIRECT on this file system; skipped");
+            return;
+        };
+        a.write_all(&vec![0xAB; 3 * BLOCK + 1]).expect("write");
+        let grown = a.buf.capacity();
+        assert!(grown >= 4 * BLOCK, "{grown}");
+        drop(a);
+        let (mut b, path) = open("b.wal").expect("direct again");
+        assert_eq!(b.buf.capacity(), grown, "the grown buffer is reused");
+        b.write_all(b"xy").expect("write");
+        b.sync().expect("sync");
+        let got = std::fs::read(&path).expect("read");
+        assert_eq!(&got[..2], b"xy");
+        assert!(got[2..].iter().all(|x| *x == 0), "old buffer bytes written");
     }
 
     #[test]

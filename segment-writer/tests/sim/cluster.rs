@@ -304,6 +304,7 @@ impl Cluster {
                 dir: self.replica_root(id).join("wal"),
                 file_bytes_max: 16 << 10,
                 budget_bytes: 64 << 20,
+                direct_writes: true,
             },
             flush_interval: Duration::from_millis(250),
             flush_bytes: 1 << 20,
