@@ -460,20 +460,12 @@ impl LogManager {
         entry: &CatalogEntry,
         from: Offset,
     ) -> Result<(Bytes, ReadSource)> {
-        if let Some(hit) = self
+        let hit = self
             .cache
             .get(&entry.object_key, entry.byte_start, entry.byte_len)
-            .await
-        {
-            if !hit.from_disk || self.checked(entry, &hit.bytes).is_ok() {
-                self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
-                let source = if hit.from_disk {
-                    ReadSource::CacheDisk
-                } else {
-                    ReadSource::CacheMemory
-                };
-                return Ok((hit.bytes, source));
-            }
+            .await;
+        if let Some(found) = self.cache_hit(hit, |b| self.checked(entry, b)) {
+            return Ok(found);
         }
         if let Some(pending) = self.read_ahead.in_flight(entry) {
             // Being prefetched: wait for that GET (its bytes are checked) rather than send
@@ -490,6 +482,26 @@ impl LogManager {
     }
 
     /// `bytes` against `entry`'s checksum, counted and logged when they fail it.
+    /// A cache hit, counted, with where it came from; one read back from the disk tier is
+    /// served only if `verify` passes (memory holds only what was checked going in).
+    fn cache_hit(
+        &self,
+        hit: Option<oxbow_cache::Hit>,
+        verify: impl FnOnce(&Bytes) -> Result<()>,
+    ) -> Option<(Bytes, ReadSource)> {
+        let hit = hit?;
+        if hit.from_disk && verify(&hit.bytes).is_err() {
+            return None;
+        }
+        self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
+        let source = if hit.from_disk {
+            ReadSource::CacheDisk
+        } else {
+            ReadSource::CacheMemory
+        };
+        Some((hit.bytes, source))
+    }
+
     fn checked(&self, entry: &CatalogEntry, bytes: &Bytes) -> Result<()> {
         object::verify_range(entry, bytes).inspect_err(|e| {
             self.metrics
@@ -603,16 +615,9 @@ impl LogManager {
     /// tier, checked like a GET), a prefetch in flight, or a ranged GET of the piece alone,
     /// checked against the piece's CRC and cached.
     async fn piece_bytes(&self, entry: &CatalogEntry, p: &Piece) -> Result<(Bytes, ReadSource)> {
-        if let Some(hit) = self.cache.get(&entry.object_key, p.start, p.len).await {
-            if !hit.from_disk || p.verify(&entry.object_key, &hit.bytes).is_ok() {
-                self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
-                let source = if hit.from_disk {
-                    ReadSource::CacheDisk
-                } else {
-                    ReadSource::CacheMemory
-                };
-                return Ok((hit.bytes, source));
-            }
+        let hit = self.cache.get(&entry.object_key, p.start, p.len).await;
+        if let Some(found) = self.cache_hit(hit, |b| p.verify(&entry.object_key, b)) {
+            return Ok(found);
         }
         if let Some(pending) = self.read_ahead.piece_in_flight(entry, p) {
             if let Some(bytes) = pending.await {
