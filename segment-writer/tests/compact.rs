@@ -364,11 +364,11 @@ async fn readers_racing_compaction_and_deletion_see_every_batch() {
     check_reads(&log, &topic, &expected).await;
 }
 
-/// An object store that can hold one GET of one key until released, so a test can delete
-/// the object between a reader's catalog lookup and its GET.
+/// What a [`common::HookedStore`] does so a test can hold one GET of one key until
+/// released (deleting the object between a reader's catalog lookup and its GET), and count
+/// the GETs that found nothing.
 #[derive(Debug)]
-struct GatedStore {
-    inner: Arc<dyn object_store::ObjectStore>,
+struct Gate {
     trap: std::sync::Mutex<Option<Trap>>,
     not_found: std::sync::atomic::AtomicU64,
 }
@@ -380,36 +380,13 @@ struct Trap {
     release: tokio::sync::oneshot::Receiver<()>,
 }
 
-impl std::fmt::Display for GatedStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GatedStore({})", self.inner)
-    }
-}
-
 #[async_trait::async_trait]
-impl object_store::ObjectStore for GatedStore {
-    async fn put_opts(
+impl common::GetHook for Gate {
+    async fn before(
         &self,
         location: &object_store::path::Path,
-        payload: object_store::PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &object_store::path::Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &object_store::path::Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
+        _options: &object_store::GetOptions,
+    ) {
         let trap = {
             let mut t = self.trap.lock().expect("trap lock");
             if t.as_ref().is_some_and(|t| t.key == location.as_ref()) {
@@ -422,45 +399,13 @@ impl object_store::ObjectStore for GatedStore {
             let _ = t.arrived.send(());
             let _ = t.release.await;
         }
-        let r = self.inner.get_opts(location, options).await;
-        if matches!(r, Err(object_store::Error::NotFound { .. })) {
+    }
+
+    fn after(&self, result: &object_store::Result<object_store::GetResult>) {
+        if matches!(result, Err(object_store::Error::NotFound { .. })) {
             self.not_found
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        r
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<
-            'static,
-            object_store::Result<object_store::path::Path>,
-        >,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&object_store::path::Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&object_store::path::Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &object_store::path::Path,
-        to: &object_store::path::Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
     }
 }
 
@@ -470,10 +415,12 @@ async fn a_reader_whose_object_was_compacted_away_looks_the_catalog_up_again() {
     let metadata: Arc<dyn MetadataStore> =
         Arc::new(oxbow_metadata::EmbeddedStore::in_memory().expect("meta"));
     let topic = topic(&metadata).await;
-    let store = Arc::new(GatedStore {
+    let store = Arc::new(common::HookedStore {
         inner: objects::local(&dir.path().join("objects")).expect("object store"),
-        trap: std::sync::Mutex::new(None),
-        not_found: std::sync::atomic::AtomicU64::new(0),
+        hook: Gate {
+            trap: std::sync::Mutex::new(None),
+            not_found: std::sync::atomic::AtomicU64::new(0),
+        },
     });
     // A tiny cache (it keeps about one range), shared with the test to pick a range it
     // does not hold: that read must GET.
@@ -498,7 +445,7 @@ async fn a_reader_whose_object_was_compacted_away_looks_the_catalog_up_again() {
     let from = first.base_offset;
     let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
     let (release, release_rx) = tokio::sync::oneshot::channel();
-    *store.trap.lock().expect("trap lock") = Some(Trap {
+    *store.hook.trap.lock().expect("trap lock") = Some(Trap {
         key: first.object_key.clone(),
         arrived: arrived_tx,
         release: release_rx,
@@ -536,7 +483,11 @@ async fn a_reader_whose_object_was_compacted_away_looks_the_catalog_up_again() {
         .collect();
     assert_eq!(read.batches, want);
     assert!(
-        store.not_found.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        store
+            .hook
+            .not_found
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1,
         "the reader did hit the deleted object"
     );
 }

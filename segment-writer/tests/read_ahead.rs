@@ -201,84 +201,20 @@ impl Gets {
     }
 }
 
-/// A store that records every ranged GET it passes on.
-#[derive(Debug)]
-struct Counting {
-    inner: Arc<dyn object_store::ObjectStore>,
-    gets: Arc<Gets>,
-}
-
-impl std::fmt::Display for Counting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
 #[async_trait::async_trait]
-impl object_store::ObjectStore for Counting {
-    async fn put_opts(
+impl common::GetHook for Arc<Gets> {
+    async fn before(
         &self,
         location: &object_store::path::Path,
-        payload: object_store::PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &object_store::path::Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &object_store::path::Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
+        options: &object_store::GetOptions,
+    ) {
         if let Some(object_store::GetRange::Bounded(r)) = &options.range {
-            self.gets.0.lock().expect("not poisoned").push((
+            self.0.lock().expect("not poisoned").push((
                 location.to_string(),
                 r.start,
                 r.end - r.start,
             ));
         }
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<
-            'static,
-            object_store::Result<object_store::path::Path>,
-        >,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&object_store::path::Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&object_store::path::Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &object_store::path::Path,
-        to: &object_store::path::Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
     }
 }
 
@@ -345,9 +281,10 @@ async fn a_large_range_is_fetched_whole_once_then_piece_by_piece() {
     let batches = 1_800;
     let (metadata, topic) = one_large_range(dir.path(), batches).await;
     let gets = Arc::new(Gets::default());
-    let store = Arc::new(Counting {
+    // A store that records every ranged GET it passes on.
+    let store = Arc::new(common::HookedStore {
         inner: objects::local(&dir.path().join("objects")).expect("store"),
-        gets: gets.clone(),
+        hook: gets.clone(),
     });
     // 2 MiB: a 512 KiB scanned pool, which takes ranges of up to 256 KiB whole: pieces of
     // 256 KiB, a window of one piece.

@@ -175,3 +175,94 @@ pub async fn check_reads(log: &LogManager, topic: &TopicMetadata, expected: &[Ve
         assert!(none.is_none(), "no batch after the last timestamp");
     }
 }
+
+/// What a [`HookedStore`] does around each GET it passes on.
+#[async_trait::async_trait]
+pub trait GetHook: std::fmt::Debug + Send + Sync + 'static {
+    /// Before the GET goes to the inner store.
+    async fn before(
+        &self,
+        _location: &object_store::path::Path,
+        _options: &object_store::GetOptions,
+    ) {
+    }
+    /// With its result.
+    fn after(&self, _result: &object_store::Result<object_store::GetResult>) {}
+}
+
+/// An object store that passes everything on to `inner`, every GET through `hook`.
+#[derive(Debug)]
+pub struct HookedStore<H> {
+    pub inner: Arc<dyn object_store::ObjectStore>,
+    pub hook: H,
+}
+
+impl<H: GetHook> std::fmt::Display for HookedStore<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hooked({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl<H: GetHook> object_store::ObjectStore for HookedStore<H> {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.hook.before(location, &options).await;
+        let r = self.inner.get_opts(location, options).await;
+        self.hook.after(&r);
+        r
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
