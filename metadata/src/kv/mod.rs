@@ -39,6 +39,7 @@
 mod etcd;
 mod meter;
 mod redb;
+mod redb_records;
 mod redb_watch;
 
 pub use self::etcd::EtcdKv;

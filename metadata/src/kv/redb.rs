@@ -35,9 +35,10 @@
 //! redb calls block: on a file they run on tokio's blocking pool; in memory they run inline
 //! (nothing waits on a disk), which keeps a simulated run on one thread.
 
+use super::redb_records::{bounds, empty, encode_record, leased_key, read_key, read_range};
 use super::redb_watch::WatchHub;
 use super::{
-    ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, KvStatus, Op, OpResult, RangeEnd,
+    ttl_secs, Compare, EventKind, Get, KeyRange, KeyValue, Kv, KvStatus, Op, OpResult,
     RangeResponse, Revision, Txn, TxnResponse, WatchEvent,
 };
 use crate::clock::Clock;
@@ -49,7 +50,6 @@ use redb::{
     WriteTransaction,
 };
 use std::collections::HashMap;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -60,12 +60,10 @@ const KV_LEASED: TableDefinition<&[u8], ()> = TableDefinition::new("kv_leased");
 const KV_META: TableDefinition<&str, i64> = TableDefinition::new("kv_meta");
 const META_REVISION: &str = "revision";
 const META_NEXT_LEASE: &str = "next_lease";
-/// Bytes of a record's header in `kv`.
-const HEADER_BYTES: usize = 32;
 /// How often the reaper looks for expired leases: well under the shortest TTL.
 pub const REAPER_INTERVAL: Duration = Duration::from_millis(100);
 
-fn storage<E: std::fmt::Display>(e: E) -> Error {
+pub(super) fn storage<E: std::fmt::Display>(e: E) -> Error {
     Error::Storage(e.to_string())
 }
 
@@ -73,99 +71,6 @@ fn storage<E: std::fmt::Display>(e: E) -> Error {
 /// section leaves it valid), so poisoning is ignored rather than turned into a panic.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn encode_record(kv: &KeyValue) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + kv.value.len());
-    for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
-        out.extend_from_slice(&n.to_be_bytes());
-    }
-    out.extend_from_slice(&kv.value);
-    out
-}
-
-fn decode_record(key: &[u8], bytes: &[u8], keys_only: bool) -> Result<KeyValue> {
-    let corrupt = || Error::CorruptValue {
-        key: crate::keys::key_name(key),
-        reason: "kv record shorter than its header".into(),
-    };
-    let header = bytes.get(..HEADER_BYTES).ok_or_else(corrupt)?;
-    let field = |i: usize| -> Result<i64> {
-        let b: [u8; 8] = header
-            .get(i * 8..i * 8 + 8)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(corrupt)?;
-        Ok(i64::from_be_bytes(b))
-    };
-    Ok(KeyValue {
-        key: key.to_vec(),
-        value: if keys_only {
-            Vec::new()
-        } else {
-            bytes[HEADER_BYTES..].to_vec()
-        },
-        create_revision: field(0)?,
-        mod_revision: field(1)?,
-        version: field(2)?,
-        lease: field(3)?,
-    })
-}
-
-fn leased_key(lease: LeaseId, key: &[u8]) -> Vec<u8> {
-    let mut k = lease.to_be_bytes().to_vec();
-    k.extend_from_slice(key);
-    k
-}
-
-fn bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
-    let start = Bound::Included(range.start.as_slice());
-    let end = match &range.end {
-        RangeEnd::Single => Bound::Included(range.start.as_slice()),
-        RangeEnd::Before(end) => Bound::Excluded(end.as_slice()),
-        RangeEnd::Unbounded => Bound::Unbounded,
-    };
-    (start, end)
-}
-
-/// Whether the range holds no key at all (its end at or before its start); redb refuses
-/// such bounds, etcd answers them with nothing.
-fn empty(range: &KeyRange) -> bool {
-    matches!(&range.end, RangeEnd::Before(end) if end.as_slice() <= range.start.as_slice())
-}
-
-/// Reads a range from any redb table of the `kv` shape.
-fn read_range(
-    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    get: &Get,
-) -> Result<(Vec<KeyValue>, bool)> {
-    if empty(&get.range) {
-        return Ok((Vec::new(), false));
-    }
-    let mut iter = table.range::<&[u8]>(bounds(&get.range)).map_err(storage)?;
-    let mut out = Vec::new();
-    let mut more = false;
-    loop {
-        let item = if get.reverse {
-            iter.next_back()
-        } else {
-            iter.next()
-        };
-        let Some(item) = item else { break };
-        if get.limit > 0 && out.len() == get.limit {
-            more = true;
-            break;
-        }
-        let (k, v) = item.map_err(storage)?;
-        out.push(decode_record(k.value(), v.value(), get.keys_only)?);
-    }
-    Ok((out, more))
-}
-
-fn read_key(table: &Table<&[u8], &[u8]>, key: &[u8]) -> Result<Option<KeyValue>> {
-    match table.get(key).map_err(storage)? {
-        Some(v) => Ok(Some(decode_record(key, v.value(), false)?)),
-        None => Ok(None),
-    }
 }
 
 fn meta(txn: &WriteTransaction, name: &str) -> Result<i64> {
@@ -777,28 +682,5 @@ impl Kv for RedbKv {
             db_bytes,
             db_bytes_in_use: None,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip() {
-        let kv = KeyValue {
-            key: b"k".to_vec(),
-            value: b"value".to_vec(),
-            create_revision: 3,
-            mod_revision: 9,
-            version: 4,
-            lease: 77,
-        };
-        let bytes = encode_record(&kv);
-        assert_eq!(decode_record(b"k", &bytes, false).expect("decode"), kv);
-        let keys_only = decode_record(b"k", &bytes, true).expect("decode");
-        assert!(keys_only.value.is_empty());
-        let err = decode_record(b"k", &bytes[..10], false).expect_err("short");
-        assert_eq!(err.kind(), crate::ErrorKind::Data);
     }
 }
