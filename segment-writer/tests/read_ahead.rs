@@ -132,26 +132,8 @@ async fn over_a_slow_store_each_range_is_fetched_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_too_large_to_cache_whole_is_fetched_once_for_many_small_fetches() {
     let dir = tempfile::tempdir().expect("tmp");
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(oxbow_metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).expect("meta"));
-    let topic = topic(&metadata).await;
     let batches = 550;
-    {
-        let log = common::open(dir.path(), metadata.clone()).await;
-        let part = log.partition(&topic, 0).await.expect("p0");
-        for i in 0..batches {
-            log.append(
-                &part,
-                &make_batch(60, 1_000 + i),
-                &AppendPolicy::of(&topic.configs),
-                Acks::All,
-            )
-            .await
-            .expect("append");
-        }
-        log.seal_once().await.expect("one object, one range");
-    }
-    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let (metadata, topic) = one_large_range(dir.path(), batches).await;
     // 2 MiB: a 512 KiB scanned pool, which takes ranges of up to 256 KiB whole.
     let log = LogManager::open(
         settings(dir.path()),
