@@ -144,6 +144,7 @@ fn map_log(e: &oxbow_segment_writer::Error) -> Mapped {
         LogKind::NotEnoughReplicasAfterAppend => {
             mapped(ResponseError::NotEnoughReplicasAfterAppend, 503, 50306)
         }
+        LogKind::TimedOutAfterAppend => mapped(ResponseError::RequestTimedOut, 504, 50401),
         LogKind::DataCorruption => mapped(ResponseError::KafkaStorageError, 500, 50002),
         LogKind::Unavailable => mapped(ResponseError::KafkaStorageError, 503, 50304),
         LogKind::Internal => mapped(ResponseError::UnknownServerError, 500, 50001),

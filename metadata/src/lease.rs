@@ -20,10 +20,11 @@ use crate::error::{ErrorKind, Result};
 use crate::store::{BrokerRegistration, Lease, LeaseId, MetadataStore};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 // tokio's clock: the OS clock in production, the paused one in tests and the simulation.
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +43,11 @@ struct GuardInner {
     valid_until_nanos: AtomicU64,
     /// The lease this guard tracks (0 = none).
     lease_id: AtomicI64,
+    /// Set by [`LeaseGuard::invalidate`] (the lease is gone, not merely unconfirmed),
+    /// cleared by the next renewal.
+    lost: AtomicBool,
+    /// Woken by every renewal and invalidation, for [`LeaseGuard::wait_renewed`].
+    changed: Notify,
     /// Never expires (the embedded default on one node, where nothing can take over).
     always: bool,
 }
@@ -84,6 +90,8 @@ impl LeaseGuard {
                 base,
                 valid_until_nanos: AtomicU64::new(0),
                 lease_id: AtomicI64::new(0),
+                lost: AtomicBool::new(false),
+                changed: Notify::new(),
                 always,
             }),
         }
@@ -108,11 +116,42 @@ impl LeaseGuard {
         self.inner
             .valid_until_nanos
             .fetch_max(nanos.max(1), Ordering::AcqRel);
+        self.inner.lost.store(false, Ordering::Release);
+        self.inner.changed.notify_waiters();
     }
 
     /// Marks the lease lost (expired, or about to be replaced).
     pub fn invalidate(&self) {
         self.inner.valid_until_nanos.store(0, Ordering::Release);
+        self.inner.lost.store(true, Ordering::Release);
+        self.inner.changed.notify_waiters();
+    }
+
+    /// Waits until this guard is valid for `lease` — the lease held when the caller began —
+    /// or gives up after `max`. True if valid. False at once once that lease is known lost
+    /// or replaced: a keep-alive was refused, or the broker registered with another lease
+    /// (whose hook moved its leader epochs on), so whatever the caller did under the old one
+    /// can no longer be vouched for. A lapse that ends with the same lease renewed (the
+    /// metadata service was unreachable, then answered; etcd re-grants every lease a full
+    /// TTL when it restarts) is a pause, not a loss: nothing could have taken over meanwhile.
+    pub async fn wait_renewed(&self, lease: Option<LeaseId>, max: Duration) -> bool {
+        let deadline = self.now() + max;
+        loop {
+            let changed = self.inner.changed.notified();
+            if self.lease_id() != lease || self.inner.lost.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.is_valid() {
+                return true;
+            }
+            // Validity begins only with a renewal, which wakes `changed` (created before the
+            // checks above, so a renewal between them and the wait is not missed).
+            let now = self.now();
+            if now >= deadline {
+                return false;
+            }
+            let _ = tokio::time::timeout(deadline - now, changed).await;
+        }
     }
 
     /// True while the lease is certainly alive.
@@ -245,5 +284,54 @@ mod tests {
         g.invalidate();
         assert!(!g.is_valid());
         assert!(LeaseGuard::always_valid().is_valid());
+    }
+
+    #[tokio::test]
+    async fn a_lapse_ends_with_the_same_lease_renewed_and_only_then() {
+        let ttl = Duration::from_secs(2);
+        let lapsed = |id| {
+            let g = LeaseGuard::new();
+            if let Some(old) = Instant::now().checked_sub(Duration::from_secs(3)) {
+                g.renewed(id, old, ttl);
+            }
+            assert!(!g.is_valid());
+            g
+        };
+        let wait = Duration::from_secs(5);
+
+        // Renewed (the metadata service answered again): the waiter goes on.
+        let g = lapsed(7);
+        let renew = {
+            let g = g.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                g.renewed(7, Instant::now(), ttl);
+            })
+        };
+        assert!(g.wait_renewed(Some(7), wait).await);
+        renew.await.expect("renewal task");
+
+        // Lost (a keep-alive refused): at once, not after `wait`.
+        let g = lapsed(8);
+        let lose = {
+            let g = g.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                g.invalidate();
+            })
+        };
+        let started = Instant::now();
+        assert!(!g.wait_renewed(Some(8), wait).await);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        lose.await.expect("loss task");
+
+        // Replaced by another lease: valid, but not for the lease the caller held.
+        let g = lapsed(9);
+        g.renewed(10, Instant::now(), ttl);
+        assert!(!g.wait_renewed(Some(9), wait).await);
+
+        // Never renewed: gives up after `max`.
+        let g = lapsed(11);
+        assert!(!g.wait_renewed(Some(11), Duration::from_millis(200)).await);
     }
 }

@@ -37,6 +37,10 @@ pub enum ErrorKind {
     /// Written, but the in-sync set shrank below `min.insync.replicas` before the ack
     /// (`NOT_ENOUGH_REPLICAS_AFTER_APPEND`); the producer may retry.
     NotEnoughReplicasAfterAppend,
+    /// Written, but whether it will be committed is not known here in time
+    /// (`REQUEST_TIMED_OUT`: clients count the write as possibly persisted and retry it
+    /// with the same sequence).
+    TimedOutAfterAppend,
     /// Stored data failed its checksum on read; it is not served.
     DataCorruption,
     /// The broker is shutting down or its durability is compromised (fsync failed).
@@ -75,6 +79,16 @@ pub enum Error {
     RecoveryPending(String),
     #[error("this broker's metadata lease expired; it re-registers before serving again")]
     LeaseExpired,
+    /// The batch was written, then the lease lapsed and was not renewed in time: another
+    /// broker may lead the partition now, so this one cannot say whether it is committed.
+    #[error("written, but this broker's metadata lease lapsed before the ack; the outcome is unknown here")]
+    LeaseLapsedAfterAppend,
+    /// The batch was written but not committed within the wait's bound.
+    #[error("offset {last_offset} written but not committed within {waited:?}")]
+    NotCommittedInTime {
+        last_offset: i64,
+        waited: std::time::Duration,
+    },
     #[error("out of order sequence for producer {producer_id}: expected {expected}, got {got}")]
     OutOfOrderSequence {
         producer_id: i64,
@@ -150,6 +164,9 @@ impl Error {
             | Error::Replication(_) => ErrorKind::Retriable,
             Error::NotEnoughReplicas { .. } => ErrorKind::NotEnoughReplicas,
             Error::NotEnoughReplicasAfterAppend { .. } => ErrorKind::NotEnoughReplicasAfterAppend,
+            Error::LeaseLapsedAfterAppend | Error::NotCommittedInTime { .. } => {
+                ErrorKind::TimedOutAfterAppend
+            }
             Error::WalFailed(_) | Error::ShuttingDown => ErrorKind::Unavailable,
             Error::ChecksumMismatch { .. } => ErrorKind::DataCorruption,
             Error::Metadata(e) => match e.kind() {

@@ -163,6 +163,8 @@ pub struct LogManager {
     pub(crate) seal_sequence: AtomicU64,
     /// This broker's lease (see [`LogManager::set_lease_guard`]); no guard: never fenced.
     pub(crate) lease: std::sync::OnceLock<LeaseGuard>,
+    /// When an append was last refused for a lapsed lease (see `append.rs`).
+    pub(crate) lease_refusals: append::LeaseRefusals,
     pub metrics: LogMetrics,
     /// When WAL entries count as committed (local fsync + in-sync replicas).
     pub(crate) commit: Arc<CommitTracker>,
@@ -348,6 +350,7 @@ impl LogManager {
             unsealed_bytes: AtomicU64::new(0),
             seal_sequence: AtomicU64::new(clock.unix_ms() as u64),
             lease: std::sync::OnceLock::new(),
+            lease_refusals: append::LeaseRefusals::default(),
             metrics,
             commit,
             replicator,

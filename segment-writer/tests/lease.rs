@@ -91,7 +91,8 @@ async fn no_ack_without_a_valid_lease() {
         .expect("enqueued");
     guard.invalidate();
     let err = pending.wait().await.expect_err("lapsed before the ack");
-    assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
+    // Written, so not NOT_LEADER (which tells a client it was not): the outcome is unknown.
+    assert_eq!(err.kind(), ErrorKind::TimedOutAfterAppend, "{err}");
     // And nothing new is accepted.
     let err = log
         .append(
@@ -125,6 +126,76 @@ async fn no_ack_without_a_valid_lease() {
         .await
         .expect_err("lapsed");
     assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
+}
+
+/// The metadata service unreachable for longer than the lease's TTL, then back with the same
+/// lease (etcd re-grants every lease a full TTL when it restarts): a batch written before
+/// the lapse is acknowledged once the lease is renewed; one refused during it was refused
+/// before it was written; and a producer's next batch, which its pipeline sent before
+/// learning of that refusal, is refused too (not written) rather than answered
+/// OUT_OF_ORDER_SEQUENCE_NUMBER — on which librdkafka renumbers its unacknowledged messages
+/// under a new epoch and writes again those whose outcome it did not know.
+#[tokio::test]
+async fn a_lapse_that_ends_in_a_renewal_of_the_same_lease_loses_nothing() {
+    use oxbow_segment_writer::batch::testing::make_idempotent_batch;
+    let (_dir, _metadata, log, topic) = setup().await;
+    let ttl = Duration::from_secs(1);
+    let guard = LeaseGuard::new();
+    guard.renewed(7, Instant::now(), ttl);
+    log.set_lease_guard(guard.clone());
+    let p0 = log.partition(&topic, 0).await.expect("p0");
+    let policy = AppendPolicy::of(&topic.configs);
+    let (producer, epoch) = (99, 0);
+    let batch = |seq| make_idempotent_batch(2, 1000 + i64::from(seq), producer, epoch, seq);
+    log.append(&p0, &batch(0), &policy, Acks::All)
+        .await
+        .expect("acked while valid");
+
+    // Written while valid; the lease then lapses by the clock (keep-alives unanswered).
+    let written = log
+        .enqueue(&p0, &batch(2), &policy, Acks::All)
+        .await
+        .expect("written");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while guard.is_valid() {
+        assert!(Instant::now() < deadline, "guard never lapsed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ack = tokio::spawn(written.wait());
+    // The pipeline's next batches meanwhile: the first is refused (not written)...
+    let err = log
+        .append(&p0, &batch(4), &policy, Acks::All)
+        .await
+        .expect_err("refused while lapsed");
+    assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
+    // ...the lease is renewed (the same one)...
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !ack.is_finished(),
+        "acknowledged while the lease had lapsed"
+    );
+    guard.renewed(7, Instant::now(), ttl);
+    let acked = ack
+        .await
+        .expect("task")
+        .expect("acknowledged after the renewal");
+    assert!(!acked.duplicate);
+    // ...and the one sent after the refused one finds a gap: refused as well, not written.
+    let err = log
+        .append(&p0, &batch(6), &policy, Acks::All)
+        .await
+        .expect_err("a gap right after a refusal");
+    assert_eq!(err.kind(), ErrorKind::NotLeader, "{err}");
+    // Sent again in order, both are written once.
+    let a = log
+        .append(&p0, &batch(4), &policy, Acks::All)
+        .await
+        .expect("retry");
+    let b = log
+        .append(&p0, &batch(6), &policy, Acks::All)
+        .await
+        .expect("next");
+    assert_eq!((a.base_offset, b.base_offset), (4, 6));
 }
 
 #[tokio::test]

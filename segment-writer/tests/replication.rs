@@ -475,6 +475,61 @@ async fn acks_all_follows_min_insync_replicas_as_replicas_go_and_come() {
     }
 }
 
+/// A producer's retry of a batch the leader holds but has not committed yet (its replica
+/// has not acked it) is answered only once the original is committed, with the original's
+/// offset — as Kafka's delayed produce waits for the high watermark to pass a duplicate.
+/// Answered at once, the retry's ack would cover a batch a crash of the leader could lose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_acknowledged_only_once_its_original_is_committed() {
+    let c = Cluster::new();
+    let n1 = c.start(1).await;
+    let n2 = c.start(2).await;
+    let n3 = c.start(3).await;
+    let topic = c.topic("retried", 1, "2").await;
+    wait_in_sync(&n1, 3).await;
+    let p = n1.log.partition(&topic, 0).await.expect("partition");
+    let policy = AppendPolicy::of(&topic.configs);
+    let (producer, epoch) = (4242, 0);
+    n1.log
+        .append(
+            &p,
+            &make_idempotent_batch(2, 1, producer, epoch, 0),
+            &policy,
+            Acks::All,
+        )
+        .await
+        .expect("first batch");
+
+    // A replica stops acking: the next batch is fsynced here but not committed until the
+    // in-sync set drops it (`replica_lag_max`, 500 ms here).
+    n3.crash().await;
+    let batch = make_idempotent_batch(2, 2, producer, epoch, 2);
+    let original = n1
+        .log
+        .enqueue(&p, &batch, &policy, Acks::All)
+        .await
+        .expect("queued");
+    let offset = original.appended.base_offset;
+    let retry = n1
+        .log
+        .append(&p, &batch, &policy, Acks::All)
+        .await
+        .expect("the retry is acknowledged");
+    let (_, high_watermark, _) = p.offsets().expect("offsets");
+    assert_eq!((retry.base_offset, retry.duplicate), (offset, true));
+    assert!(
+        high_watermark > offset + 1,
+        "the retry was acknowledged before its original was committed (high watermark {high_watermark})"
+    );
+    original
+        .wait()
+        .await
+        .expect("the original is acknowledged too");
+    for n in [n1, n2] {
+        n.crash().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_live_leader_keeps_its_tail_on_replicas_until_the_new_leader_recovered_it() {
     let c = Cluster::new();

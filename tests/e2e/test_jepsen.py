@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 
 import pytest
@@ -114,3 +115,82 @@ def test_jepsen_durability_under_kills_and_pauses(cluster):
             + f"\nhistory:\n{c.history()}"
         )
     assert sum(left) == 0, f"seed {seed}: {sum(left)} records never delivered\nhistory:\n{c.history()}"
+
+
+# How long the metadata service stays dead in each outage (seconds). What else happens
+# meanwhile, by cycle: nothing; a broker killed -9 (restarted after etcd is back); a broker
+# killed -9 whose disk is lost (restarted on an empty data directory).
+ETCD_OUTAGES = [float(s) for s in os.environ.get("OXBOW_JEPSEN_ETCD_OUTAGES", "12,20,20").split(",")]
+
+
+def test_jepsen_durability_across_metadata_outages(cluster, etcd_server):  # noqa: F811
+    """etcd killed -9 past every broker's session (alone; with a broker killed while it is
+    gone; with a broker killed and its disk lost), restarted on its data: nothing acknowledged is lost, the log stays
+    dense, and every partition takes writes again after it is back. While etcd is gone a
+    broker cannot renew its lease, so it stops acknowledging once the lease it last renewed
+    would have run out (decision 11); etcd re-grants leases a full TTL when it restarts, so
+    the brokers may keep their partitions — or lose them and fail over, which the checks
+    cover the same way."""
+    c = cluster(3)
+    topic = create_topic(c.bootstrap, unique("etcdout"), PARTITIONS, config={"min.insync.replicas": "2"})
+    producers = [ProducerThread(c.bootstrap, topic, name=f"p{i}", rate=RATE_PER_PRODUCER) for i in range(2)]
+    gaps: list[str] = []
+    try:
+        for p in producers:
+            p.start()
+        wait_until(lambda: all(p.acked_count() > 200 for p in producers), timeout=20, what="first acks")
+        for cycle, outage in enumerate(ETCD_OUTAGES):
+            # The partitions the producers' keys map to (not necessarily all of them).
+            used = {part for p in producers for _, part, _ in list(p.acked.values())}
+            t0 = time.monotonic()
+            etcd_server.kill9()
+            c.event(f"cycle {cycle}: kill -9 etcd for {outage:.0f}s")
+            victim = None
+            if cycle % 3 > 0:
+                time.sleep(outage / 2)
+                victim = 1 + cycle % 3
+                c.kill9(victim)
+                if cycle % 3 == 2:
+                    shutil.rmtree(c.broker(victim).data_dir)
+                    c.event(f"wiped broker {victim}'s data directory")
+            time.sleep(max(0.0, t0 + outage - time.monotonic()))
+            last_ack = max((t for p in producers for t in p.acks_after(t0)), default=None)
+            etcd_server.restart()
+            back = time.monotonic()
+            c.event(f"cycle {cycle}: etcd back; last ack during the outage "
+                    f"{'none' if last_ack is None else f'{last_ack - t0:.1f}s'} after the kill")
+            if victim is not None:
+                time.sleep(3)
+                c.restart(victim)
+            try:
+                wait_until(
+                    lambda: all(any(p.acks_after(back, {part}) for p in producers) for part in used),
+                    timeout=60, interval=0.5, what=f"an ack on each of partitions {sorted(used)} after etcd is back",
+                )
+            except AssertionError as e:
+                acked_since = sorted({part for p in producers for t, part, _ in list(p.acked.values()) if t > back})
+                raise AssertionError(
+                    f"{e}; partitions acked since: {acked_since}; producers: "
+                    + "; ".join(f"{p.name}: error {p.error!r}, last delivery errors {p.errors[-3:]}" for p in producers)
+                ) from None
+            gaps.append(f"cycle {cycle}: every written partition acked {time.monotonic() - back:.1f}s after etcd came back")
+            c.event(gaps[-1])
+            time.sleep(2)
+    finally:
+        if etcd_server.proc.poll() is not None:
+            etcd_server.restart()
+        for b in c.brokers:
+            if not b.alive:
+                c.restart(b.broker_id)
+        left = [p.finish(60, check=False) for p in producers]
+    records = read_all(c.bootstrap, topic, PARTITIONS, timeout=120)
+    summary = check_history(producers, records)
+    print(f"\netcd outages {ETCD_OUTAGES}: {summary['acked']} acked, lost {summary['lost']}, "
+          f"duplicates {summary['duplicates']} {summary['duplicate_examples']}, undelivered {sum(left)}\n  "
+          + "\n  ".join(gaps))
+    assert summary["problems"] == [], f"{summary['problems'][:20]}\nhistory:\n{c.history()}"
+    # Idempotent producers: nothing written twice. (Before the lease fixes of issue 17 a
+    # batch written just before the lapse was answered NOT_LEADER, and librdkafka's epoch
+    # bump on the gap that followed wrote it again: 2-7 duplicates in 4 of 7 runs.)
+    assert summary["duplicates"] == 0, f"{summary['duplicate_examples']}\nhistory:\n{c.history()}"
+    assert sum(left) == 0, f"{sum(left)} records never delivered\nhistory:\n{c.history()}"

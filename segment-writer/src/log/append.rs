@@ -29,15 +29,17 @@ use crate::txn;
 use crate::txn_verify::VerificationGuard;
 use crate::validate;
 use crate::wal::{BatchCrc, OnDurable};
-use oxbow_metadata::{LeaseGuard, Offset};
+use oxbow_metadata::{LeaseGuard, LeaseId, Offset};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
-/// Longest an `acks=all` write waits for its upload with `--durability direct` (the object
-/// store may be down; the producer gets a retriable error rather than a hung request).
-const DIRECT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an `acks=all` write waits for the high watermark to pass it (its upload with
+/// `--durability direct`, which the object store being down holds up; its original's
+/// commit for a retry): the producer gets a retriable error rather than a hung request.
+const COMMIT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The topic configs an append obeys, read from the caller's current copy of the topic on
 /// every append (the gateway's watched cache), so a config changed at runtime applies to the
@@ -97,8 +99,9 @@ pub struct PendingAppend {
     pub(super) durable: Option<Durable>,
     /// For `acks=all`: the in-sync set must still be large enough when the ack goes out.
     pub(super) insync_check: Option<(Arc<Replicator>, i32)>,
-    /// Checked again once durable: the lease may have lapsed while the batch waited.
-    pub(super) lease: Option<LeaseGuard>,
+    /// Checked again once durable: the lease may have lapsed while the batch waited. With
+    /// the lease held when the batch was taken (only a renewal of that one vouches for it).
+    pub(super) lease: Option<(LeaseGuard, Option<LeaseId>)>,
 }
 
 /// What [`LogManager::append_ordered`] did.
@@ -113,9 +116,10 @@ pub(super) enum Queued {
 pub(super) enum Durable {
     /// The WAL's commit callback (local fsync and every in-sync replica).
     Wal(oneshot::Receiver<Result<u64>>),
-    /// `--durability direct`: the batch is durable once sealed, which is when the high
-    /// watermark passes its last offset.
-    Sealed {
+    /// Committed once the high watermark passes `last_offset`: with `--durability direct`
+    /// that is when the batch is sealed; for a producer's retry of a batch already held
+    /// (a duplicate) it is when the original is committed, however it is made durable.
+    Committed {
         high_watermark: watch::Receiver<Offset>,
         last_offset: Offset,
     },
@@ -129,21 +133,22 @@ impl Durable {
                 Ok(Err(e)) => Err(e),
                 Err(_) => Err(Error::ShuttingDown),
             },
-            Durable::Sealed {
+            Durable::Committed {
                 mut high_watermark,
                 last_offset,
             } => {
-                let sealed = tokio::time::timeout(
-                    DIRECT_ACK_TIMEOUT,
+                let committed = tokio::time::timeout(
+                    COMMIT_WAIT_TIMEOUT,
                     high_watermark.wait_for(|hw| *hw > last_offset),
                 )
                 .await;
-                match sealed {
+                match committed {
                     Ok(Ok(_)) => Ok(()),
                     Ok(Err(_)) => Err(Error::ShuttingDown),
-                    Err(_) => Err(Error::ObjectStore(format!(
-                        "not uploaded within {DIRECT_ACK_TIMEOUT:?}"
-                    ))),
+                    Err(_) => Err(Error::NotCommittedInTime {
+                        last_offset,
+                        waited: COMMIT_WAIT_TIMEOUT,
+                    }),
                 }
             }
         }
@@ -158,7 +163,16 @@ impl PendingAppend {
         if let Some(durable) = self.durable {
             durable.wait().await?;
         }
-        check_lease(self.lease.as_ref())?;
+        if let Some((guard, lease)) = &self.lease {
+            // The batch is written: never answer as if it were not (NOT_LEADER tells a
+            // client it was not persisted, and an idempotent producer may then send it again
+            // under a new epoch — a duplicate). A lapse that ends with the same lease renewed
+            // (the metadata service was unreachable a while) was a pause: nothing took over,
+            // so the ack stands. Otherwise the outcome is unknown to this broker.
+            if !guard.is_valid() && !guard.wait_renewed(*lease, LEASE_LAPSE_WAIT).await {
+                return Err(Error::LeaseLapsedAfterAppend);
+            }
+        }
         if let Some((replicator, required)) = &self.insync_check {
             let in_sync = replicator.in_sync_copies();
             if (in_sync as i64) < i64::from(*required) {
@@ -176,6 +190,50 @@ pub(super) fn check_lease(lease: Option<&LeaseGuard>) -> Result<()> {
     match lease {
         Some(g) if !g.is_valid() => Err(Error::LeaseExpired),
         _ => Ok(()),
+    }
+}
+
+/// The guard with the lease it holds now, for a [`PendingAppend`].
+pub(super) fn held_lease(lease: Option<&LeaseGuard>) -> Option<(LeaseGuard, Option<LeaseId>)> {
+    lease.map(|g| (g.clone(), g.lease_id()))
+}
+
+/// Longest a written batch waits for a lapsed lease to be renewed before its producer is
+/// told the outcome is unknown (the produce request's own timeout usually answers first).
+const LEASE_LAPSE_WAIT: Duration = Duration::from_secs(30);
+
+/// For how long after refusing an append for a lapsed lease a producer's sequence gap is
+/// put down to that refusal.
+const LEASE_REFUSAL_WINDOW: Duration = Duration::from_secs(30);
+
+/// When this broker last refused an append because its lease had lapsed.
+///
+/// A client pipelines several requests per partition. While the lease lapses, the first is
+/// refused (NOT_LEADER: not written) — and if the lease is renewed before the next arrives,
+/// that one carries a sequence past the refused one. Kafka's answer to a gap is
+/// OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps its producer epoch and renumbers
+/// every unacknowledged message of every partition — including writes whose outcome it had
+/// been told is unknown, which then land twice. Such a gap is this broker's doing, so within
+/// [`LEASE_REFUSAL_WINDOW`] of a refusal it is answered as the refusal was (NOT_LEADER, not
+/// written): the client sends the refused batch again first, in order.
+#[derive(Default)]
+pub(crate) struct LeaseRefusals {
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl LeaseRefusals {
+    fn record(&self, now: Instant) {
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(now);
+        }
+    }
+
+    fn recent(&self, now: Instant) -> bool {
+        self.last
+            .lock()
+            .ok()
+            .and_then(|last| *last)
+            .is_some_and(|at| now.saturating_duration_since(at) < LEASE_REFUSAL_WINDOW)
     }
 }
 
@@ -249,7 +307,10 @@ impl LogManager {
         verification: Option<VerificationGuard>,
     ) -> Result<PendingAppend> {
         let log_append_time = policy.log_append_time;
-        check_lease(self.lease.get())?;
+        if let Err(e) = check_lease(self.lease.get()) {
+            self.lease_refusals.record(self.clock.now());
+            return Err(e);
+        }
         // With direct durability an acknowledged write is in the object store, which keeps
         // its own copies: min.insync.replicas is about WAL copies, of which there are none.
         let check_insync = acks == Acks::All && self.wal.is_some();
@@ -290,7 +351,14 @@ impl LogManager {
                 raw,
                 log_append_time.then_some(log_append_time_ms),
                 |s| {
-                    let check = s.check_sequence(&header)?;
+                    let check = match s.check_sequence(&header) {
+                        Err(Error::OutOfOrderSequence { expected, got, .. })
+                            if got > expected && self.lease_refusals.recent(self.clock.now()) =>
+                        {
+                            return Err(Error::LeaseExpired);
+                        }
+                        other => other?,
+                    };
                     if let (SequenceCheck::Append, Some(guard)) = (check, verification) {
                         s.check_txn_verification(&header, guard)?;
                     }
@@ -300,16 +368,25 @@ impl LogManager {
             .await?;
         let (base_offset, durable) = match queued {
             Queued::Duplicate(base_offset) => {
-                // The original is at least queued; a retry waits for nothing more.
+                // A retry of a batch held here is answered with the original's offset once
+                // the original is committed, as Kafka's delayed produce waits for the high
+                // watermark to pass a duplicate: the original may still be on its way to
+                // the disk and the replicas (its own request timed out, say), and an ack
+                // before that could be for a batch a crash then loses.
+                let durable = (acks == Acks::All).then(|| Durable::Committed {
+                    high_watermark: partition.subscribe(),
+                    last_offset: base_offset + i64::from(header.last_offset_delta),
+                });
                 return Ok(PendingAppend {
                     appended: Appended {
                         base_offset,
                         log_append_time_ms,
                         duplicate: true,
                     },
-                    durable: None,
-                    insync_check: None,
-                    lease: self.lease.get().cloned(),
+                    durable,
+                    insync_check: check_insync
+                        .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
+                    lease: held_lease(self.lease.get()),
                 });
             }
             Queued::Appended(base_offset, durable) => (base_offset, durable),
@@ -324,7 +401,7 @@ impl LogManager {
             durable: (acks == Acks::All).then_some(durable),
             insync_check: check_insync
                 .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
-            lease: self.lease.get().cloned(),
+            lease: held_lease(self.lease.get()),
         })
     }
 
@@ -415,7 +492,7 @@ impl LogManager {
             durable: Some(durable),
             insync_check: check_insync
                 .then(|| (self.replicator.clone(), policy.min_insync_replicas)),
-            lease: self.lease.get().cloned(),
+            lease: held_lease(self.lease.get()),
         })
     }
 
@@ -484,7 +561,7 @@ impl LogManager {
                     Durable::Wal(rx)
                 }
                 // Direct: durable once sealed; the sealer's high watermark says when.
-                None => Durable::Sealed {
+                None => Durable::Committed {
                     high_watermark: partition.subscribe(),
                     last_offset: base_offset + i64::from(header.last_offset_delta),
                 },

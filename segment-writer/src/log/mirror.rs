@@ -115,7 +115,7 @@ impl LogManager {
             },
             durable: Some(durable),
             insync_check: check_insync.then(|| (self.replicator.clone(), min_insync_replicas)),
-            lease: self.lease.get().cloned(),
+            lease: super::append::held_lease(self.lease.get()),
         })
     }
 }
