@@ -546,10 +546,14 @@ impl PartitionLogState {
         }
     }
 
-    /// Drops sealed batches from the front until memory is within `keep_bytes`. Readers of
-    /// older offsets go to the object store (through the read cache).
+    /// Drops sealed batches from the front until the sealed ones are within `keep_bytes`
+    /// (`--partition-tail-bytes`: what is kept for tail readers besides the unsealed
+    /// batches, which stay whatever their size). Readers of older offsets go to the object
+    /// store (through the read cache). Counting the unsealed bytes too, as this once did,
+    /// dropped every sealed batch whenever more than `keep_bytes` awaited the next seal —
+    /// at high produce rates, always — so readers a moment behind read from the cache.
     pub fn evict(&mut self, keep_bytes: usize) {
-        while self.memory_bytes > keep_bytes {
+        while self.sealed_memory_bytes() > keep_bytes {
             match self.batches.front() {
                 Some(b) if b.sealed => {
                     self.memory_bytes -= b.bytes.len();

@@ -116,6 +116,40 @@ impl ReadResult {
         out
     }
 
+    /// Keeps the longest run of batches from the first within `max_bytes` (at least the
+    /// first batch if `min_one`), and of the aborted transactions only those overlapping
+    /// what is kept: what a read asked for `max_bytes` would have returned, since a read
+    /// takes whole batches in order and stops at the first that does not fit. A fetch reads
+    /// its partitions side by side, each at the most it could be given, then cuts each to
+    /// what the partitions before it in the request left of the response's limit.
+    pub fn truncate(&mut self, max_bytes: usize, min_one: bool) {
+        let mut total = 0usize;
+        let mut keep = 0usize;
+        for b in &self.batches {
+            if total + b.len() > max_bytes && !(min_one && keep == 0) {
+                break;
+            }
+            total += b.len();
+            keep += 1;
+        }
+        if keep == self.batches.len() {
+            return;
+        }
+        self.batches.truncate(keep);
+        let end = self.batches.last().and_then(|last| {
+            crate::batch::peek_header(last)
+                .ok()
+                .flatten()
+                .map(|h| h.last_offset() + 1)
+        });
+        if let Some(aborted) = &mut self.aborted {
+            match end {
+                Some(end) => aborted.retain(|a| a.first_offset < end),
+                None => aborted.clear(),
+            }
+        }
+    }
+
     /// The batches a reader that decodes records itself (HTTP) may show: with `aborted`
     /// set, without aborted transactions' batches and without control batches.
     pub fn committed_batches(&self) -> Vec<Bytes> {
@@ -166,6 +200,55 @@ mod tests {
         assert_eq!(spans[1].len(), 10);
         assert_eq!(spans[2].as_ptr(), other.as_ptr());
         assert_eq!(spans[3].as_ptr(), tail.as_ptr());
+    }
+
+    /// A batch of `count` records at `base` (whole, with a valid header).
+    fn batch_at(base: i64, count: i32) -> Bytes {
+        let mut b = crate::batch::testing::make_batch(count, 0);
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn truncating_keeps_what_a_read_of_that_size_would_have_taken() {
+        let batches = vec![batch_at(0, 10), batch_at(10, 10), batch_at(20, 10)];
+        let one = batches[0].len();
+        let abort = |first_offset, last_offset| AbortedTxn {
+            producer_id: 7,
+            first_offset,
+            last_offset,
+        };
+        let read = ReadResult {
+            batches: batches.clone(),
+            aborted: Some(vec![abort(0, 5), abort(12, 15), abort(25, 29)]),
+            ..ReadResult::default()
+        };
+        // Room for two batches and a bit: the third does not fit, nor do aborts past 20.
+        let mut r = read.clone();
+        r.truncate(2 * one + one / 2, false);
+        assert_eq!(r.batches, batches[..2]);
+        assert_eq!(r.aborted, Some(vec![abort(0, 5), abort(12, 15)]));
+        // Room for everything: unchanged.
+        let mut r = read.clone();
+        r.truncate(3 * one, false);
+        assert_eq!(r.batches, batches);
+        assert_eq!(r.aborted.as_ref().map(Vec::len), Some(3));
+        // No room: nothing, unless it is the response's first data (KIP-74).
+        let mut r = read.clone();
+        r.truncate(one - 1, false);
+        assert!(r.batches.is_empty());
+        assert_eq!(r.aborted, Some(Vec::new()));
+        let mut r = read.clone();
+        r.truncate(0, true);
+        assert_eq!(r.batches, batches[..1]);
+        assert_eq!(r.aborted, Some(vec![abort(0, 5)]));
+        // read_uncommitted has no aborted list to cut.
+        let mut r = ReadResult {
+            batches: batches.clone(),
+            ..ReadResult::default()
+        };
+        r.truncate(one, false);
+        assert_eq!((r.batches.len(), r.aborted), (1, None));
     }
 
     #[test]

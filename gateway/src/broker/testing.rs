@@ -12,6 +12,20 @@ pub(crate) async fn temp_broker(
     dir: &std::path::Path,
     authorization: AuthorizerSettings,
 ) -> Arc<Broker> {
+    let objects = objects::local(&dir.join("objects")).expect("object store");
+    temp_broker_with(dir, authorization, objects, 1 << 20, 1 << 20).await
+}
+
+/// [`temp_broker`] on `objects`, with `partition_tail_bytes` of each partition's sealed
+/// data kept in memory and a read cache of `cache_bytes`: a test of reads from the object
+/// store passes 0 and 0 (every sealed range is then a GET) and a store that hooks its GETs.
+pub(crate) async fn temp_broker_with(
+    dir: &std::path::Path,
+    authorization: AuthorizerSettings,
+    objects: Arc<dyn object_store::ObjectStore>,
+    partition_tail_bytes: usize,
+    cache_bytes: usize,
+) -> Arc<Broker> {
     let metadata: Arc<dyn MetadataStore> =
         Arc::new(EmbeddedStore::open(&dir.join("meta.redb")).expect("metadata"));
     let log = LogManager::open(
@@ -25,7 +39,7 @@ pub(crate) async fn temp_broker(
             },
             flush_interval: Duration::from_secs(3600),
             flush_bytes: 1 << 30,
-            partition_tail_bytes: 1 << 20,
+            partition_tail_bytes,
             tail_memory_bytes: usize::MAX,
             producer_id_expiration: oxbow_segment_writer::PRODUCER_ID_EXPIRATION_DEFAULT,
             max_decompressed_batch_bytes:
@@ -34,8 +48,8 @@ pub(crate) async fn temp_broker(
             replication: Default::default(),
         },
         metadata.clone(),
-        objects::local(&dir.join("objects")).expect("object store"),
-        oxbow_cache::ReadCache::new(1 << 20),
+        objects,
+        oxbow_cache::ReadCache::new(cache_bytes),
     )
     .await
     .expect("log");

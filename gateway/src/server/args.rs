@@ -93,8 +93,13 @@ pub struct ServeArgs {
     /// Size of the disk tier in `--cache-dir`.
     #[arg(long, env = "OXBOW_CACHE_DISK_BYTES", default_value = "4GiB")]
     pub cache_disk_bytes: ByteSize,
-    /// Recent, already uploaded data kept in memory per partition for tail reads.
-    #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "4MiB")]
+    /// Recent, already uploaded data kept in memory per partition for tail reads. Larger:
+    /// consumers further behind the producer still read from memory (a read from the object
+    /// store is one to two orders slower, and under fan-out at the maximum produce rate the
+    /// groups fall seconds behind: 4 MiB, a sixth of a second of one partition at 150 MiB/s
+    /// over six, sent them to the object store; 40 MiB cut their lag 3x, README
+    /// Benchmarks), at the cost of memory within --tail-memory-bytes.
+    #[arg(long, env = "OXBOW_PARTITION_TAIL_BYTES", default_value = "40MiB")]
     pub partition_tail_bytes: ByteSize,
     /// Most already uploaded data all partitions' memory tails hold together; with more
     /// partitions than it fits at --partition-tail-bytes each, every partition keeps an

@@ -73,6 +73,30 @@ fn sealing_and_eviction_move_reads_to_objects() {
     assert!(s.read_memory_from(2, 1 << 20).is_empty());
 }
 
+/// The tail kept for readers is `keep_bytes` of sealed batches whatever the unsealed ones
+/// hold: under a high produce rate more than that awaits the next seal, and the sealed
+/// tail must not be dropped for it.
+#[test]
+fn eviction_keeps_the_sealed_tail_beside_a_large_unsealed_one() {
+    let mut s = PartitionLogState::new(0, 0, 0);
+    for _ in 0..8 {
+        let b = add(&mut s, 2);
+        s.mark_durable(b, Some(b as u64));
+    }
+    let one = s.memory_bytes() / 8;
+    // Four batches sealed, four awaiting the next seal.
+    s.mark_sealed(7);
+    assert_eq!(s.sealed_memory_bytes(), 4 * one);
+    s.evict(2 * one);
+    assert_eq!(s.sealed_memory_bytes(), 2 * one, "two sealed batches kept");
+    assert_eq!(s.unsealed_bytes(), 4 * one);
+    assert!(matches!(s.plan_read(4, 1 << 20, true), Ok(ReadPlan::Memory(b)) if b.len() == 6));
+    assert_eq!(
+        s.plan_read(3, 1 << 20, true).expect("ok"),
+        ReadPlan::Objects
+    );
+}
+
 #[test]
 fn carried_producers_are_the_newest_idle_ones_before_the_chunk_within_the_cap() {
     let mut s = PartitionLogState::new(0, 0, 0);

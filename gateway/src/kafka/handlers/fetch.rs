@@ -28,7 +28,8 @@ use crate::error::BrokerError;
 use crate::security::acl::{AclOperation, AuthzView, ResourceType};
 use crate::security::Session;
 use bytes::{Bytes, BytesMut};
-use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, PartitionData,
@@ -232,6 +233,40 @@ async fn fetch(
     }
 }
 
+/// Partition reads of one Fetch in flight at once. Each reads its own partition's state
+/// and ranges, so a partition whose range must be fetched from the object store (tens of
+/// milliseconds on S3) does not hold up the others' reads behind it; bounded, so one
+/// request over many cold partitions starts at most this many GETs (each with its
+/// read-ahead window) at a time.
+const READS_IN_FLIGHT_MAX: usize = 4;
+
+/// One partition's answer before the response's `max_bytes` is applied.
+enum Found {
+    /// Complete: an error, a redirect, a diverging epoch (no records).
+    Answer(PartitionData),
+    /// The leader's read, at the most this partition could be given.
+    Leader {
+        data: PartitionData,
+        partition: Arc<Partition>,
+        read: oxbow_segment_writer::Result<ReadResult>,
+    },
+    /// A read as its zone's replica (the module docs), at the most it could be given.
+    Follower {
+        data: PartitionData,
+        read: oxbow_segment_writer::Result<ReadResult>,
+    },
+}
+
+/// Reads every partition of the request, at most [`READS_IN_FLIGHT_MAX`] at once, and
+/// answers them in request order within `max_bytes` as Kafka's `ReplicaManager.readFromLog`
+/// does reading them one after another: each partition gets what the ones before it left
+/// (and at most its `partition_max_bytes`), and the first that has data gets at least one
+/// batch even past the limits (KIP-74). Each read asks for the most its partition could be
+/// given (`min(partition_max_bytes, max_bytes)`, at least one batch) and is then cut to
+/// what it is given ([`ReadResult::truncate`]): a read takes whole batches in order and
+/// stops at the first that does not fit, so the cut is what the smaller read would have
+/// returned. What is read past the cut is at most `partition_max_bytes` per partition, and
+/// only when earlier partitions filled the response.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
@@ -240,41 +275,158 @@ async fn read_all(
     version: i16,
     last: bool,
 ) -> (Vec<(String, PartitionData)>, usize) {
-    // log_start_offset exists from v5.
-    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
+    // Boxed one by one, so the stream's type names no closure over borrowed arguments (the
+    // handler's `Send` future over such a stream does not type-check: "implementation of
+    // `FnOnce` is not general enough", rust-lang/rust#102211).
+    let reads: Vec<BoxFuture<'_, (usize, Found)>> = wanted
+        .iter()
+        .zip(sources)
+        .enumerate()
+        .map(|(i, (w, source))| {
+            async move { (i, read_source(broker, w, source, max_bytes, version).await) }.boxed()
+        })
+        .collect();
+    let mut found: Vec<(usize, Found)> = futures::stream::iter(reads)
+        .buffer_unordered(READS_IN_FLIGHT_MAX)
+        .collect()
+        .await;
+    found.sort_unstable_by_key(|(i, _)| *i);
     let mut total = 0usize;
     let mut out = Vec::with_capacity(wanted.len());
-    for (w, source) in wanted.iter().zip(sources) {
-        let data = PartitionData::default().with_partition_index(w.partition);
-        let data = match source {
-            Source::Failed(code) => data.with_error_code(*code).with_high_watermark(-1),
-            Source::Ready(p) if w.last_fetched_epoch != UNDEFINED_EPOCH => match diverging(p, w) {
-                Ok(None) => read_one(broker, p, w, data, max_bytes, &mut total, version).await,
-                Ok(Some(d)) => {
-                    let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
-                    d.with_high_watermark(hw)
-                        .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
-                        .with_log_start_offset(log_start(start))
-                        .with_records(Some(Bytes::new()))
+    for (w, (_, f)) in wanted.iter().zip(found) {
+        let data = fit(f, w, max_bytes, &mut total, version, last);
+        out.push((w.topic.clone(), data));
+    }
+    (out, total)
+}
+
+/// One partition's read, as [`Found`].
+async fn read_source(
+    broker: &Broker,
+    w: &Wanted,
+    source: &Source,
+    max_bytes: usize,
+    version: i16,
+) -> Found {
+    // log_start_offset exists from v5.
+    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
+    let data = PartitionData::default().with_partition_index(w.partition);
+    // The most this partition can be given: all of the response's room, if every
+    // partition before it turns out empty.
+    let budget = w.partition_max_bytes.min(max_bytes);
+    match source {
+        Source::Failed(code) => Found::Answer(data.with_error_code(*code).with_high_watermark(-1)),
+        Source::Ready(p) => {
+            if w.last_fetched_epoch != UNDEFINED_EPOCH {
+                match diverging(p, w) {
+                    Ok(None) => {}
+                    Ok(Some(d)) => {
+                        let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
+                        return Found::Answer(
+                            d.with_high_watermark(hw)
+                                .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
+                                .with_log_start_offset(log_start(start))
+                                .with_records(Some(Bytes::new())),
+                        );
+                    }
+                    Err(code) => {
+                        return Found::Answer(data.with_error_code(code).with_high_watermark(-1))
+                    }
                 }
-                Err(code) => data.with_error_code(code).with_high_watermark(-1),
-            },
-            Source::Ready(p) => read_one(broker, p, w, data, max_bytes, &mut total, version).await,
-            Source::Redirect { replica, partition } => {
-                let (start, hw, _) = partition.offsets().unwrap_or((-1, -1, -1));
+            }
+            let started = tokio::time::Instant::now();
+            let read = broker
+                .log
+                .read_isolated(p, w.fetch_offset, budget, true, w.isolation)
+                .await;
+            time_read(broker, &read, started);
+            Found::Leader {
+                data,
+                partition: p.clone(),
+                read,
+            }
+        }
+        Source::Redirect { replica, partition } => {
+            let (start, hw, _) = partition.offsets().unwrap_or((-1, -1, -1));
+            Found::Answer(
                 data.with_high_watermark(hw)
                     .with_last_stable_offset(partition.last_stable_offset().unwrap_or(hw))
                     .with_log_start_offset(log_start(start))
                     .with_preferred_read_replica(BrokerId(*replica))
+                    .with_records(Some(Bytes::new())),
+            )
+        }
+        Source::Follower(topic) => {
+            let log_start = topic
+                .partition(w.partition)
+                .map_or(0, |p| p.log_start_offset);
+            let tp = TopicPartition::new(topic.topic_id, w.partition);
+            let started = tokio::time::Instant::now();
+            let read = broker
+                .log
+                .read_catalogued_isolated(tp, log_start, w.fetch_offset, budget, true, w.isolation)
+                .await;
+            time_read(broker, &read, started);
+            Found::Follower { data, read }
+        }
+    }
+}
+
+/// `f` as the response's partition, its records cut to what is left of `max_bytes` after
+/// the partitions before it (`total`, which it adds to); `last`: the long poll is over.
+fn fit(
+    f: Found,
+    w: &Wanted,
+    max_bytes: usize,
+    total: &mut usize,
+    version: i16,
+    last: bool,
+) -> PartitionData {
+    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
+    // KIP-74: the first batch of the response is returned even if it exceeds the limits, so
+    // a large batch can never stall a consumer.
+    let cut = |r: &mut ReadResult, total: usize| {
+        r.truncate(
+            w.partition_max_bytes.min(max_bytes.saturating_sub(total)),
+            total == 0,
+        );
+    };
+    match f {
+        Found::Answer(data) => data,
+        Found::Leader {
+            data,
+            partition,
+            read,
+        } => match read {
+            Ok(mut r) => {
+                cut(&mut r, *total);
+                with_read(data, r, total, version)
+            }
+            Err(e) => {
+                let (start, hw, _) = partition.offsets().unwrap_or((-1, -1, -1));
+                data.with_error_code(BrokerError::from(e).code())
+                    .with_high_watermark(hw)
+                    .with_last_stable_offset(partition.last_stable_offset().unwrap_or(hw))
+                    .with_log_start_offset(log_start(start))
                     .with_records(Some(Bytes::new()))
             }
-            Source::Follower(topic) => {
-                read_follower(broker, topic, w, data, max_bytes, &mut total, version, last).await
+        },
+        Found::Follower { data, read } => match read {
+            Ok(r) if r.batches.is_empty() && w.fetch_offset > r.high_watermark && last => data
+                .with_error_code(ResponseError::OffsetOutOfRange.code())
+                .with_high_watermark(r.high_watermark)
+                .with_log_start_offset(log_start(r.log_start_offset))
+                .with_records(Some(Bytes::new())),
+            Ok(mut r) => {
+                cut(&mut r, *total);
+                with_read(data, r, total, version)
             }
-        };
-        out.push((w.topic.clone(), data));
+            Err(e) => data
+                .with_error_code(BrokerError::from(e).code())
+                .with_high_watermark(-1)
+                .with_records(Some(Bytes::new())),
+        },
     }
-    (out, total)
 }
 
 /// Kafka's last-fetched-epoch check: `Some` with the diverging epoch if the client's last
@@ -295,87 +447,6 @@ fn diverging(p: &Partition, w: &Wanted) -> Result<Option<PartitionData>, i16> {
                 ),
         )),
         Some(_) => Ok(None),
-    }
-}
-
-/// One partition's catalogued records from `w.fetch_offset`, served as its zone's replica
-/// (see the module docs); `last`: the long poll is over.
-#[allow(clippy::too_many_arguments)]
-async fn read_follower(
-    broker: &Broker,
-    topic: &TopicMetadata,
-    w: &Wanted,
-    data: PartitionData,
-    max_bytes: usize,
-    total: &mut usize,
-    version: i16,
-    last: bool,
-) -> PartitionData {
-    let log_start = topic
-        .partition(w.partition)
-        .map_or(0, |p| p.log_start_offset);
-    let tp = TopicPartition::new(topic.topic_id, w.partition);
-    let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(*total));
-    let started = tokio::time::Instant::now();
-    let read = broker
-        .log
-        .read_catalogued_isolated(
-            tp,
-            log_start,
-            w.fetch_offset,
-            budget,
-            *total == 0,
-            w.isolation,
-        )
-        .await;
-    time_read(broker, &read, started);
-    let start = |offset: i64| if version >= 5 { offset } else { -1 };
-    match read {
-        Ok(r) if r.batches.is_empty() && w.fetch_offset > r.high_watermark && last => data
-            .with_error_code(ResponseError::OffsetOutOfRange.code())
-            .with_high_watermark(r.high_watermark)
-            .with_log_start_offset(start(r.log_start_offset))
-            .with_records(Some(Bytes::new())),
-        Ok(r) => with_read(data, r, total, version),
-        Err(e) => data
-            .with_error_code(BrokerError::from(e).code())
-            .with_high_watermark(-1)
-            .with_records(Some(Bytes::new())),
-    }
-}
-
-/// One partition's records from `w.fetch_offset`, within what is left of the response's
-/// `max_bytes` (`total` is what the response holds so far).
-async fn read_one(
-    broker: &Broker,
-    p: &Arc<Partition>,
-    w: &Wanted,
-    data: PartitionData,
-    max_bytes: usize,
-    total: &mut usize,
-    version: i16,
-) -> PartitionData {
-    let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
-    let budget = w.partition_max_bytes.min(max_bytes.saturating_sub(*total));
-    // KIP-74: the first batch of the response is returned even if it exceeds the limits, so
-    // a large batch can never stall a consumer.
-    let min_one = *total == 0;
-    let started = tokio::time::Instant::now();
-    let read = broker
-        .log
-        .read_isolated(p, w.fetch_offset, budget, min_one, w.isolation)
-        .await;
-    time_read(broker, &read, started);
-    match read {
-        Ok(r) => with_read(data, r, total, version),
-        Err(e) => {
-            let (start, hw, _) = p.offsets().unwrap_or((-1, -1, -1));
-            data.with_error_code(BrokerError::from(e).code())
-                .with_high_watermark(hw)
-                .with_last_stable_offset(p.last_stable_offset().unwrap_or(hw))
-                .with_log_start_offset(log_start(start))
-                .with_records(Some(Bytes::new()))
-        }
     }
 }
 
@@ -450,3 +521,6 @@ fn respond(partitions: Vec<(String, PartitionData)>) -> FetchResponse {
     }
     FetchResponse::default().with_responses(topics)
 }
+
+#[cfg(test)]
+mod tests;
