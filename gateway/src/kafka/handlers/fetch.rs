@@ -38,6 +38,7 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId
 use oxbow_metadata::leader_epochs::UNDEFINED_EPOCH;
 use oxbow_metadata::{TopicMetadata, TopicPartition};
 use oxbow_segment_writer::{Isolation, Partition, ReadResult};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -261,12 +262,14 @@ enum Found {
 /// answers them in request order within `max_bytes` as Kafka's `ReplicaManager.readFromLog`
 /// does reading them one after another: each partition gets what the ones before it left
 /// (and at most its `partition_max_bytes`), and the first that has data gets at least one
-/// batch even past the limits (KIP-74). Each read asks for the most its partition could be
-/// given (`min(partition_max_bytes, max_bytes)`, at least one batch) and is then cut to
-/// what it is given ([`ReadResult::truncate`]): a read takes whole batches in order and
-/// stops at the first that does not fit, so the cut is what the smaller read would have
-/// returned. What is read past the cut is at most `partition_max_bytes` per partition, and
-/// only when earlier partitions filled the response.
+/// batch even past the limits (KIP-74). A read starting while every partition before it
+/// is still in flight or empty asks for the most its partition could be given
+/// (`min(partition_max_bytes, max_bytes)`, at least one batch); one starting after earlier
+/// partitions took some of the room asks only for what they left (nothing, and no object
+/// read, once the response is full). Each is then cut to what it is given
+/// ([`ReadResult::truncate`]): a read takes whole batches in order and stops at the first
+/// that does not fit, so the cut is what the smaller read would have returned. What is
+/// read past the cut is bounded by the reads in flight, not by the partitions asked for.
 async fn read_all(
     broker: &Broker,
     wanted: &[Wanted],
@@ -275,26 +278,40 @@ async fn read_all(
     version: i16,
     last: bool,
 ) -> (Vec<(String, PartitionData)>, usize) {
+    // What the partitions answered so far (in request order) were given; read by each
+    // read as it starts.
+    let given = AtomicUsize::new(0);
+    let given = &given;
     // Boxed one by one, so the stream's type names no closure over borrowed arguments (the
     // handler's `Send` future over such a stream does not type-check: "implementation of
     // `FnOnce` is not general enough", rust-lang/rust#102211).
-    let reads: Vec<BoxFuture<'_, (usize, Found)>> = wanted
+    let reads: Vec<BoxFuture<'_, Found>> = wanted
         .iter()
         .zip(sources)
-        .enumerate()
-        .map(|(i, (w, source))| {
-            async move { (i, read_source(broker, w, source, max_bytes, version).await) }.boxed()
+        .map(|(w, source)| {
+            async move {
+                let before = given.load(Ordering::Acquire);
+                let most = w.partition_max_bytes.min(max_bytes);
+                let (budget, min_one) = if before == 0 {
+                    (most, true)
+                } else {
+                    (most.min(max_bytes.saturating_sub(before)), false)
+                };
+                read_source(broker, w, source, budget, min_one, version).await
+            }
+            .boxed()
         })
         .collect();
-    let mut found: Vec<(usize, Found)> = futures::stream::iter(reads)
-        .buffer_unordered(READS_IN_FLIGHT_MAX)
-        .collect()
-        .await;
-    found.sort_unstable_by_key(|(i, _)| *i);
+    // In order, so each answer is fitted (and `given` moved on) as soon as the ones before
+    // it are.
+    let mut found = futures::stream::iter(reads).buffered(READS_IN_FLIGHT_MAX);
     let mut total = 0usize;
     let mut out = Vec::with_capacity(wanted.len());
-    for (w, (_, f)) in wanted.iter().zip(found) {
+    let mut wanted = wanted.iter();
+    while let Some(f) = found.next().await {
+        let Some(w) = wanted.next() else { break };
         let data = fit(f, w, max_bytes, &mut total, version, last);
+        given.store(total, Ordering::Release);
         out.push((w.topic.clone(), data));
     }
     (out, total)
@@ -305,15 +322,13 @@ async fn read_source(
     broker: &Broker,
     w: &Wanted,
     source: &Source,
-    max_bytes: usize,
+    budget: usize,
+    min_one: bool,
     version: i16,
 ) -> Found {
     // log_start_offset exists from v5.
     let log_start = |offset: i64| if version >= 5 { offset } else { -1 };
     let data = PartitionData::default().with_partition_index(w.partition);
-    // The most this partition can be given: all of the response's room, if every
-    // partition before it turns out empty.
-    let budget = w.partition_max_bytes.min(max_bytes);
     match source {
         Source::Failed(code) => Found::Answer(data.with_error_code(*code).with_high_watermark(-1)),
         Source::Ready(p) => {
@@ -337,7 +352,7 @@ async fn read_source(
             let started = tokio::time::Instant::now();
             let read = broker
                 .log
-                .read_isolated(p, w.fetch_offset, budget, true, w.isolation)
+                .read_isolated(p, w.fetch_offset, budget, min_one, w.isolation)
                 .await;
             time_read(broker, &read, started);
             Found::Leader {
@@ -364,7 +379,14 @@ async fn read_source(
             let started = tokio::time::Instant::now();
             let read = broker
                 .log
-                .read_catalogued_isolated(tp, log_start, w.fetch_offset, budget, true, w.isolation)
+                .read_catalogued_isolated(
+                    tp,
+                    log_start,
+                    w.fetch_offset,
+                    budget,
+                    min_one,
+                    w.isolation,
+                )
                 .await;
             time_read(broker, &read, started);
             Found::Follower { data, read }

@@ -108,10 +108,14 @@ impl object_store::ObjectStore for Hooked {
     }
 }
 
-/// A broker whose topic `t` has two partitions, each holding one sealed batch of 10
-/// records that only the object store has (no memory tail, no read cache), every GET
+/// A broker whose topic `t` has `partitions` partitions, each holding one sealed batch of
+/// 10 records that only the object store has (no memory tail, no read cache), every GET
 /// through `hold`.
-async fn broker_with_sealed(dir: &std::path::Path, hold: Arc<HoldFirst>) -> Arc<Broker> {
+async fn broker_with_sealed(
+    dir: &std::path::Path,
+    hold: Arc<HoldFirst>,
+    partitions: i32,
+) -> Arc<Broker> {
     let inner = oxbow_segment_writer::objects::local(&dir.join("objects")).expect("store");
     let objects = Arc::new(Hooked { inner, hold });
     let broker =
@@ -119,13 +123,13 @@ async fn broker_with_sealed(dir: &std::path::Path, hold: Arc<HoldFirst>) -> Arc<
     let topic = broker
         .create_topic(TopicSpec {
             name: "t".into(),
-            partitions: 2,
+            partitions,
             replication_factor: 1,
             configs: Default::default(),
         })
         .await
         .expect("topic");
-    for p in 0..2 {
+    for p in 0..partitions {
         let part = broker.partition(&topic, p).await.expect("partition");
         broker
             .log
@@ -144,7 +148,12 @@ async fn broker_with_sealed(dir: &std::path::Path, hold: Arc<HoldFirst>) -> Arc<
 
 /// Fetch v12 of `t`'s partitions 0 and 1 from offset 0, `max_bytes` for the response.
 async fn fetch_both(broker: &Arc<Broker>, max_bytes: i32) -> Vec<PartitionData> {
-    let partitions = (0..2)
+    fetch_first(broker, 2, max_bytes).await
+}
+
+/// Fetch v12 of `t`'s first `n` partitions from offset 0, `max_bytes` for the response.
+async fn fetch_first(broker: &Arc<Broker>, n: i32, max_bytes: i32) -> Vec<PartitionData> {
+    let partitions = (0..n)
         .map(|p| {
             FetchPartition::default()
                 .with_partition(p)
@@ -188,7 +197,7 @@ async fn a_held_read_does_not_hold_up_the_other_partitions() {
         hold: true,
         ..HoldFirst::default()
     });
-    let broker = broker_with_sealed(dir.path(), hold.clone()).await;
+    let broker = broker_with_sealed(dir.path(), hold.clone(), 2).await;
     // From here the clock only moves when nothing can run (the hook's give-up).
     tokio::time::pause();
     let parts = fetch_both(&broker, 50 << 20).await;
@@ -221,7 +230,7 @@ async fn a_held_read_does_not_hold_up_the_other_partitions() {
 #[tokio::test]
 async fn max_bytes_applies_in_request_order() {
     let dir = tempfile::tempdir().expect("tmp");
-    let broker = broker_with_sealed(dir.path(), Arc::default()).await;
+    let broker = broker_with_sealed(dir.path(), Arc::default(), 2).await;
     let one = make_batch(10, 1_000).len();
     let parts = fetch_both(&broker, 1).await;
     assert_eq!(
@@ -237,4 +246,37 @@ async fn max_bytes_applies_in_request_order() {
     // Room for both.
     let parts = fetch_both(&broker, i32::try_from(2 * one).expect("small")).await;
     assert_eq!((records_len(&parts[0]), records_len(&parts[1])), (one, one));
+}
+
+/// Reading side by side does not read every partition whole when the response is already
+/// full: of twelve cold partitions fetched with room for one batch, only the reads that
+/// started before the first answer was fitted go to the object store (at most
+/// `READS_IN_FLIGHT_MAX`); the rest start knowing there is no room and read nothing. Each
+/// read asking for its partition's full share whatever the others took did one GET per
+/// partition (12).
+#[tokio::test]
+async fn a_full_response_stops_further_object_reads() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let hold = Arc::new(HoldFirst::default());
+    let broker = broker_with_sealed(dir.path(), hold.clone(), 12).await;
+    let parts = fetch_first(&broker, 12, 1).await;
+    assert_eq!(parts.len(), 12);
+    assert!(
+        records_len(&parts[0]) > 0,
+        "the first batch, past the limit"
+    );
+    for d in &parts[1..] {
+        assert_eq!(
+            records_len(d),
+            0,
+            "partition {}: no room",
+            d.partition_index
+        );
+        assert_eq!((d.error_code, d.high_watermark), (0, 10));
+    }
+    let gets = hold.started.load(Ordering::SeqCst);
+    assert!(
+        gets <= READS_IN_FLIGHT_MAX,
+        "{gets} object reads for a response with room for one batch"
+    );
 }
