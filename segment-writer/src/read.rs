@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
+use crate::read_ahead::Joined;
 use crate::read_pieces::{self, Piece, PieceMaps};
 pub use crate::read_result::{Isolation, ReadResult, ReadSource};
 use crate::segment::SegmentIndex;
@@ -467,17 +468,22 @@ impl LogManager {
         if let Some(found) = self.cache_hit(hit, |b| self.checked(entry, b)) {
             return Ok(found);
         }
-        if let Some(pending) = self.read_ahead.in_flight(entry) {
-            // Being prefetched: wait for that GET (its bytes are checked) rather than send
-            // a second one.
-            if let Some(bytes) = pending.await {
-                return Ok((bytes, ReadSource::ObjectStore));
-            }
-        }
+        // Being fetched (prefetched, or read by another reader): wait for that GET (its
+        // bytes are checked) rather than send a second one.
+        let claim = match self.read_ahead.join_or_claim(entry) {
+            Joined::Wait(pending) => match pending.await {
+                Some(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
+                None => None,
+            },
+            Joined::Claimed(claim) => Some(claim),
+        };
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self.get_entry_range(entry).await?;
         self.checked(entry, &bytes)?;
         self.read_ahead.cache_read(entry, &bytes, from);
+        if let Some(claim) = claim {
+            claim.land(&bytes);
+        }
         Ok((bytes, ReadSource::ObjectStore))
     }
 
@@ -619,11 +625,13 @@ impl LogManager {
         if let Some(found) = self.cache_hit(hit, |b| p.verify(&entry.object_key, b)) {
             return Ok(found);
         }
-        if let Some(pending) = self.read_ahead.piece_in_flight(entry, p) {
-            if let Some(bytes) = pending.await {
-                return Ok((bytes, ReadSource::ObjectStore));
-            }
-        }
+        let claim = match self.read_ahead.join_or_claim_piece(entry, p) {
+            Joined::Wait(pending) => match pending.await {
+                Some(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
+                None => None,
+            },
+            Joined::Claimed(claim) => Some(claim),
+        };
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self
             .get_object_range(&entry.object_key, p.start, p.len)
@@ -637,6 +645,9 @@ impl LogManager {
         })?;
         self.cache
             .insert_scanned(&entry.object_key, p.start, p.len, bytes.clone());
+        if let Some(claim) = claim {
+            claim.land(&bytes);
+        }
         Ok((bytes, ReadSource::ObjectStore))
     }
 

@@ -150,6 +150,32 @@ impl Drop for Landed {
     }
 }
 
+/// What [`ReadAhead::join_or_claim`] found.
+pub enum Joined {
+    /// A fetch of the range is in flight: its checked bytes, or `None` if it failed.
+    Wait(Pending),
+    /// The range is this reader's to fetch.
+    Claimed(Claim),
+}
+
+/// A reader's claim on fetching a range: those waiting for it are answered by
+/// [`Claim::land`], or told to read the range themselves if it is dropped unlanded (the
+/// GET failed or the reader went away); either way the range leaves the in-flight map.
+pub struct Claim {
+    tx: Option<oneshot::Sender<Bytes>>,
+    _landed: Landed,
+}
+
+impl Claim {
+    /// Hands the range's checked bytes to the readers waiting for them. Cache them first,
+    /// so a reader finds the range in one place or the other.
+    pub fn land(mut self, bytes: &Bytes) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(bytes.clone());
+        }
+    }
+}
+
 /// The broker's read-ahead: where to fetch from, where to put it, and its bounds.
 pub struct ReadAhead {
     objects: Arc<dyn ObjectStore>,
@@ -423,6 +449,35 @@ impl ReadAhead {
             drop(landed);
         });
         true
+    }
+
+    /// A reader about to GET `entry`'s range itself: waits for a fetch of it in flight
+    /// (a prefetch or another reader's), or claims the range so readers coming after wait
+    /// for this one's GET instead of sending their own (groups reading the same cold
+    /// range at once, as under fan-out, send one GET).
+    pub fn join_or_claim(&self, entry: &CatalogEntry) -> Joined {
+        self.join_or_claim_key(RangeKey::of(entry))
+    }
+
+    /// [`Self::join_or_claim`] for piece `p` of `entry`'s range.
+    pub fn join_or_claim_piece(&self, entry: &CatalogEntry, p: &Piece) -> Joined {
+        self.join_or_claim_key(RangeKey::piece(entry, p))
+    }
+
+    fn join_or_claim_key(&self, key: RangeKey) -> Joined {
+        let mut in_flight = lock(&self.in_flight);
+        if let Some(pending) = in_flight.get(&key) {
+            return Joined::Wait(pending.clone());
+        }
+        let (tx, rx) = oneshot::channel::<Bytes>();
+        in_flight.insert(key.clone(), rx.map(Result::ok).boxed().shared());
+        Joined::Claimed(Claim {
+            tx: Some(tx),
+            _landed: Landed {
+                in_flight: self.in_flight.clone(),
+                keys: vec![key],
+            },
+        })
     }
 
     /// The prefetch of `entry`'s range, if one is in flight: await it for the checked

@@ -127,6 +127,47 @@ async fn over_a_slow_store_each_range_is_fetched_once() {
     );
 }
 
+/// Readers of the same cold range at once (consumer groups fanning out over data they all
+/// lag behind) send one GET between them: the first claims the range, the others wait for
+/// its bytes. Each reader sent its own before (five GETs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_the_same_cold_range_at_once_send_one_get() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (metadata, topic) = sealed(dir.path()).await;
+    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
+    let slow = FaultyObjectStore::new(
+        objects::local(&dir.path().join("objects")).expect("store"),
+        Arc::new(SystemClock),
+        Arc::new(OsRng),
+    );
+    let log = LogManager::open(
+        settings(dir.path()),
+        metadata,
+        slow.clone(),
+        ReadCache::new(64 << 20),
+    )
+    .await
+    .expect("open");
+    slow.set_faults(StoreFaults {
+        latency_max: Duration::from_millis(40),
+        ..StoreFaults::default()
+    });
+    let p = log.partition(&topic, 0).await.expect("p0");
+    let reads = (0..5).map(|_| log.read(&p, 0, 1, true));
+    let got = futures::future::join_all(reads).await;
+    let first = got[0].as_ref().expect("read").batches.clone();
+    assert!(!first.is_empty());
+    for r in &got {
+        assert_eq!(
+            r.as_ref().expect("read").batches,
+            first,
+            "every reader the same batches"
+        );
+    }
+    let own = log.metrics.object_reads.load(Ordering::Relaxed);
+    assert_eq!(own, 1, "five readers of one range, {own} GETs of their own");
+}
+
 /// A range larger than the cache takes whole (a lagging sealer's big object) is fetched
 /// once and read on from its cached pieces, not fetched again for every small fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
