@@ -32,6 +32,37 @@ async fn sealed(dir: &std::path::Path) -> (Arc<dyn MetadataStore>, oxbow_metadat
     (metadata, topic)
 }
 
+/// [`sealed`], then opened with a cold cache over a store that takes up to 40 ms per GET
+/// (a round trip, as S3 has); the store is returned for its counts.
+async fn cold_over_a_slow_store(
+    dir: &std::path::Path,
+) -> (
+    Arc<LogManager>,
+    Arc<FaultyObjectStore>,
+    oxbow_metadata::TopicMetadata,
+) {
+    let (metadata, topic) = sealed(dir).await;
+    std::fs::remove_dir_all(dir.join("wal")).expect("clear the WAL");
+    let slow = FaultyObjectStore::new(
+        objects::local(&dir.join("objects")).expect("store"),
+        Arc::new(SystemClock),
+        Arc::new(OsRng),
+    );
+    let log = LogManager::open(
+        settings(dir),
+        metadata,
+        slow.clone(),
+        ReadCache::new(64 << 20),
+    )
+    .await
+    .expect("open");
+    slow.set_faults(StoreFaults {
+        latency_max: Duration::from_millis(40),
+        ..StoreFaults::default()
+    });
+    (log, slow, topic)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_reader_reads_on_from_prefetched_ranges() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -80,25 +111,7 @@ async fn a_catch_up_reader_reads_on_from_prefetched_ranges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_slow_store_each_range_is_fetched_once() {
     let dir = tempfile::tempdir().expect("tmp");
-    let (metadata, topic) = sealed(dir.path()).await;
-    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
-    let slow = FaultyObjectStore::new(
-        objects::local(&dir.path().join("objects")).expect("store"),
-        Arc::new(SystemClock),
-        Arc::new(OsRng),
-    );
-    let log = LogManager::open(
-        settings(dir.path()),
-        metadata,
-        slow.clone(),
-        ReadCache::new(64 << 20),
-    )
-    .await
-    .expect("open");
-    slow.set_faults(StoreFaults {
-        latency_max: Duration::from_millis(40),
-        ..StoreFaults::default()
-    });
+    let (log, slow, topic) = cold_over_a_slow_store(dir.path()).await;
     let p = log.partition(&topic, 0).await.expect("p0");
     let end = p.offsets().expect("offsets").2;
     let mut next = 0;
@@ -133,25 +146,7 @@ async fn over_a_slow_store_each_range_is_fetched_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_the_same_cold_range_at_once_send_one_get() {
     let dir = tempfile::tempdir().expect("tmp");
-    let (metadata, topic) = sealed(dir.path()).await;
-    std::fs::remove_dir_all(dir.path().join("wal")).expect("clear the WAL");
-    let slow = FaultyObjectStore::new(
-        objects::local(&dir.path().join("objects")).expect("store"),
-        Arc::new(SystemClock),
-        Arc::new(OsRng),
-    );
-    let log = LogManager::open(
-        settings(dir.path()),
-        metadata,
-        slow.clone(),
-        ReadCache::new(64 << 20),
-    )
-    .await
-    .expect("open");
-    slow.set_faults(StoreFaults {
-        latency_max: Duration::from_millis(40),
-        ..StoreFaults::default()
-    });
+    let (log, _slow, topic) = cold_over_a_slow_store(dir.path()).await;
     let p = log.partition(&topic, 0).await.expect("p0");
     let reads = (0..5).map(|_| log.read(&p, 0, 1, true));
     let got = futures::future::join_all(reads).await;
