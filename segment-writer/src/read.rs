@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 use crate::log::{LogManager, Partition};
 use crate::object;
 use crate::partition::ReadPlan;
-use crate::read_ahead::Joined;
 use crate::read_pieces::{self, Piece, PieceMaps};
 pub use crate::read_result::{Isolation, ReadResult, ReadSource};
 use crate::segment::SegmentIndex;
@@ -470,12 +469,9 @@ impl LogManager {
         }
         // Being fetched (prefetched, or read by another reader): wait for that GET (its
         // bytes are checked) rather than send a second one.
-        let claim = match self.read_ahead.join_or_claim(entry) {
-            Joined::Wait(pending) => match pending.await {
-                Some(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
-                None => None,
-            },
-            Joined::Claimed(claim) => Some(claim),
+        let claim = match self.read_ahead.join_or_claim(entry).settle().await {
+            Ok(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
+            Err(claim) => claim,
         };
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self.get_entry_range(entry).await?;
@@ -625,12 +621,9 @@ impl LogManager {
         if let Some(found) = self.cache_hit(hit, |b| p.verify(&entry.object_key, b)) {
             return Ok(found);
         }
-        let claim = match self.read_ahead.join_or_claim_piece(entry, p) {
-            Joined::Wait(pending) => match pending.await {
-                Some(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
-                None => None,
-            },
-            Joined::Claimed(claim) => Some(claim),
+        let claim = match self.read_ahead.join_or_claim_piece(entry, p).settle().await {
+            Ok(bytes) => return Ok((bytes, ReadSource::ObjectStore)),
+            Err(claim) => claim,
         };
         self.metrics.object_reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self

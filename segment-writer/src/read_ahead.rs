@@ -158,6 +158,17 @@ pub enum Joined {
     Claimed(Claim),
 }
 
+impl Joined {
+    /// The checked bytes of the fetch waited for, or else what this reader fetches them
+    /// under: its claim, or none when the fetch it waited for failed.
+    pub async fn settle(self) -> Result<Bytes, Option<Claim>> {
+        match self {
+            Joined::Wait(pending) => pending.await.ok_or(None),
+            Joined::Claimed(claim) => Err(Some(claim)),
+        }
+    }
+}
+
 /// A reader's claim on fetching a range: those waiting for it are answered by
 /// [`Claim::land`], or told to read the range themselves if it is dropped unlanded (the
 /// GET failed or the reader went away); either way the range leaves the in-flight map.
