@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,15 +36,50 @@ STOP_TIMEOUT_S = 20.0
 LIVE: list["Broker"] = []
 
 
+# Ports handed out by free_ports in this process: never handed out twice, so two servers
+# picked a moment apart cannot be given the same one before either has bound it.
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct loopback ports that were free a moment ago (held open together)."""
+    """n distinct loopback ports that were free a moment ago and were never handed out before
+    in this process.
+
+    Picked below the kernel's ephemeral range when there is room there: outgoing connections
+    (clients, brokers' peers) take their local ports from that range, so a port picked
+    outside it cannot be taken by one between the pick and the server's bind."""
+    low, _ = _ephemeral_range()
+    pool_low = 10000
+    ports: list[int] = []
     socks = []
     try:
-        for _ in range(n):
+        attempts = 0
+        while len(ports) < n:
+            attempts += 1
+            if attempts > 1000:
+                raise RuntimeError(f"no free loopback port found after {attempts} attempts")
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            port = random.randrange(pool_low, low) if low - pool_low > 2000 else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            got = s.getsockname()[1]
+            if got in _HANDED_OUT:
+                continue
+            _HANDED_OUT.add(got)
+            ports.append(got)
+        return ports
     finally:
         for s in socks:
             s.close()
