@@ -12,7 +12,6 @@
 use bytes::Bytes;
 use oxbow_gateway::client::{Client, ConsumedRecord, ProduceOptions, ProduceRecord};
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,10 +27,7 @@ const TEST_BOUND: Duration = Duration::from_secs(90);
 const TOPIC: &str = "outage";
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    oxbow_metadata::testing::free_port().expect("a free port")
 }
 
 /// The `oxbow` process; killed and reaped on drop (also when the test panics).

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use oxbow_gateway::client::{Client, ProduceOptions, ProduceRecord};
 use oxbow_metadata::testing::{etcd_or_skip, EtcdCluster};
 use oxbow_metadata::{EtcdSettings, EtcdStore, MetadataStore};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,10 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const DEADLINE: Duration = Duration::from_secs(20);
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    oxbow_metadata::testing::free_port().expect("a free port")
 }
 
 struct Broker(Child);

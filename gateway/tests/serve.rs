@@ -6,16 +6,12 @@
 
 use bytes::Bytes;
 use oxbow_gateway::client::{Client, ProduceOptions, ProduceRecord};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    oxbow_metadata::testing::free_port().expect("a free port")
 }
 
 struct Broker {

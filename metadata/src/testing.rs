@@ -38,8 +38,33 @@ pub fn etcd_or_skip() -> bool {
     );
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A loopback port that was free a moment ago and that no earlier call in this process
+/// returned.
+///
+/// Taken in turn from 10000..32768, below Linux's default ephemeral range (32768..61000):
+/// binding port 0 twice before either server has bound can yield the same port twice, and an
+/// outgoing connection's local port, taken from the ephemeral range, can take one between
+/// the pick and the server's bind. The walk starts at a random place, so test binaries run
+/// one after another do not retrace each other's ports.
+pub fn free_port() -> std::io::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 32_768 - LOW;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let seed = (crate::clock::Rng::next_u64(&crate::clock::OsRng) % u64::from(SPAN)) as u32;
+    let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        // In range by construction: LOW + SPAN = 32768 <= u16::MAX.
+        let port = port as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        "no free loopback port in 10000..32768",
+    ))
 }
 
 /// One etcd member.
