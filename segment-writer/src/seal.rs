@@ -24,7 +24,7 @@ use crate::log::LogManager;
 use crate::object::{self, Chunk};
 use crate::producer_summary::OBJECT_CARRIED_ROWS_MAX;
 use crate::seal_state::{
-    catalogued_up_to, Action, CatalogueEnd, CommitOutcome, Event, ObjectPlan, SealRound, Take,
+    catalogued_up_to, plan_object, Action, CatalogueEnd, CommitOutcome, Event, Offered, SealRound,
 };
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -275,23 +275,47 @@ impl LogManager {
         ))
     }
 
-    /// What the next object holds ([`ObjectPlan`]): each open partition's unsealed batches
-    /// as a chunk, with the epoch fences its commit needs, and whether some were left out.
+    /// What the next object holds ([`plan_object`]): the oldest unsealed batches in the WAL,
+    /// as one chunk per partition, with the epoch fences its commit needs, and whether some
+    /// were left out.
     fn plan_object(&self) -> Result<(Vec<Chunk>, Vec<EpochFence>, bool)> {
-        let mut plan = ObjectPlan::new(self.settings.flush_bytes.max(OBJECT_BYTES_MAX));
+        let partitions = self.open_partitions();
+        let mut offered = Vec::with_capacity(partitions.len());
+        let mut firsts = Vec::with_capacity(partitions.len());
+        for p in &partitions {
+            let s = p.lock()?;
+            let batches = s.unsealed();
+            firsts.push(batches.first().map(|b| b.base_offset));
+            offered.push(
+                batches
+                    .iter()
+                    .map(|b| Offered {
+                        sequence: b.wal_sequence,
+                        len: b.bytes.len() as u64,
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let plan = plan_object(&offered, self.settings.flush_bytes.max(OBJECT_BYTES_MAX));
+        let mut more = plan.more;
         let mut chunks = Vec::new();
         let mut fences = Vec::new();
         let mut aborts = 0usize;
         let mut carried_rows = 0usize;
-        for p in self.open_partitions() {
+        for ((p, n), first_planned) in partitions.iter().zip(plan.take).zip(firsts) {
+            if n == 0 {
+                continue;
+            }
             let s = p.lock()?;
             let mut batches = s.unsealed();
-            match plan.offer(batches.iter().map(|b| b.bytes.len() as u64)) {
-                // The object's catalog value must fit one metadata request: the rest go in
-                // the next object, at once.
-                Take::Full => break,
-                Take::Batches(n) => batches.truncate(n),
+            // Planned on what the partition held a moment ago: appends since only add at
+            // the end. Should its unsealed batches start elsewhere now (its leadership
+            // changed meanwhile), it waits for the next object.
+            if batches.first().map(|b| b.base_offset) != first_planned {
+                more = true;
+                continue;
             }
+            batches.truncate(n);
             let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
                 continue;
             };
@@ -333,7 +357,7 @@ impl LogManager {
                 txn,
             });
         }
-        Ok((chunks, fences, plan.more()))
+        Ok((chunks, fences, more))
     }
 
     /// What each partition's memory tail may hold: `--partition-tail-bytes`, or an equal

@@ -1,11 +1,11 @@
 //! The pure core of one seal (driver: [`crate::seal`]): what goes into the object, and what
 //! follows from each outcome. No I/O, no clock, no `.await`.
 //!
-//! - [`ObjectPlan`]: which partitions' unsealed batches one object takes — whole batches, a
-//!   prefix of each partition's, at most `room` bytes and [`OBJECT_PARTITIONS_MAX`]
-//!   partitions; whatever is left out is sealed by the next object at once (`more`). A
-//!   partition's first batch is always taken when the object is still empty, so no batch
-//!   larger than `room` is left unsealed forever.
+//! - [`plan_object`]: which unsealed batches one object takes — whole batches, a prefix of
+//!   each partition's, the oldest in the WAL first across partitions, at most `room` bytes
+//!   and [`OBJECT_PARTITIONS_MAX`] partitions; whatever is left out is sealed by the next
+//!   object at once (`more`). The first batch is always taken, so no batch larger than
+//!   `room` is left unsealed forever.
 //! - [`SealRound`]: one object's steps. Nothing planned → trim the WAL (what is sealed may
 //!   go) and stop. Otherwise upload (create-only), fill the cache with what was just written,
 //!   commit to the catalogue; the batches are marked sealed, and the WAL trimmed, only after
@@ -21,70 +21,68 @@
 
 use oxbow_metadata::{LeaderEpoch, Offset, OBJECT_PARTITIONS_MAX};
 
-/// Choosing what one object holds (see the module docs).
-#[derive(Debug)]
-pub struct ObjectPlan {
-    room: u64,
-    taken: u64,
-    partitions: usize,
-    more: bool,
-}
-
-/// What [`ObjectPlan::offer`] takes of a partition.
+/// One unsealed batch as the plan sees it: its WAL sequence (`None`: not in a WAL, the
+/// direct mode) and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Take {
-    /// Its first `n` batches (possibly 0: nothing unsealed, or no room left for any).
-    Batches(usize),
-    /// The object holds its most partitions: stop offering.
-    Full,
+pub struct Offered {
+    pub sequence: Option<u64>,
+    pub len: u64,
 }
 
-impl ObjectPlan {
-    pub fn new(room: u64) -> ObjectPlan {
-        ObjectPlan {
-            room,
-            taken: 0,
-            partitions: 0,
-            more: false,
-        }
-    }
-
-    /// Offers a partition's unsealed batches (their sizes, in order).
-    pub fn offer(&mut self, sizes: impl ExactSizeIterator<Item = u64>) -> Take {
-        if self.partitions >= OBJECT_PARTITIONS_MAX {
-            self.more = true;
-            return Take::Full;
-        }
-        let len = sizes.len();
-        let n = fitting_prefix(sizes, &mut self.taken, self.room);
-        if n < len {
-            self.more = true;
-        }
-        if n > 0 {
-            self.partitions += 1;
-        }
-        Take::Batches(n)
-    }
-
-    /// Whether something was left for the next object.
-    pub fn more(&self) -> bool {
-        self.more
-    }
+/// What one object takes: a prefix of each partition's unsealed batches.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ObjectPlan {
+    /// Per partition offered, how many of its first batches (possibly 0).
+    pub take: Vec<usize>,
+    /// Something was left out for lack of room: the next object follows at once.
+    pub more: bool,
 }
 
-/// How many of `sizes` (a partition's unsealed batches, in order) fit in an object that
-/// already holds `taken` of `room` bytes; adds them to `taken`. An empty object takes at
-/// least one batch, however large.
-fn fitting_prefix(sizes: impl Iterator<Item = u64>, taken: &mut u64, room: u64) -> usize {
-    let mut n = 0;
-    for len in sizes {
-        if *taken > 0 && *taken + len > room {
+/// Chooses what one object holds (see the module docs): the oldest batches in the WAL
+/// first, whichever partition they belong to, up to `room` bytes and
+/// [`OBJECT_PARTITIONS_MAX`] partitions; the first batch is always taken, however large.
+///
+/// Oldest first because the WAL is trimmed up to its oldest unsealed entry: an object
+/// filled a partition at a time (the first partitions in map order taking all the room
+/// while a backlog lasted) left the partition holding the WAL's oldest entry for the
+/// backlog's last object, so nothing was trimmed until all of it was sealed, and at max
+/// produce the WAL reached its budget and appends stopped for seconds at a time. Taken in
+/// WAL order, every object frees its own bytes of the WAL. Batches outside a WAL (no
+/// sequence) come after, partition by partition.
+pub fn plan_object(partitions: &[Vec<Offered>], room: u64) -> ObjectPlan {
+    let mut order: Vec<(u64, usize, usize)> = partitions
+        .iter()
+        .enumerate()
+        .flat_map(|(p, batches)| {
+            batches
+                .iter()
+                .enumerate()
+                .map(move |(i, b)| (b.sequence.unwrap_or(u64::MAX), p, i))
+        })
+        .collect();
+    order.sort_unstable();
+    let mut take = vec![0usize; partitions.len()];
+    let (mut taken, mut holding) = (0u64, 0usize);
+    let mut more = false;
+    for (_, p, i) in order {
+        // A prefix of each partition's batches: one out of order ends its partition's share.
+        if take[p] != i {
+            more = true;
+            continue;
+        }
+        let len = partitions[p][i].len;
+        let new_partition = take[p] == 0;
+        if (taken > 0 && taken.saturating_add(len) > room)
+            || (new_partition && holding >= OBJECT_PARTITIONS_MAX)
+        {
+            more = true;
             break;
         }
-        *taken += len;
-        n += 1;
+        taken = taken.saturating_add(len);
+        take[p] += 1;
+        holding += usize::from(new_partition);
     }
-    n
+    ObjectPlan { take, more }
 }
 
 /// How a catalogue commit ended.
@@ -102,7 +100,7 @@ pub enum CommitOutcome {
 /// What the driver observed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The object was planned ([`ObjectPlan`]) with this many partitions.
+    /// The object was planned ([`plan_object`]) with this many partitions.
     Planned {
         partitions: usize,
         more: bool,
@@ -230,39 +228,88 @@ pub fn catalogued_up_to(
 mod tests {
     use super::*;
 
+    fn wal(entries: &[(u64, u64)]) -> Vec<Offered> {
+        entries
+            .iter()
+            .map(|&(sequence, len)| Offered {
+                sequence: Some(sequence),
+                len,
+            })
+            .collect()
+    }
+
     #[test]
     fn objects_are_capped_but_never_empty() {
-        let mut taken = 0;
-        assert_eq!(fitting_prefix([40, 40, 40].into_iter(), &mut taken, 100), 2);
-        assert_eq!(taken, 80);
-        // The next partition gets what room is left, maybe nothing.
-        assert_eq!(fitting_prefix([30].into_iter(), &mut taken, 100), 0);
-        assert_eq!(fitting_prefix([20, 1].into_iter(), &mut taken, 100), 1);
-        assert_eq!(taken, 100);
+        // Room for two of three 40-byte batches.
+        let plan = plan_object(&[wal(&[(1, 40), (2, 40), (3, 40)])], 100);
+        assert_eq!(plan.take, vec![2]);
+        assert!(plan.more);
         // A batch larger than the cap still goes, alone.
-        let mut taken = 0;
-        assert_eq!(fitting_prefix([500, 1].into_iter(), &mut taken, 100), 1);
-        let mut taken = 0;
-        assert_eq!(fitting_prefix(std::iter::empty(), &mut taken, 100), 0);
+        let plan = plan_object(&[wal(&[(1, 500), (2, 1)])], 100);
+        assert_eq!(plan.take, vec![1]);
+        assert!(plan.more);
+        let plan = plan_object(&[vec![], wal(&[(1, 10)])], 100);
+        assert_eq!(
+            plan,
+            ObjectPlan {
+                take: vec![0, 1],
+                more: false
+            }
+        );
+    }
+
+    #[test]
+    fn objects_take_the_oldest_wal_entries_of_every_partition_first() {
+        // Partition 0 has a long backlog of later entries; partition 1 holds the WAL's
+        // oldest entry. Filling partition by partition took only partition 0's batches and
+        // left the WAL untrimmable; in WAL order each object frees the oldest entries.
+        let p0 = wal(&[(2, 10), (4, 10), (6, 10), (8, 10), (10, 10)]);
+        let p1 = wal(&[(1, 10), (3, 10), (5, 10)]);
+        let plan = plan_object(&[p0.clone(), p1.clone()], 40);
+        assert_eq!(plan.take, vec![2, 2], "sequences 1..=4");
+        assert!(plan.more);
+        // What is left, planned again, continues in WAL order.
+        let plan = plan_object(&[p0[2..].to_vec(), p1[2..].to_vec()], 40);
+        assert_eq!(plan.take, vec![3, 1]);
+        assert!(!plan.more);
+    }
+
+    #[test]
+    fn batches_outside_a_wal_follow_partition_by_partition() {
+        let direct = |n: usize| {
+            vec![
+                Offered {
+                    sequence: None,
+                    len: 10
+                };
+                n
+            ]
+        };
+        let plan = plan_object(&[direct(2), direct(3), wal(&[(7, 10)])], 40);
+        assert_eq!(plan.take, vec![2, 1, 1]);
+        assert!(plan.more);
     }
 
     #[test]
     fn the_plan_says_more_when_batches_or_partitions_are_left_out() {
-        let mut plan = ObjectPlan::new(25);
-        assert_eq!(plan.offer([10, 10].into_iter()), Take::Batches(2));
-        assert!(!plan.more());
-        assert_eq!(plan.offer([].into_iter()), Take::Batches(0));
-        assert!(!plan.more());
-        assert_eq!(plan.offer([10].into_iter()), Take::Batches(0));
-        assert!(plan.more());
+        let plan = plan_object(&[wal(&[(1, 10), (2, 10)]), vec![], wal(&[(3, 10)])], 25);
+        assert_eq!(
+            plan,
+            ObjectPlan {
+                take: vec![2, 0, 0],
+                more: true
+            }
+        );
+        let plan = plan_object(&[wal(&[(1, 10), (2, 10)]), vec![]], 25);
+        assert!(!plan.more);
 
-        let mut plan = ObjectPlan::new(u64::MAX);
-        for _ in 0..OBJECT_PARTITIONS_MAX {
-            assert_eq!(plan.offer([1].into_iter()), Take::Batches(1));
-        }
-        assert!(!plan.more());
-        assert_eq!(plan.offer([1].into_iter()), Take::Full);
-        assert!(plan.more());
+        let many: Vec<Vec<Offered>> = (0..=OBJECT_PARTITIONS_MAX as u64)
+            .map(|p| wal(&[(p, 1)]))
+            .collect();
+        let plan = plan_object(&many, u64::MAX);
+        assert_eq!(plan.take.iter().sum::<usize>(), OBJECT_PARTITIONS_MAX);
+        assert_eq!(plan.take[OBJECT_PARTITIONS_MAX], 0);
+        assert!(plan.more);
     }
 
     #[test]
