@@ -37,6 +37,14 @@ async fn store_with(data: &[u8]) -> Arc<dyn ObjectStore> {
     Arc::new(store)
 }
 
+/// How many of `entries` have a GET in flight.
+fn in_flight_count(ahead: &ReadAhead, entries: &[CatalogEntry]) -> usize {
+    entries
+        .iter()
+        .filter(|e| ahead.in_flight(e).is_some())
+        .count()
+}
+
 #[tokio::test]
 async fn the_window_is_fetched_once_and_a_waiting_reader_gets_the_same_bytes() {
     let data: Vec<u8> = (0..64u32 << 10).map(|i| (i % 251) as u8).collect();
@@ -51,10 +59,7 @@ async fn the_window_is_fetched_once_and_a_waiting_reader_gets_the_same_bytes() {
         .collect();
     let ahead = ReadAhead::new(store_with(&data).await, ReadCache::new(64 << 20));
     ahead.ahead(-1, &before(), entries.iter().cloned());
-    let started = entries
-        .iter()
-        .filter(|e| ahead.in_flight(e).is_some())
-        .count();
+    let started = in_flight_count(&ahead, &entries);
     assert_eq!(started, 8, "the window's ranges are fetched side by side");
     // Asking again while the GETs run starts nothing new.
     ahead.ahead(-1, &before(), entries.iter().cloned());
@@ -111,20 +116,14 @@ async fn the_window_and_the_get_slots_bound_what_is_started() {
         .map(|i| entry("o", i * (256 << 10), &data[..256 << 10]))
         .collect();
     ahead.ahead(-1, &before(), entries.iter().cloned());
-    let started = entries
-        .iter()
-        .filter(|e| ahead.in_flight(e).is_some())
-        .count();
+    let started = in_flight_count(&ahead, &entries);
     assert!(
         started <= 4,
         "{started} ranges of 256 KiB started in a 1 MiB window"
     );
     let big = ReadAhead::new(store_with(&data).await, ReadCache::new(1 << 30));
     big.ahead(-1, &before(), entries.iter().cloned());
-    let started = entries
-        .iter()
-        .filter(|e| big.in_flight(e).is_some())
-        .count();
+    let started = in_flight_count(&big, &entries);
     assert!(started <= READ_AHEAD_GETS, "{started} GETs at once");
 }
 
