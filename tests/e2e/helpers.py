@@ -66,6 +66,21 @@ def wait_until(predicate, *, timeout: float, interval: float = 0.2, what: str = 
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def settled(read, *, hold: float, timeout: float, interval: float = 0.5, what: str = "value"):
+    """The value `read()` returns once it has stayed the same for `hold` seconds; fail
+    after timeout."""
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= hold:
+            return value
+    raise AssertionError(f"{what} did not settle within {timeout}s (last: {value!r})")
+
+
 # -- admin --------------------------------------------------------------------
 
 
@@ -170,6 +185,30 @@ def consumer(bootstrap: str, **conf) -> Consumer:
     return Consumer(base)
 
 
+# What a client retries: the partition's leader moved (or is being elected) since the
+# client's metadata, or the broker did not answer in time.
+RETRIABLE_LOOKUP = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
+def high_watermark(c: Consumer, topic: str, partition: int, *, timeout: float = 30) -> int:
+    """The partition's high watermark, asked of its leader; retried while the leader moves
+    (librdkafka's query does not retry a stale leader itself, as its fetcher does)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+        except KafkaException as e:
+            if e.args[0].code() not in RETRIABLE_LOOKUP or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.3)
+
+
 def consume_partitions(
     bootstrap: str, topic: str, partitions: Iterable[int], *, timeout: float = 60, **conf
 ) -> dict[int, list[Rec]]:
@@ -177,7 +216,7 @@ def consume_partitions(
     partitions = list(partitions)
     c = consumer(bootstrap, **conf)
     try:
-        highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions}
+        highs = {p: high_watermark(c, topic, p, timeout=timeout) for p in partitions}
         out: dict[int, list[Rec]] = {p: [] for p in partitions}
         pending = {p for p in partitions if highs[p] > 0}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
