@@ -28,7 +28,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from cluster import ProducerThread, cluster, etcd_server, moto_server  # noqa: F401
 import kafka_wire as w
-from helpers import admin, create_topic, produce_all, producer, unique, wait_until
+from helpers import admin, create_topic, high_watermark, produce_all, producer, unique, wait_until
 
 PARTITIONS = 6
 
@@ -254,7 +254,7 @@ def group_coordinated_by(bootstrap: str, broker_id: int, prefix: str) -> str:
 def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "oxbow-e2e-hw"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(PARTITIONS)}
+        return {p: high_watermark(c, topic, p) for p in range(PARTITIONS)}
     finally:
         c.close()
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 import brokers
 from brokers import oxbow_bin
 from cluster import cluster, etcd_server, moto_server  # noqa: F401 (fixtures)
-from helpers import create_topic, producer, run, unique, wait_until
+from helpers import create_topic, high_watermark, producer, run, unique, wait_until
 
 pytestmark = pytest.mark.oxbow_only
 
@@ -77,7 +77,7 @@ def read_all(bootstrap: str, topic: str, partitions, *, isolation: str = "read_u
 def high_watermarks(bootstrap: str, topic: str, partitions) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-e2e-hw", "log_level": 3})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in partitions}
+        return {p: high_watermark(c, topic, p) for p in partitions}
     finally:
         c.close()
 
