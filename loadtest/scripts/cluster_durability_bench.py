@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""acks=all on a 3-broker Oxbow cluster in 3 zones (real etcd, moto S3 on loopback):
+"""acks=all on a 3-broker Oxbow cluster in 3 zones (real etcd, S3 on loopback: moto or s3s-fs):
 records/s, MB/s, produce latency p50/p99/p999, S3 PUTs per GiB ingested, and local disk
 bytes written (WAL + WAL replica copies) per produced byte — for `--durability wal` and
 `--durability direct`.
 
-Starts and stops everything itself (etcd, moto, brokers) through the e2e harness
+Starts and stops everything itself (etcd, the S3 server, brokers) through the e2e harness
 (tests/e2e/cluster.py). Usage, after `scripts/test.sh setup` and a release build:
 
   OXBOW_BIN=target/release/oxbow .venv/bin/python loadtest/scripts/cluster_durability_bench.py \\
@@ -14,6 +14,12 @@ Prints one JSON object. Latency is librdkafka's Message.latency() (produce() to 
 report); with --rate the producer is paced (open loop) so latency is measured at a known
 load, not at saturation where it only shows the client's queue. Bounded: every wait has a
 timeout.
+
+`--s3 s3s-fs` runs the cluster on s3s-fs (`cargo install s3s-fs --version 0.14.1 --features
+binary --locked`; a Rust server writing objects to files) instead of moto: moto keeps every
+object in one Python process, which on a small machine takes the CPU the brokers need and
+takes PUTs at ~100 MiB/s. s3s-fs does not make conditional PUTs atomic under racing writers
+(the fencing tests need moto), which a benchmark with unique keys does not depend on.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +43,9 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from cluster import Cluster, EtcdServer, MotoServer  # noqa: E402
+from brokers import free_ports  # noqa: E402
+from cluster import BUCKET, Cluster, EtcdServer, MotoServer  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 COUNTERS = (
     "oxbow_appended_bytes_total",
@@ -63,6 +73,48 @@ def totals(cluster: Cluster) -> dict[str, float]:
     return sums
 
 
+class S3sFsServer:
+    """s3s-fs on a free loopback port with one bucket (a directory under `workdir`): what
+    `Cluster` uses of `MotoServer` (port, bucket, url, close)."""
+
+    def __init__(self, workdir: Path, binary: str, bucket: str = BUCKET):
+        (self.port,) = free_ports(1)
+        self.bucket = bucket
+        self.url = f"http://127.0.0.1:{self.port}"
+        root = Path(workdir) / "data"
+        (root / bucket).mkdir(parents=True)
+        self.log_path = Path(workdir) / "s3s-fs.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--host", "127.0.0.1", "--port", str(self.port),
+                 "--access-key", "test", "--secret-key", "test", str(root)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(self._up, timeout=30, what="s3s-fs answering")
+        except BaseException:
+            self.close()
+            raise
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"s3s-fs exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+        try:
+            requests.get(f"{self.url}/", timeout=1)
+            return True
+        except requests.RequestException:
+            return False
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
 def percentile(sorted_values, p):
     if not sorted_values:
         return float("nan")
@@ -81,24 +133,32 @@ def main() -> None:
     ap.add_argument("--flush-interval", default=None, help="default 250ms (wal) / 50ms (direct)")
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--wal-replication-factor", type=int, default=3)
+    ap.add_argument("--s3", choices=["moto", "s3s-fs"], default="moto", help="the S3-compatible server (see above)")
+    ap.add_argument("--s3s-fs-bin", default=shutil.which("s3s-fs"), help="the s3s-fs binary (default: on PATH)")
     ap.add_argument(
         "--external",
         default=None,
-        help="instead of the built-in producer, run this command ({bootstrap} and {topic} are "
-        "filled in; e.g. an oxbow-loadtest invocation) and report the broker counters around it",
+        help="instead of the built-in producer, run this command ({bootstrap}, {topic} and {http}, the brokers' "
+        "HTTP addresses, are filled in; e.g. an oxbow-loadtest invocation) and report the broker counters around it",
     )
     args = ap.parse_args()
 
     flush = args.flush_interval or ("250ms" if args.durability == "wal" else "50ms")
     work = Path(tempfile.mkdtemp(prefix="oxbow-cluster-bench-"))
-    for sub in ("etcd", "moto", "cluster"):
+    for sub in ("etcd", "s3", "cluster"):
         (work / sub).mkdir()
+    if args.s3 == "s3s-fs" and not args.s3s_fs_bin:
+        ap.error("--s3 s3s-fs: no s3s-fs binary on PATH; give --s3s-fs-bin")
     etcd = EtcdServer(work / "etcd")
-    moto = MotoServer(work / "moto")
+    try:
+        s3 = MotoServer(work / "s3") if args.s3 == "moto" else S3sFsServer(work / "s3", args.s3s_fs_bin)
+    except BaseException:
+        etcd.close()
+        raise
     cluster = Cluster(
         work / "cluster",
         etcd,
-        moto,
+        s3,
         flush_interval=flush,
         extra_args=["--durability", args.durability, "--wal-replication-factor", str(args.wal_replication_factor)],
         log_format="json",
@@ -133,7 +193,7 @@ def main() -> None:
             import shlex
             import subprocess
 
-            cmd = args.external.format(bootstrap=bootstrap, topic=topic)
+            cmd = args.external.format(bootstrap=bootstrap, topic=topic, http=" ".join(b.http for b in cluster.brokers))
             t0 = time.monotonic()
             done = subprocess.run(shlex.split(cmd), timeout=args.timeout_s, capture_output=True, text=True)
             elapsed = time.monotonic() - t0
@@ -216,7 +276,7 @@ def main() -> None:
         )
     finally:
         cluster.close()
-        moto.close()
+        s3.close()
         etcd.close()
 
 
