@@ -133,6 +133,7 @@ def main() -> None:
     ap.add_argument("--flush-interval", default=None, help="default 250ms (wal) / 50ms (direct)")
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--wal-replication-factor", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, data) instead of deleting it")
     ap.add_argument("--s3", choices=["moto", "s3s-fs"], default="moto", help="the S3-compatible server (see above)")
     ap.add_argument("--s3s-fs-bin", default=shutil.which("s3s-fs"), help="the s3s-fs binary (default: on PATH)")
     ap.add_argument(
@@ -278,6 +279,11 @@ def main() -> None:
         cluster.close()
         s3.close()
         etcd.close()
+        # WALs, replica copies and (s3s-fs) objects: gigabytes after a compare.
+        if args.keep:
+            print(f"work directory kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
