@@ -28,7 +28,6 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,9 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from brokers import free_ports  # noqa: E402
-from cluster import BUCKET, Cluster, EtcdServer, MotoServer  # noqa: E402
-from helpers import wait_until  # noqa: E402
+from cluster import BUCKET, Cluster, EtcdServer, MotoServer, S3Process  # noqa: E402
 
 COUNTERS = (
     "oxbow_appended_bytes_total",
@@ -73,46 +70,14 @@ def totals(cluster: Cluster) -> dict[str, float]:
     return sums
 
 
-class S3sFsServer:
-    """s3s-fs on a free loopback port with one bucket (a directory under `workdir`): what
-    `Cluster` uses of `MotoServer` (port, bucket, url, close)."""
+class S3sFsServer(S3Process):
+    """s3s-fs on a free loopback port, with one bucket (a directory under `workdir`)."""
 
     def __init__(self, workdir: Path, binary: str, bucket: str = BUCKET):
-        (self.port,) = free_ports(1)
-        self.bucket = bucket
-        self.url = f"http://127.0.0.1:{self.port}"
         root = Path(workdir) / "data"
         (root / bucket).mkdir(parents=True)
-        self.log_path = Path(workdir) / "s3s-fs.log"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [binary, "--host", "127.0.0.1", "--port", str(self.port),
-                 "--access-key", "test", "--secret-key", "test", str(root)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            )
-        try:
-            wait_until(self._up, timeout=30, what="s3s-fs answering")
-        except BaseException:
-            self.close()
-            raise
-
-    def _up(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"s3s-fs exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-        try:
-            requests.get(f"{self.url}/", timeout=1)
-            return True
-        except requests.RequestException:
-            return False
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        argv = [binary, "--host", "127.0.0.1", "--port", "{port}", "--access-key", "test", "--secret-key", "test", str(root)]
+        super().__init__(workdir, bucket, "s3s-fs", argv)
 
 
 def percentile(sorted_values, p):

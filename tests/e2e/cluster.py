@@ -114,16 +114,21 @@ class EtcdServer:
         return f"etcd://127.0.0.1:{self.client_port}/{cluster_name}"
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
 
 
-# -- S3 (moto) ------------------------------------------------------------------------
+def terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a helper server ends either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+# -- S3 (moto, or another server started here) ------------------------------------------------------------------------
 
 
 def moto_bin() -> str:
@@ -138,38 +143,56 @@ def moto_bin() -> str:
     return found
 
 
-class MotoServer:
-    """`moto_server` on a free loopback port, with one bucket (in memory)."""
+class S3Process:
+    """An S3-compatible server started here on a free loopback port, with one bucket: what
+    `Cluster` uses of it (port, bucket, url, close)."""
 
-    def __init__(self, workdir: Path, bucket: str = BUCKET):
+    def __init__(self, workdir: Path, bucket: str, name: str, argv: list[str]):
+        """Starts `argv` (its `{port}` replaced by the port picked) and waits until it
+        answers; `name` names it in messages and its log file."""
         (self.port,) = free_ports(1)
         self.bucket = bucket
+        self.name = name
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(workdir) / "moto.log"
-        self.sizes: dict[str, str] = {}  # key -> size, from the last listings
+        self.log_path = Path(workdir) / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [moto_bin(), "-H", "127.0.0.1", "-p", str(self.port)],
+                [a.replace("{port}", str(self.port)) for a in argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         try:
-            wait_until(self._up, timeout=30, what="moto_server answering")
-            r = requests.put(f"{self.url}/{bucket}", timeout=10)
-            assert r.status_code == 200, r.text
+            wait_until(self._up, timeout=30, what=f"{name} answering")
         except BaseException:
             self.close()
             raise
 
     def _up(self) -> bool:
         if self.proc.poll() is not None:
-            raise AssertionError(f"moto_server exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
         try:
             requests.get(f"{self.url}/", timeout=1)
             return True
         except requests.RequestException:
             return False
+
+    def close(self) -> None:
+        terminate(self.proc)
+
+
+class MotoServer(S3Process):
+    """`moto_server` on a free loopback port, with one bucket (in memory)."""
+
+    def __init__(self, workdir: Path, bucket: str = BUCKET):
+        self.sizes: dict[str, str] = {}  # key -> size, from the last listings
+        super().__init__(workdir, bucket, "moto", [moto_bin(), "-H", "127.0.0.1", "-p", "{port}"])
+        try:
+            r = requests.put(f"{self.url}/{bucket}", timeout=10)
+            assert r.status_code == 200, r.text
+        except BaseException:
+            self.close()
+            raise
 
     def keys(self, prefix: str = "") -> list[str]:
         """Every key in the bucket under prefix (ListObjectsV2, following continuation)."""
@@ -184,15 +207,6 @@ class MotoServer:
             if not token:
                 return keys
             params["continuation-token"] = token.group(1)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def s3_env(port: int) -> dict[str, str]:
