@@ -128,7 +128,7 @@ def terminate(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-# -- S3 (moto, or another server started here) ------------------------------------------------------------------------
+# -- S3 (moto, or another server started here) ----------------------------------------
 
 
 def moto_bin() -> str:
