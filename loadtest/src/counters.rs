@@ -60,6 +60,9 @@ pub struct ProduceCounters {
     /// Acknowledged records whose send time is inside the window: what tailing groups
     /// must read before the drain ends.
     pub sent_in_window_acked: AtomicU64,
+    /// Longest ack latency (ns) since the sampler last took it: when in a run the tail
+    /// happened, to line up with what the broker was doing then.
+    pub ack_max_ns_since_sample: AtomicU64,
     /// Failed deliveries.
     pub failed: AtomicU64,
     pub errors: ErrorLog,
@@ -74,6 +77,7 @@ impl ProduceCounters {
             window_bytes: AtomicU64::new(0),
             window_records: AtomicU64::new(0),
             sent_in_window_acked: AtomicU64::new(0),
+            ack_max_ns_since_sample: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             errors: ErrorLog::default(),
         }
@@ -92,6 +96,17 @@ impl ProduceCounters {
             self.sent_in_window_acked
                 .fetch_add(records, Ordering::Relaxed);
         }
+        // Most acks are not the longest: read before writing the shared line.
+        let latency = now_ns.saturating_sub(sent_ns);
+        if latency > self.ack_max_ns_since_sample.load(Ordering::Relaxed) {
+            self.ack_max_ns_since_sample
+                .fetch_max(latency, Ordering::Relaxed);
+        }
+    }
+
+    /// The longest ack latency since the last call, in ms (0 if nothing was acked).
+    pub fn take_ack_max_ms(&self) -> f64 {
+        self.ack_max_ns_since_sample.swap(0, Ordering::Relaxed) as f64 / 1e6
     }
 
     pub fn failed(&self, records: u64, message: impl Into<String>) {
@@ -141,6 +156,22 @@ mod tests {
         assert_eq!(c.bytes_total.load(Ordering::Relaxed), 20);
         assert_eq!(c.window_bytes.load(Ordering::Relaxed), 10);
         assert_eq!(c.sent_in_window_acked.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_longest_ack_is_taken_once_per_sample() {
+        let c = ProduceCounters::new(Window {
+            start_ns: 0,
+            end_ns: u64::MAX,
+        });
+        assert_eq!(c.take_ack_max_ms(), 0.0);
+        c.acked(1, 10, 1_000_000, 4_000_000); // 3 ms
+        c.acked(1, 10, 2_000_000, 9_000_000); // 7 ms
+        c.acked(1, 10, 8_000_000, 9_000_000); // 1 ms
+        assert_eq!(c.take_ack_max_ms(), 7.0);
+        assert_eq!(c.take_ack_max_ms(), 0.0, "the next interval starts empty");
+        c.acked(1, 10, 9_000_000, 11_000_000);
+        assert_eq!(c.take_ack_max_ms(), 2.0);
     }
 
     #[test]

@@ -568,8 +568,14 @@ fn measured_phase(
             let dt = (now - last.0) as f64 / 1e9;
             let sample = Sample {
                 t_s: (now.saturating_sub(start)) as f64 / 1e9,
+                unix_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
                 produced_mib_s: mib_per_s(produced - last.1, dt),
                 consumed_mib_s: mib_per_s(consumed - last.2, dt),
+                ack_max_ms: producers
+                    .as_ref()
+                    .map_or(0.0, |p| p.counters.take_ack_max_ms()),
             };
             pb.set_message(format!(
                 "produce {:.1} MiB/s, consume {:.1} MiB/s",

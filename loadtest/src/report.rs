@@ -80,8 +80,15 @@ pub struct PrefillStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub t_s: f64,
+    /// Wall-clock time of the sample (ms since the Unix epoch), to line the run up with
+    /// broker logs and metrics; 0 in results written before it was recorded.
+    #[serde(default)]
+    pub unix_ms: u64,
     pub produced_mib_s: f64,
     pub consumed_mib_s: f64,
+    /// Longest ack latency of the records acknowledged in the interval (ms).
+    #[serde(default)]
+    pub ack_max_ms: f64,
 }
 
 /// One scenario against one target.
@@ -569,12 +576,12 @@ mod tests {
             Sample {
                 t_s: 1.0,
                 produced_mib_s: 49.0,
-                consumed_mib_s: 0.0,
+                ..Sample::default()
             },
             Sample {
                 t_s: 2.0,
                 produced_mib_s: 51.0,
-                consumed_mib_s: 0.0,
+                ..Sample::default()
             },
         ];
         run.ack_cdf = vec![
