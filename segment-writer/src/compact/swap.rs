@@ -80,6 +80,13 @@ impl Compactor {
                     | MetadataErrorKind::Data
                     | MetadataErrorKind::Internal => self.note_old_objects(tp, &swap.old),
                 }
+                if kind == MetadataErrorKind::NotFound {
+                    // The topic (or partition) was deleted during the round:
+                    // nothing to retry and nothing wrong, so neither a failure nor a warning.
+                    tracing::debug!(partition = %tp, base_offset = swap.entry.base_offset, error = %e,
+                        "compaction's catalog swap found the entries gone");
+                    continue;
+                }
                 self.metrics.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(partition = %tp, base_offset = swap.entry.base_offset, error = %e,
                     "compaction's catalog swap failed; retried next round");
