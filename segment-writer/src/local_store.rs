@@ -19,9 +19,10 @@
 //! VM measured; at the next journal commit with one), and the WAL's writes and fsyncs
 //! queue behind it: ten 32 MiB objects unlinked at once (the inner store's concurrency)
 //! held a 4 KiB write + fdatasync up for 190–290 ms, and a broker reclaiming a deleted
-//! topic's objects stalled acks for up to 0.9 s (README, Benchmarks). A reader that opened a file just before its
-//! delete may see it shortened and fail that read (what it reads is checked; the delete
-//! delay makes this rare). Everything else (GET, LIST, multipart, …) is the inner store's.
+//! topic's objects stalled acks for up to 0.9 s (README, Benchmarks). A reader that opened
+//! a file just before its delete may see it shortened and fail that read (what it reads is
+//! checked; the delete delay makes this rare). Everything else (GET, LIST, multipart, …)
+//! is the inner store's.
 
 use crate::direct_io::{Aligned, BLOCK};
 use async_trait::async_trait;
@@ -106,8 +107,8 @@ async fn delete_gradually(
     Ok(location)
 }
 
-/// Truncates an unlinked file [`STEP`] bytes at a time, so each journal commit frees (and
-/// discards) at most that much. A failed step leaves the rest to the close.
+/// Truncates an unlinked file [`STEP`] bytes at a time, so each step frees (and discards)
+/// at most that much. A failed step leaves the rest to the close.
 fn release_in_steps(file: &File) {
     let Ok(meta) = file.metadata() else { return };
     let mut len = meta.len();
